@@ -1,0 +1,149 @@
+"""2:4 SpMM on the H100: cutlass_nm families against cuBLAS dense and cuSPARSELt, timed in one run.
+
+    python3 benchmarks/bench_sptc24.py --preset llm --sweep --out benchmarks/results/h100/sptc24.json
+
+Every row carries the time (median, p20, p80), dense-equivalent TFLOP/s, and its ratio to cuBLAS
+and to cuSPARSELt measured in this same process. ``--sweep`` also times a grid of sm90 configs
+(untuned: ``tuned: false``) and reports the best, to steer the heuristic until the tuner lands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+
+import torch
+
+import cutlass_nm
+from cutlass_nm.bench.baselines import cublas_dense, cusparselt
+from cutlass_nm.bench.env import environment
+from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
+from cutlass_nm.families import KernelTypes, Problem, get_family
+from cutlass_nm.kernels import get_kernel, precompile
+
+PRESETS = {
+    "quick": [(4096, 4096, 4096), (64, 4096, 4096)],
+    # (m, n, k): squares from the issue, the LLaMA-7B layers at m = 2048, a large m, decode-ish m
+    "llm": [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 4096, 4096), (2048, 11008, 4096),
+            (2048, 4096, 11008), (2048, 12288, 4096), (16384, 4096, 4096), (1024, 4096, 4096),
+            (256, 4096, 4096), (64, 4096, 4096), (16, 4096, 4096)],
+}
+
+
+def sweep_configs(family) -> list:
+    """A coarse grid over the sm90 space (the tuner searches the whole space)."""
+    cfgs = []
+    for tm, tn, tk, (cm, cn), sched in itertools.product(
+            (128, 256), (64, 128, 256), (64, 128), ((1, 1), (2, 1), (1, 2)), ("cooperative", "pingpong")):
+        cfg = family.Config(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn, schedule=sched)
+        probe = Problem(4096, 4096, 4096, KernelTypes("f16", "f16", False))
+        if family.check(cfg, probe) is None:
+            cfgs.append(cfg)
+    return cfgs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    ap.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
+    ap.add_argument("--sweep", action="store_true", help="also time a grid of sm90 configs per shape")
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--out", type=Path, help="write JSON rows here (and a .md table beside it)")
+    args = ap.parse_args()
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    types = KernelTypes(args.dtype, args.dtype, False)
+    shapes = PRESETS[args.preset]
+    sm90, sm80 = get_family("sptc24_sm90"), get_family("sptc24_sm80")
+    grid = sweep_configs(sm90) if args.sweep else []
+
+    kids = set()
+    for m, n, k in shapes:
+        p = Problem(m, n, k, types)
+        kids.add(("sptc24_sm90", sm90.heuristic(p), types))
+        kids.add(("sptc24_sm80", sm80.heuristic(p), types))
+        kids.update(("sptc24_sm90", c, types) for c in grid if sm90.check(c, p) is None)
+    t0 = time.time()
+    results = precompile(sorted(kids, key=str))
+    failed = {kid: r for kid, r in zip(sorted(kids, key=str), results) if isinstance(r, Exception)}
+    print(f"compiled {len(kids)} kernels in {time.time() - t0:.0f} s ({len(failed)} failed)", flush=True)
+    for kid, err in failed.items():
+        print("  build failed:", kid[1], str(err)[:200])
+
+    env = environment()
+    rows = []
+    for m, n, k in shapes:
+        copies = copies_to_rotate((m * k + n * k) * 2)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        xs = [torch.randn(m, k, device="cuda", dtype=dtype, generator=g) for _ in range(copies)]
+        dense = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dtype, generator=g))[0] for _ in range(copies)]
+        wd = [w.to_dense() for w in dense]
+        flops = 2.0 * m * n * k
+        ref = xs[0].double() @ wd[0].double().T
+
+        def record(impl, fn, cfg=None, kid=None):
+            try:
+                y = fn(0)
+                err = ((y.double() - ref).norm() / ref.norm()).item()
+                t = time_rotating(fn, copies, reps=args.reps)
+            except Exception as exc:  # a failed variant is a row, not the end of the run
+                rows.append({"m": m, "n": n, "k": k, "impl": impl, "error": str(exc)[:300]})
+                return
+            rows.append({"m": m, "n": n, "k": k, "dtype": args.dtype, "impl": impl, "tuned": False,
+                         "config": cfg.to_record() if cfg else None, "median_ms": t.p50_ms, "p20_ms": t.p20_ms,
+                         "p80_ms": t.p80_ms, "reps": t.reps, "tflops": flops / t.p50_ms / 1e9, "rel_err": err})
+
+        record("cublas", cublas_dense(xs, wd))
+        for name, search in (("cusparselt_default", False), ("cusparselt_search", True)):
+            fn = cusparselt(xs, wd, search=search)
+            if fn is not None:
+                record(name, fn)
+        p = Problem(m, n, k, types)
+        for fam in (sm90, sm80):
+            cfg = fam.heuristic(p)
+            if (fam.name, cfg, types) in failed:
+                continue
+            record(f"{fam.name}_heuristic", lambda i, f=fam.name: cutlass_nm.matmul(xs[i], dense[i], family=f), cfg)
+        for cfg in grid:
+            kid = ("sptc24_sm90", cfg, types)
+            if sm90.check(cfg, p) is not None or kid in failed:
+                continue
+            kern = get_kernel(kid)
+
+            def run(i, kern=kern):
+                y = torch.empty(m, n, device="cuda", dtype=dtype)
+                kern(xs[i], dense[i], None, y)
+                return y
+            record("sptc24_sm90_sweep", run, cfg)
+        del xs, dense, wd
+        torch.cuda.empty_cache()
+        _summarize(rows, (m, n, k))
+
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+        print("wrote", args.out)
+
+
+def _summarize(rows: list[dict], shape: tuple[int, int, int]) -> None:
+    mine = [r for r in rows if (r["m"], r["n"], r["k"]) == shape and "median_ms" in r]
+    base = {r["impl"]: r["median_ms"] for r in mine}
+    cb = base.get("cublas")
+    cs = min((base[k] for k in ("cusparselt_default", "cusparselt_search") if k in base), default=None)
+    for r in mine:
+        r["speedup_vs_cublas"] = cb / r["median_ms"] if cb else None
+        r["speedup_vs_cusparselt_best"] = cs / r["median_ms"] if cs else None
+    best = min((r for r in mine if r["impl"] == "sptc24_sm90_sweep"), key=lambda r: r["median_ms"], default=None)
+    line = f"{'x'.join(map(str, shape)):>18}  cublas {cb:.3f} ms"
+    for r in mine:
+        if r["impl"] != "sptc24_sm90_sweep":
+            line += f" | {r['impl']} {r['speedup_vs_cublas']:.2f}x"
+    if best:
+        line += f" | sweep-best {best['speedup_vs_cublas']:.2f}x {best['config']}"
+    print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""cutlass_nm: N:M-sparse matrix multiplication on NVIDIA GPUs, emitted with CUTLASS.
+
+Public surface::
+
+    w = cutlass_nm.compress(weight, "2:4", prune=True)   # prune + compress
+    y = cutlass_nm.matmul(x, w, bias)                   # y = x @ W.T + bias
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .dispatch import matmul, set_selector
+from .errors import (
+    BuildError,
+    ConfigError,
+    CutlassNMError,
+    InputError,
+    LaunchError,
+    PatternError,
+    ShapeError,
+    SparsityError,
+)
+from .formats import Sparse24Weight, compress_24, mask_24, prune_24, validate_24
+from .patterns import Pattern
+
+__version__ = "0.1.0"
+
+
+def _only_24(pattern: str | Pattern) -> Pattern:
+    p = Pattern.parse(pattern)
+    if not p.is_24:
+        raise PatternError(f"pattern {p} has no kernel family yet; only '2:4' is implemented")
+    return p
+
+
+def prune(w: torch.Tensor, pattern: str | Pattern = "2:4") -> tuple[Sparse24Weight, torch.Tensor]:
+    """Magnitude-prune ``w`` to ``pattern``; return the compressed weight and the boolean mask."""
+    _only_24(pattern)
+    mask = mask_24(w)
+    return compress_24(w * mask), mask
+
+
+def compress(w: torch.Tensor, pattern: str | Pattern = "2:4", *, prune: bool = False) -> Sparse24Weight:
+    """Compress a weight that already satisfies ``pattern`` (or prune it first with ``prune=True``)."""
+    _only_24(pattern)
+    return compress_24(w, prune=prune)
+
+
+__all__ = [
+    "BuildError", "ConfigError", "CutlassNMError", "InputError", "LaunchError", "Pattern", "PatternError",
+    "ShapeError", "Sparse24Weight", "SparsityError", "compress", "matmul", "prune", "set_selector",
+    "validate_24",
+]

@@ -1,0 +1,1 @@
+"""Benchmark harness: timing, baselines (cuBLAS, cuSPARSELt), environment header and result files."""

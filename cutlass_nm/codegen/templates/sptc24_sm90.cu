@@ -1,0 +1,80 @@
+// cutlass_nm: 2:4 SpMM on Hopper Sparse Tensor Cores (wgmma.sp), C ABI launcher.
+// Generated from cutlass_nm/codegen/templates/sptc24_sm90.cu; the kernel type comes from
+// cutlass_library's emitter. Computes D(M x N, col-major) = A(M x K, 2:4, compressed) * B(K x N, col-major)
+// [+ bias per row], i.e. y(m x n_out) = x(m x k) * W^T with M = n_out, N = m.
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "cutlass/cutlass.h"
+#include "cute/tensor.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/util/packed_stride.hpp"
+
+${operation}
+
+namespace {
+using Kernel = ${name};
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+using Mainloop = typename Kernel::CollectiveMainloop;
+using SparseConfig = typename Mainloop::SparseConfig;
+using ElementA = typename Mainloop::ElementA;
+using ElementB = typename Mainloop::ElementB;
+using ElementE = typename Mainloop::ElementE;
+using ElementD = typename Kernel::CollectiveEpilogue::ElementD;
+constexpr bool kHasBias = ${has_bias};
+
+typename Gemm::Arguments make_args(const void* a, const void* e, const void* b, void* d, const void* bias,
+                                   int M, int N, int K, int sm_count, int swizzle) {
+  auto problem = cute::make_shape(M, N, K, 1);
+  auto layout_a = SparseConfig::fill_layoutA(problem);
+  auto layout_e = SparseConfig::fill_layoutE(problem);
+  auto stride_b = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, cute::make_shape(N, K, 1));
+  auto stride_d = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, cute::make_shape(M, N, 1));
+  typename Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      problem,
+      {static_cast<ElementA const*>(a), layout_a, static_cast<ElementB const*>(b), stride_b,
+       static_cast<ElementE const*>(e), layout_e},
+      {{}, nullptr, stride_d, static_cast<ElementD*>(d), stride_d}};
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  if constexpr (kHasBias) {
+    args.epilogue.thread.bias_ptr = static_cast<decltype(args.epilogue.thread.bias_ptr)>(bias);
+  }
+  args.hw_info.sm_count = sm_count;
+  args.scheduler.max_swizzle_size = swizzle;
+  return args;
+}
+}  // namespace
+
+extern "C" {
+
+int cnm_abi_version() { return 1; }
+
+// Logical K columns of one metadata atom: the weight's sm90 layout must have been built for this.
+int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEAtom{})); }
+
+size_t cnm_workspace_size(int M, int N, int K, int sm_count) {
+  return Gemm::get_workspace_size(make_args(nullptr, nullptr, nullptr, nullptr, nullptr, M, N, K, sm_count, 1));
+}
+
+// 0 on success; otherwise a cutlass::Status (< 1000) or 1000 + cudaError_t.
+int cnm_run(const void* a, const void* e, const void* b, void* d, const void* bias, int M, int N, int K,
+            int sm_count, int swizzle, void* workspace, cudaStream_t stream) {
+  auto args = make_args(a, e, b, d, bias, M, N, K, sm_count, swizzle);
+  Gemm gemm;
+  cutlass::Status st = gemm.can_implement(args);
+  if (st != cutlass::Status::kSuccess) return int(st);
+  st = gemm.initialize(args, workspace, stream);
+  if (st != cutlass::Status::kSuccess) return int(st);
+  st = gemm.run(stream);
+  if (st != cutlass::Status::kSuccess) return int(st);
+  cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
+}  // extern "C"

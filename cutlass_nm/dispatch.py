@@ -1,0 +1,121 @@
+"""``matmul``: the hot path. Checks inputs, finds the kernel for this problem in a dict, launches.
+
+The first call for a problem takes the slow path (:func:`_resolve`): pick the family for the GPU,
+ask the config selector (the tuning database plugs in there; the default is the family's
+heuristic), compile or load the kernel. Later calls do no I/O: one dict lookup, then the launch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .errors import InputError, ShapeError
+from .families import Family, KernelTypes, Problem, get_family
+from .families.launch import device_info, dtype_name
+from .formats import Sparse24Weight
+from .kernels import get_kernel
+
+Selector = Callable[[Family, Problem], Any]  # returns a Config, or None to use the heuristic
+_selector: Selector | None = None
+_RESOLVED: dict[tuple, Callable] = {}
+_IN_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def set_selector(selector: Selector | None) -> None:
+    """Install the config source consulted on a problem's first call (e.g. the tuning DB)."""
+    global _selector
+    _selector = selector
+    _RESOLVED.clear()
+
+
+def matmul(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None = None, *,
+           out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None,
+           family: str | None = None) -> torch.Tensor:
+    """y = x · Wᵀ (+ bias), the ``nn.Linear`` convention, with W compressed 2:4.
+
+    x is ``(..., k)`` fp16/bf16 on a CUDA device; the result is ``(..., n)`` in ``out_dtype``
+    (default: x's dtype), written into ``out`` when given. ``family`` forces a kernel family.
+    """
+    out_dtype = out_dtype or (out.dtype if out is not None else x.dtype)
+    _check(x, w, bias)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    y = _check_out(out, (*lead, w.out_features), out_dtype, x.device)
+    if x2.shape[0] == 0:
+        return y
+    key = (x2.shape[0], w.out_features, w.in_features, x.dtype, out_dtype, bias is not None, x.device, family)
+    kernel = _RESOLVED.get(key)
+    if kernel is None:
+        kernel = _resolve(key)
+    kernel(x2, w, bias, y.view(-1, w.out_features))
+    return y
+
+
+def _check(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None) -> None:
+    """Every input rule, cheapest first; device checks come last so the rest is testable on a CPU."""
+    if not isinstance(w, Sparse24Weight):
+        raise InputError(f"w must be a compressed weight (cutlass_nm.compress(w, '2:4')), got {type(w).__name__}")
+    if not isinstance(x, torch.Tensor):
+        raise InputError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _IN_DTYPES:
+        raise InputError(f"x must be float16 or bfloat16, got {x.dtype}")
+    if x.dtype != w.dtype:
+        raise InputError(f"dtype mismatch: x is {x.dtype}, the weight is {w.dtype}")
+    if x.dim() < 1 or x.shape[-1] != w.in_features:
+        raise InputError(f"x's last dim {tuple(x.shape)[-1:]} must equal the weight's in_features {w.in_features}")
+    if not x.is_contiguous():
+        raise InputError("x must be contiguous; call x.contiguous()")
+    if x.data_ptr() % 16:
+        raise InputError("x's data must be 16-byte aligned (TMA needs it); a sliced view may not be: use x.clone()")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or bias.shape != (w.out_features,):
+            raise InputError(f"bias must be a tensor of shape ({w.out_features},)")
+        if bias.dtype != x.dtype:
+            raise InputError(f"bias dtype {bias.dtype} must match x's dtype {x.dtype}")
+        if not bias.is_contiguous() or bias.data_ptr() % 16:
+            raise InputError("bias must be contiguous and 16-byte aligned")
+        if bias.device != x.device:
+            raise InputError(f"device mismatch: bias is on {bias.device}, x on {x.device}")
+    if not x.is_cuda:
+        raise InputError(f"x must be a CUDA tensor, got one on {x.device}; move it with x.cuda()")
+    if w.device != x.device:
+        raise InputError(f"device mismatch: x is on {x.device}, the weight on {w.device}; use w.to(x.device)")
+
+
+def _check_out(out: torch.Tensor | None, shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if out is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    if out.shape != shape or out.dtype != dtype or out.device != device:
+        raise InputError(f"out must be {tuple(shape)} {dtype} on {device}, got {tuple(out.shape)} {out.dtype} "
+                         f"on {out.device}")
+    if not out.is_contiguous() or out.data_ptr() % 16:
+        raise InputError("out must be contiguous and 16-byte aligned")
+    return out
+
+
+def default_family(device: torch.device) -> str:
+    major, minor = device_info(device).capability
+    if (major, minor) == (9, 0):
+        return "sptc24_sm90"
+    if major >= 8:
+        return "sptc24_sm80"  # also sm_100+/sm_120 until families for them exist
+    raise ShapeError(f"2:4 Sparse Tensor Cores need compute capability >= 8.0, this GPU has {major}.{minor}")
+
+
+def _resolve(key: tuple) -> Callable:
+    """Slow path, once per problem: choose family and config, compile or load, remember."""
+    m, n, k, dtype, out_dtype, has_bias, device, family_name = key
+    family = get_family(family_name or default_family(device))
+    problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias))
+    cfg = _selector(family, problem) if _selector is not None else None
+    if cfg is None or family.check(cfg, problem) is not None:
+        cfg = family.heuristic(problem)
+    reason = family.check(cfg, problem)
+    if reason is not None:
+        raise ShapeError(f"{family.name} cannot run (m, n, k) = ({m}, {n}, {k}): {reason}")
+    kernel = get_kernel((family.name, cfg, problem.types))
+    _RESOLVED[key] = kernel
+    return kernel

@@ -1,0 +1,18 @@
+"""Kernel families. Each module exports ``FAMILY`` implementing :class:`base.Family`."""
+
+from __future__ import annotations
+
+from . import sptc24_sm80, sptc24_sm90
+from .base import Family, KernelTypes, Problem
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (sptc24_sm90.FAMILY, sptc24_sm80.FAMILY)}
+
+
+def get_family(name: str) -> Family:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise KeyError(f"unknown kernel family {name!r}; known: {sorted(FAMILIES)}") from None
+
+
+__all__ = ["FAMILIES", "Family", "KernelTypes", "Problem", "get_family"]

@@ -1,0 +1,90 @@
+"""The one small interface every kernel family implements, and the problem it is asked to solve.
+
+A family module exports ``FAMILY``, an object with:
+
+* ``name``, ``arch`` and ``Config`` (a frozen dataclass of ints and enum strings);
+* ``space()``: every config parameter and its allowed values (what the tuner searches);
+* ``check(cfg, problem)``: ``None`` if the config can run the problem, else the reason;
+* ``source(cfg, types)``: the full CUDA translation unit (CUTLASS-emitted kernel + our C ABI);
+* ``heuristic(problem)``: a good config without tuning;
+* ``launch(lib, cfg, x, w, bias)``: run the compiled library on torch's current stream, return y.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from ..errors import ConfigError
+
+DTYPE_NAMES = ("f16", "bf16", "f32")
+
+
+@dataclass(frozen=True, slots=True)
+class KernelTypes:
+    """The compile-time data types of a kernel: input (A, B), output, and whether it adds a bias."""
+
+    dtype: str
+    out_dtype: str
+    bias: bool
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("f16", "bf16") or self.out_dtype not in DTYPE_NAMES:
+            raise ConfigError(f"unsupported kernel types {self.dtype}->{self.out_dtype}")
+        if not isinstance(self.bias, bool):
+            raise ConfigError("bias must be a bool")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """y(m x n) = x(m x k) · W(n x k)ᵀ: m tokens, n out_features, k in_features."""
+
+    m: int
+    n: int
+    k: int
+    types: KernelTypes
+
+
+class FamilyConfig:
+    """Mixin for family configs: strict construction from untrusted records (DB, files)."""
+
+    SPACE: ClassVar[dict[str, tuple[Any, ...]]]
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> FamilyConfig:
+        """Build a config from a dict, accepting only known keys whose values are in the space.
+
+        Values must be exact ints (not bools, floats or strings) or members of an enum's string set;
+        anything else raises ConfigError before it can reach code generation.
+        """
+        if not isinstance(record, dict):
+            raise ConfigError(f"a config record must be a dict, got {type(record).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        if set(record) != names:
+            raise ConfigError(f"config keys {sorted(record)} do not match {sorted(names)}")
+        for key, val in record.items():
+            allowed = cls.SPACE[key]
+            kind = type(allowed[0])
+            if type(val) is not kind or val not in allowed:
+                raise ConfigError(f"config value {key}={val!r} is not one of {allowed}")
+        return cls(**record)
+
+    def to_record(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Family(Protocol):
+    name: str
+    arch: str
+    Config: type
+
+    def space(self) -> dict[str, tuple[Any, ...]]: ...
+
+    def check(self, cfg: Any, problem: Problem) -> str | None: ...
+
+    def source(self, cfg: Any, types: KernelTypes) -> str: ...
+
+    def heuristic(self, problem: Problem) -> Any: ...
+
+    def launch(self, lib: Any, cfg: Any, x: Any, w: Any, bias: Any) -> Any: ...

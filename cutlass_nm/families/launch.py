@@ -1,0 +1,60 @@
+"""Runtime helpers shared by the families' launchers: dtypes, device facts, workspace, status codes."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import LaunchError
+
+_TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+_NAMES = {v: k for k, v in _TORCH.items()}
+_CUTLASS_STATUS = {
+    1: "misaligned operand", 2: "invalid problem", 3: "not supported", 4: "workspace null",
+    5: "internal error", 6: "error arch mismatch", 7: "insufficient driver", 8: "invalid", 9: "unknown",
+}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return _TORCH[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return _NAMES[dtype]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    sm_count: int
+    capability: tuple[int, int]
+    name: str
+
+
+@functools.cache
+def device_info(device: torch.device) -> DeviceInfo:
+    p = torch.cuda.get_device_properties(device)
+    return DeviceInfo(p.multi_processor_count, (p.major, p.minor), p.name)
+
+
+_WORKSPACES: dict[torch.device, torch.Tensor] = {}
+
+
+def workspace(device: torch.device, nbytes: int) -> int | None:
+    """Pointer to a per-device scratch buffer of at least ``nbytes`` (None when none is needed)."""
+    if nbytes == 0:
+        return None
+    buf = _WORKSPACES.get(device)
+    if buf is None or buf.numel() < nbytes:
+        buf = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, device=device)
+        _WORKSPACES[device] = buf
+    return buf.data_ptr()
+
+
+def check_status(status: int, family: str, mnk: tuple[int, int, int]) -> None:
+    if status == 0:
+        return
+    if status >= 1000:
+        raise LaunchError(f"{family}: CUDA error {status - 1000} launching (m, n, k) = {mnk}")
+    raise LaunchError(f"{family}: CUTLASS refused (m, n, k) = {mnk}: {_CUTLASS_STATUS.get(status, status)}")

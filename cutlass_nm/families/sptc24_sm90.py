@@ -1,0 +1,132 @@
+"""2:4 on Hopper Sparse Tensor Cores: CUTLASS's wgmma.sp collective, TMA, warp-specialized."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..formats import meta_sm90
+from .base import FamilyConfig, KernelTypes, Problem
+from .launch import check_status, device_info, workspace
+
+SMEM_BYTES = 232448  # sm90 opt-in shared memory per block
+EPILOGUE_SMEM = 34 * 1024  # conservative TMA-epilogue carve-out
+MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread before spilling
+
+
+@dataclass(frozen=True, slots=True)
+class Config(FamilyConfig):
+    """CTA tile, cluster, schedule, pipeline depth (0 = as many as fit) and raster swizzle."""
+
+    tile_m: int = 128
+    tile_n: int = 128
+    tile_k: int = 64
+    cluster_m: int = 1
+    cluster_n: int = 2
+    schedule: str = "cooperative"
+    stages: int = 0
+    swizzle: int = 1
+
+    SPACE: ClassVar = {
+        "tile_m": (64, 128, 256),
+        "tile_n": (64, 128, 256),
+        "tile_k": (64, 128),
+        "cluster_m": (1, 2),
+        "cluster_n": (1, 2),
+        "schedule": ("cooperative", "pingpong"),
+        "stages": (0, 2, 3, 4, 5, 6, 7),
+        "swizzle": (1, 2, 4, 8),
+    }
+
+
+def smem_per_stage(cfg: Config) -> int:
+    """Bytes of one pipeline stage: compressed A (half of K), metadata (1 bit per element), B."""
+    return cfg.tile_m * cfg.tile_k + cfg.tile_m * cfg.tile_k // 8 + cfg.tile_n * cfg.tile_k * 2
+
+
+def alignment_rule(problem: Problem) -> str | None:
+    """The data-layout rules every sm90 2:4 kernel shares (TMA needs 16-byte strides)."""
+    if problem.k % 16:
+        return f"in_features k={problem.k} must be a multiple of 16 (TMA needs the compressed rows 16-byte aligned)"
+    out_align = 4 if problem.types.out_dtype == "f32" else 8
+    if problem.n % out_align:
+        return f"out_features n={problem.n} must be a multiple of {out_align} for {problem.types.out_dtype} output"
+    if problem.m < 1:
+        return "m must be >= 1"
+    return None
+
+
+class _Sm90Family:
+    name = "sptc24_sm90"
+    arch = "sm_90a"
+    Config = Config
+
+    def space(self) -> dict[str, tuple]:
+        return Config.SPACE
+
+    def check(self, cfg: Config, problem: Problem) -> str | None:
+        wgs = 2 if cfg.schedule == "cooperative" else 1
+        if cfg.schedule == "cooperative" and cfg.tile_m < 128:
+            return "cooperative splits tile M across two warpgroups: tile_m must be >= 128"
+        if cfg.schedule == "pingpong" and cfg.tile_m > 128:
+            return "pingpong gives each warpgroup a whole tile: tile_m must be <= 128"
+        if cfg.tile_m * cfg.tile_n // (128 * wgs) > MAX_ACC_PER_THREAD:
+            return f"{cfg.tile_m}x{cfg.tile_n} needs more than {MAX_ACC_PER_THREAD} accumulators per thread"
+        fit = (SMEM_BYTES - EPILOGUE_SMEM) // smem_per_stage(cfg)
+        need = cfg.stages or 2
+        if need > fit:
+            return f"{need} stages of {smem_per_stage(cfg)} B do not fit in shared memory ({fit} fit)"
+        return alignment_rule(problem)
+
+    def source(self, cfg: Config, types: KernelTypes) -> str:
+        from ..codegen.cutlass_emit import emit_sm90, sm90_sparse_operation
+
+        op = sm90_sparse_operation(
+            tile=(cfg.tile_m, cfg.tile_n, cfg.tile_k), cluster=(cfg.cluster_m, cfg.cluster_n),
+            schedule=cfg.schedule, stages=cfg.stages, dtype=types.dtype, out_dtype=types.out_dtype,
+            bias=types.bias)
+        return emit_sm90(op, has_bias="true" if types.bias else "false")
+
+    def heuristic(self, problem: Problem) -> Config:
+        if problem.m <= 64:
+            return Config(tile_m=128, tile_n=64, tile_k=128, cluster_m=2, cluster_n=1, schedule="cooperative")
+        return Config(tile_m=128, tile_n=128 if problem.m <= 2048 else 256, tile_k=64,
+                      cluster_m=2 if problem.m <= 2048 else 1, cluster_n=1)
+
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
+        return _Launcher(lib, cfg, types)
+
+
+class _Launcher:
+    """A loaded sm90 2:4 kernel: ``launcher(x, w, bias) -> y`` on torch's current stream."""
+
+    def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
+        vp, i32 = ctypes.c_void_p, ctypes.c_int
+        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, vp, vp]
+        lib.cnm_run.restype = i32
+        lib.cnm_workspace_size.argtypes = [i32, i32, i32, i32]
+        lib.cnm_workspace_size.restype = ctypes.c_size_t
+        lib.cnm_meta_atom_k.restype = i32
+        self.run, self.ws_size = lib.cnm_run, lib.cnm_workspace_size
+        self.swizzle = cfg.swizzle
+        atom = lib.cnm_meta_atom_k()
+        self.layout_key = ("sm90", atom)
+        self.build_layout = lambda w: meta_sm90.to_sm90(w, atom)
+
+    def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+        """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
+        m, k = x.shape
+        n = w.out_features
+        e = w.layout(self.layout_key, self.build_layout)
+        sms = device_info(x.device).sm_count
+        ws = workspace(x.device, self.ws_size(n, m, k, sms))
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        status = self.run(w.values.data_ptr(), e.data_ptr(), x.data_ptr(), y.data_ptr(),
+                          None if bias is None else bias.data_ptr(), n, m, k, sms, self.swizzle, ws, stream)
+        check_status(status, FAMILY.name, (m, n, k))
+
+
+FAMILY = _Sm90Family()

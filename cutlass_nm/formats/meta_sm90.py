@@ -1,0 +1,75 @@
+"""2:4 metadata in the layout CUTLASS's sm90 sparse GEMM (wgmma.sp) reads.
+
+The layout is ``Sm90GemmSparseConfig::fill_layoutE`` for 16-bit A, K-major: an atom of
+64 rows x ``atom_k`` logical columns (``atom_k = min(tile_k, 128)``), atoms tiled along M
+first, then K. Inside the atom, logical coordinates decompose as
+m = m0 + 8·m1 + 16·m2 (8, 2, 4) and k = k0 + 16·k1 + 32·k2 (16, 2, atom_k/32),
+with compact strides ordered k0 < m1 < k2 < m0 < k1 < m2. One metadata byte covers 8
+logical columns (two groups of 4: low nibble first). tests/test_meta_layouts.py checks
+this against CuTe itself, compiled by nvcc.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .sparse24 import Sparse24Weight
+
+ROWS_ALIGN = 64
+PAD_BYTE = 0x44  # nibble 0b0100: positions (0, 1), a valid ordered pair
+
+
+def atom_k_for_tile(tile_k: int) -> int:
+    """The metadata atom width (logical columns) a kernel with CTA tile K = ``tile_k`` reads."""
+    atom = min(tile_k, 128)
+    if atom % 32:
+        raise ValueError(f"sm90 16-bit sparse GEMM needs tile K % 32 == 0, got {tile_k}")
+    return atom
+
+
+def padded_shape(rows: int, k: int, atom_k: int) -> tuple[int, int]:
+    return -(-rows // ROWS_ALIGN) * ROWS_ALIGN, -(-k // atom_k) * atom_k
+
+
+def byte_offsets(rows_a: int, k_a: int, atom_k: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Byte offset of every (row, 8-column block) of a ``rows_a x k_a`` padded problem."""
+    nk = atom_k // 32
+    m = torch.arange(rows_a, device=device, dtype=torch.int64)[:, None]
+    k = torch.arange(0, k_a, 8, device=device, dtype=torch.int64)[None, :]
+    m0, m1, m2, mb = m % 8, (m // 8) % 2, (m // 16) % 4, m // 64
+    kk, kb = k % atom_k, k // atom_k
+    k0, k1, k2 = kk % 16, (kk // 16) % 2, kk // 32
+    logical = (
+        k0 + 16 * m1 + 32 * k2 + 32 * nk * m0 + 256 * nk * k1 + 512 * nk * m2
+        + mb * (64 * atom_k) + kb * (rows_a * atom_k)
+    )
+    return logical // 8
+
+
+def _pairs(meta: torch.Tensor) -> torch.Tensor:
+    """Canonical per-group nibbles (rows x k/4) -> one byte per 8 columns (rows x k/8)."""
+    rows, groups = meta.shape
+    if groups % 2:
+        meta = torch.cat((meta, torch.full((rows, 1), PAD_BYTE & 0xF, dtype=torch.uint8, device=meta.device)), 1)
+    m = meta.reshape(rows, -1, 2).to(torch.int32)
+    return (m[..., 0] | (m[..., 1] << 4)).to(torch.uint8)
+
+
+def to_sm90(w: Sparse24Weight, atom_k: int) -> torch.Tensor:
+    """Flat uint8 metadata buffer for the sm90 kernels whose tile K gives ``atom_k``."""
+    rows, k = w.shape
+    rows_a, k_a = padded_shape(rows, k, atom_k)
+    out = torch.full((rows_a * k_a // 8,), PAD_BYTE, dtype=torch.uint8, device=w.device)
+    b = _pairs(w.meta)
+    off = byte_offsets(rows_a, k_a, atom_k, w.device)[:rows, : b.shape[1]]
+    out[off.reshape(-1)] = b.reshape(-1)
+    return out
+
+
+def from_sm90(e: torch.Tensor, rows: int, k: int, atom_k: int) -> torch.Tensor:
+    """Inverse of :func:`to_sm90`: the canonical ``rows x k/4`` nibbles."""
+    rows_a, k_a = padded_shape(rows, k, atom_k)
+    off = byte_offsets(rows_a, k_a, atom_k, e.device)[:rows, : -(-k // 8)]
+    b = e[off].to(torch.int32)
+    nib = torch.stack((b & 0xF, b >> 4), dim=-1).reshape(rows, -1)
+    return nib[:, : k // 4].to(torch.uint8).contiguous()

@@ -1,0 +1,140 @@
+"""2:4 weights: magnitude pruning, the canonical compressed form, validation, decompression.
+
+The weight W is ``rows x k`` (out_features x in_features), the sparse A operand of D = W·Xᵀ.
+Canonical compressed form (architecture independent):
+
+* ``values``: ``rows x k/2``, the two kept values of every group of 4, in ascending position;
+* ``meta``: ``rows x k/4`` uint8, one nibble per group: bits 0-1 = first kept position,
+  bits 2-3 = second kept position (always first < second, as ``mma.sp::ordered_metadata`` needs).
+
+Kernel-specific metadata layouts (``layouts_sm90``, ``layouts_sm80``) are derived from ``meta``
+once per weight and cached on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import InputError, SparsityError
+
+GROUP = 4
+KEEP = 2
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _check_weight(w: torch.Tensor) -> None:
+    if not isinstance(w, torch.Tensor):
+        raise InputError(f"expected a torch.Tensor weight, got {type(w).__name__}")
+    if w.dim() != 2:
+        raise InputError(f"a weight is 2-D (out_features x in_features), got shape {tuple(w.shape)}")
+    if w.dtype not in _FLOAT_DTYPES:
+        raise InputError(f"weight dtype must be one of {_FLOAT_DTYPES}, got {w.dtype}")
+    if w.shape[1] % GROUP:
+        raise InputError(f"2:4 needs in_features % 4 == 0, got in_features = {w.shape[1]}")
+
+
+def _groups(w: torch.Tensor) -> torch.Tensor:
+    return w.reshape(w.shape[0], w.shape[1] // GROUP, GROUP)
+
+
+def _kept_positions(w: torch.Tensor) -> torch.Tensor:
+    """Positions (ascending) of the 2 largest magnitudes in every group: rows x k/4 x 2, int64."""
+    pos = _groups(w).abs().float().topk(KEEP, dim=-1, sorted=False).indices
+    return pos.sort(dim=-1).values
+
+
+def mask_24(w: torch.Tensor) -> torch.Tensor:
+    """Boolean mask keeping the 2 largest magnitudes of every 4 consecutive weights along k."""
+    _check_weight(w)
+    pos = _kept_positions(w)
+    mask = torch.zeros(_groups(w).shape, dtype=torch.bool, device=w.device)
+    mask.scatter_(-1, pos, True)
+    return mask.reshape(w.shape)
+
+
+def prune_24(w: torch.Tensor) -> torch.Tensor:
+    """Return a copy of ``w`` with all but the 2 largest magnitudes of every 4 set to zero."""
+    return w * mask_24(w)
+
+
+def validate_24(w: torch.Tensor) -> torch.Tensor:
+    """Return the (row, group) indices of groups with more than 2 nonzeros; empty means valid."""
+    _check_weight(w)
+    nnz = (_groups(w) != 0).sum(-1)
+    return torch.nonzero(nnz > KEEP)
+
+
+@dataclass(eq=False)
+class Sparse24Weight:
+    """A 2:4-compressed weight of logical shape ``rows x k``; kernel layouts are cached lazily."""
+
+    values: torch.Tensor
+    meta: torch.Tensor
+    shape: tuple[int, int]
+    _layouts: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    @property
+    def out_features(self) -> int:
+        return self.shape[0]
+
+    @property
+    def in_features(self) -> int:
+        return self.shape[1]
+
+    def positions(self) -> torch.Tensor:
+        """Kept positions per group, rows x k/4 x 2 (int64)."""
+        m = self.meta.to(torch.int64)
+        return torch.stack((m & 3, (m >> 2) & 3), dim=-1)
+
+    def to_dense(self) -> torch.Tensor:
+        """Decompress back to the ``rows x k`` dense (pruned) weight."""
+        rows, k = self.shape
+        out = torch.zeros(rows, k // GROUP, GROUP, dtype=self.dtype, device=self.device)
+        out.scatter_(-1, self.positions(), self.values.reshape(rows, k // GROUP, KEEP))
+        return out.reshape(rows, k)
+
+    def to(self, device: torch.device | str) -> Sparse24Weight:
+        """Copy to another device (cached kernel layouts are rebuilt there on first use)."""
+        return Sparse24Weight(self.values.to(device), self.meta.to(device), self.shape)
+
+    def layout(self, key: tuple, build) -> torch.Tensor:
+        """The metadata tensor for a kernel layout ``key``, built once by ``build(self)``."""
+        t = self._layouts.get(key)
+        if t is None:
+            t = build(self)
+            self._layouts[key] = t
+        return t
+
+
+def compress_24(w: torch.Tensor, *, prune: bool = False) -> Sparse24Weight:
+    """Compress a 2:4-sparse weight (or, with ``prune=True``, any weight after magnitude pruning).
+
+    Raises SparsityError, naming the first offending group, if ``w`` is not 2:4 and ``prune`` is False.
+    """
+    _check_weight(w)
+    if prune:
+        w = prune_24(w)
+    else:
+        bad = validate_24(w)
+        if len(bad):
+            r, g = (int(v) for v in bad[0])
+            raise SparsityError(
+                f"weight is not 2:4-sparse: {len(bad)} group(s) of 4 keep more than 2 nonzeros, the first at "
+                f"row {r}, columns {g * GROUP}..{g * GROUP + 3}; prune it first (cutlass_nm.prune(w, '2:4')) "
+                "or pass prune=True"
+            )
+    w = w.contiguous()
+    pos = _kept_positions(w)
+    values = _groups(w).gather(-1, pos).reshape(w.shape[0], w.shape[1] // 2).contiguous()
+    meta = (pos[..., 0] | (pos[..., 1] << 2)).to(torch.uint8).contiguous()
+    return Sparse24Weight(values=values, meta=meta, shape=(int(w.shape[0]), int(w.shape[1])))

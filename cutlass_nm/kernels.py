@@ -1,0 +1,45 @@
+"""Turn (family, config, types) into a callable kernel: emit -> compile (cached) -> load -> bind."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .build import build, build_many
+from .families import KernelTypes, get_family
+
+KernelId = tuple[str, Any, KernelTypes]  # (family name, Config, KernelTypes)
+_LOADED: dict[KernelId, Callable] = {}
+_LOCK = threading.Lock()
+
+
+def kernel_name(kid: KernelId) -> str:
+    family, cfg, types = kid
+    fields = "_".join(str(v) for v in cfg.to_record().values())
+    return f"{family}_{types.dtype}_{types.out_dtype}{'_bias' if types.bias else ''}_{fields}"
+
+
+def _source(kid: KernelId) -> tuple[str, str, str]:
+    family = get_family(kid[0])
+    return family.source(kid[1], kid[2]), family.arch, kernel_name(kid)
+
+
+def get_kernel(kid: KernelId) -> Callable:
+    """The launcher for a kernel id, compiling it on first use (minutes for a new sm90 kernel)."""
+    launcher = _LOADED.get(kid)
+    if launcher is None:
+        with _LOCK:
+            launcher = _LOADED.get(kid)
+            if launcher is None:
+                artifact = build(*_source(kid))
+                lib = ctypes.CDLL(str(artifact.path))
+                launcher = get_family(kid[0]).bind(lib, kid[1], kid[2])
+                _LOADED[kid] = launcher
+    return launcher
+
+
+def precompile(kids: Iterable[KernelId], workers: int | None = None) -> list:
+    """Compile many kernels in parallel (no GPU needed); returns an Artifact or BuildError per id."""
+    return build_many((_source(k) for k in kids), workers=workers)

@@ -1,0 +1,25 @@
+"""Shared fixtures and skips: GPU tests need CUDA, compile tests need nvcc."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine: pytest -m gpu)")
+    no_nvcc = pytest.mark.skip(reason="needs nvcc on PATH (install the CUDA toolkit or set PATH)")
+    for item in items:
+        if "gpu" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(no_gpu)
+        if "nvcc" in item.keywords and shutil.which("nvcc") is None:
+            item.add_marker(no_nvcc)
+
+
+@pytest.fixture
+def isolated_cache(tmp_path, monkeypatch):
+    """A private kernel cache folder."""
+    monkeypatch.setenv("CUTLASS_NM_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"

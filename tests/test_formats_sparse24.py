@@ -1,0 +1,110 @@
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cutlass_nm import InputError, SparsityError, compress, prune
+from cutlass_nm.formats import compress_24, mask_24, meta_sm80, meta_sm90, validate_24
+
+shapes = st.tuples(st.integers(1, 150), st.integers(1, 80).map(lambda g: 4 * g))
+dtypes = st.sampled_from([torch.float16, torch.bfloat16, torch.float32])
+
+
+def _rand(rows, k, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, k, generator=g).to(dtype)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes, dtypes, st.integers(0, 2**31 - 1))
+def test_prune_keeps_two_largest_of_four(shape, dtype, seed):
+    w = _rand(*shape, dtype, seed)
+    mask = mask_24(w)
+    groups = mask.reshape(shape[0], -1, 4)
+    assert (groups.sum(-1) == 2).all()
+    mag = w.abs().float().reshape(shape[0], -1, 4)
+    kept_min = mag.masked_fill(~groups, float("inf")).min(-1).values
+    dropped_max = mag.masked_fill(groups, -1.0).max(-1).values
+    assert (kept_min >= dropped_max).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes, dtypes, st.integers(0, 2**31 - 1))
+def test_compress_roundtrip(shape, dtype, seed):
+    w = _rand(*shape, dtype, seed)
+    c, mask = prune(w, "2:4")
+    assert torch.equal(c.to_dense(), w * mask)
+    assert c.values.shape == (shape[0], shape[1] // 2)
+    pos = c.positions()
+    assert (pos[..., 0] < pos[..., 1]).all()  # ordered metadata
+    again = compress(c.to_dense(), "2:4")
+    assert torch.equal(again.to_dense(), c.to_dense())
+
+
+@settings(max_examples=30, deadline=None)
+@given(shapes, st.sampled_from([32, 64, 128]), st.integers(0, 2**31 - 1))
+def test_sm90_layout_roundtrip_and_bijective(shape, atom_k, seed):
+    c = compress_24(_rand(*shape, torch.float16, seed), prune=True)
+    e = meta_sm90.to_sm90(c, atom_k)
+    assert torch.equal(meta_sm90.from_sm90(e, *shape, atom_k), c.meta)
+    rows_a, k_a = meta_sm90.padded_shape(*shape, atom_k)
+    off = meta_sm90.byte_offsets(rows_a, k_a, atom_k).flatten()
+    assert torch.equal(off.sort().values, torch.arange(e.numel()))
+
+
+@settings(max_examples=30, deadline=None)
+@given(shapes, st.integers(0, 2**31 - 1))
+def test_sm80_layout_roundtrip_and_bijective(shape, seed):
+    c = compress_24(_rand(*shape, torch.bfloat16, seed), prune=True)
+    e = meta_sm80.to_sm80(c)
+    assert torch.equal(meta_sm80.from_sm80(e, *shape), c.meta)
+    off = meta_sm80.element_offsets(*meta_sm80.padded_shape(*shape)).flatten()
+    assert torch.equal(off.sort().values, torch.arange(e.numel()))
+
+
+def test_sm80_reorder_matches_rule():
+    # row r of a 32-row group moves to 4*(r%8) + r//8, then 2x2 blocks are transposed
+    off = meta_sm80.element_offsets(256, 8)
+    rows_p = 256
+    for r, c in [(0, 0), (1, 0), (8, 0), (9, 1), (31, 7), (33, 2)]:
+        dr = (r // 32) * 32 + (r % 8) * 4 + (r % 32) // 8
+        dc = c
+        if dr % 2 == 0 and dc % 2 == 1:
+            dr, dc = dr + 1, dc - 1
+        elif dr % 2 == 1 and dc % 2 == 0:
+            dr, dc = dr - 1, dc + 1
+        assert off[r, c] == (dc // 2) * 2 * rows_p + dr * 2 + dc % 2
+
+
+def test_validate_reports_offending_groups():
+    w = torch.zeros(3, 8)
+    w[1, 4:7] = 1.0  # three nonzeros in row 1, group 1
+    w[2, 0:2] = 1.0
+    bad = validate_24(w)
+    assert bad.tolist() == [[1, 1]]
+    with pytest.raises(SparsityError, match="row 1, columns 4..7"):
+        compress(w, "2:4")
+
+
+def test_compress_keeps_sparser_than_24_groups():
+    w = torch.zeros(2, 8, dtype=torch.float16)
+    w[0, 3] = 5.0  # one nonzero: still valid 2:4
+    c = compress(w, "2:4")
+    assert torch.equal(c.to_dense(), w)
+
+
+@pytest.mark.parametrize(
+    ("w", "fragment"),
+    [(torch.randn(4, 6), "in_features % 4"), (torch.randn(4, 8).to(torch.int32), "dtype"),
+     (torch.randn(2, 4, 8), "2-D")],
+)
+def test_bad_weights(w, fragment):
+    with pytest.raises(InputError, match=fragment):
+        compress(w, "2:4", prune=True)
+
+
+def test_unimplemented_pattern_is_an_error():
+    from cutlass_nm import PatternError
+
+    with pytest.raises(PatternError, match="only '2:4'"):
+        prune(torch.randn(4, 8), "2:8")

@@ -1,0 +1,85 @@
+"""2:4 kernels on the GPU against an fp32 reference: random inputs, poisoned outputs, tails, m = 1."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cutlass_nm
+from cutlass_nm import InputError, ShapeError
+
+pytestmark = pytest.mark.gpu
+
+# (m, n, k): m = 1, tails in every dimension (not multiples of any tile), and a larger aligned one.
+SHAPES = [(1, 256, 512), (7, 264, 336), (129, 520, 1040), (300, 1000, 2064), (1024, 4096, 4096)]
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+
+def _families() -> list[str]:
+    if not torch.cuda.is_available():
+        return []
+    cap = torch.cuda.get_device_capability()
+    return (["sptc24_sm90"] if cap == (9, 0) else []) + (["sptc24_sm80"] if cap >= (8, 0) else [])
+
+
+def _case(m, n, k, dtype, seed, with_bias):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dtype, generator=g), "2:4")
+    bias = torch.randn(n, device="cuda", dtype=dtype, generator=g) if with_bias else None
+    ref = x.double() @ w.to_dense().double().T
+    if bias is not None:
+        ref += bias.double()
+    return x, w, bias, ref
+
+
+def _rel_err(y, ref):
+    return ((y.double() - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.parametrize("family", _families())
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_matches_reference(family, dtype, shape, with_bias):
+    m, n, k = shape
+    x, w, bias, ref = _case(m, n, k, dtype, seed=hash((family, shape, with_bias)) % 2**31, with_bias=with_bias)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)  # poison
+    y = cutlass_nm.matmul(x, w, bias, out=out, family=family)
+    torch.cuda.synchronize()
+    assert y.data_ptr() == out.data_ptr()
+    assert torch.isfinite(y).all(), "unwritten (poisoned) or non-finite outputs"
+    assert _rel_err(y, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("family", _families())
+def test_fp32_output_and_batched_input(family):
+    x, w, bias, ref = _case(96, 520, 1040, torch.bfloat16, seed=3, with_bias=True)
+    y = cutlass_nm.matmul(x.reshape(4, 24, 1040), w, bias, out_dtype=torch.float32, family=family)
+    assert y.shape == (4, 24, 520) and y.dtype == torch.float32
+    assert _rel_err(y.reshape(96, 520), ref) < TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("family", _families())
+def test_heuristic_configs_of_both_m_regimes(family):
+    for m in (16, 4096):
+        x, w, _, ref = _case(m, 1024, 1024, torch.float16, seed=m, with_bias=False)
+        assert _rel_err(cutlass_nm.matmul(x, w, family=family), ref) < TOL[torch.float16]
+
+
+def test_gpu_error_paths():
+    x, w, _, _ = _case(8, 256, 512, torch.float16, seed=0, with_bias=False)
+    with pytest.raises(InputError, match="CUDA tensor"):
+        cutlass_nm.matmul(x.cpu(), w)
+    with pytest.raises(InputError, match="contiguous"):
+        cutlass_nm.matmul(torch.randn(512, 8, device="cuda", dtype=torch.float16).T, w)
+    with pytest.raises(InputError, match="aligned"):
+        buf = torch.randn(8 * 512 + 1, device="cuda", dtype=torch.float16)
+        cutlass_nm.matmul(buf[1:].view(8, 512), w)
+    with pytest.raises(InputError, match="device mismatch"):
+        cutlass_nm.matmul(x, w.to("cpu"))
+    with pytest.raises(InputError, match="dtype mismatch"):
+        cutlass_nm.matmul(x.bfloat16(), w)
+    wk = cutlass_nm.compress(torch.randn(256, 520, device="cuda", dtype=torch.float16), prune=True)
+    with pytest.raises(ShapeError, match="multiple of 16"):
+        cutlass_nm.matmul(torch.randn(8, 520, device="cuda", dtype=torch.float16), wk)
