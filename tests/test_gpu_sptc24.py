@@ -22,6 +22,25 @@ def _families() -> list[str]:
     return (["sptc24_sm90"] if cap == (9, 0) else []) + (["sptc24_sm80"] if cap >= (8, 0) else [])
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _precompile_in_parallel():
+    """Build every kernel these tests reach at once, on all cores, instead of one by one."""
+    from cutlass_nm.families import KernelTypes, Problem, get_family
+    from cutlass_nm.kernels import precompile
+
+    problems = [(m, n, k, d, o, b) for m, n, k in SHAPES for d in ("f16", "bf16") for b in (False, True)
+                for o in (d,)] + [(96, 520, 1040, "bf16", "f32", True), (16, 1024, 1024, "f16", "f16", False),
+                                  (4096, 1024, 1024, "f16", "f16", False)]
+    kids = set()
+    for name in _families():
+        fam = get_family(name)
+        for m, n, k, d, o, b in problems:
+            types = KernelTypes(d, o, b)
+            kids.add((name, fam.heuristic(Problem(m, n, k, types)), types))
+    failures = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
+    assert not failures, failures[0]
+
+
 def _case(m, n, k, dtype, seed, with_bias):
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)

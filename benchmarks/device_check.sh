@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# One device call: GPU correctness tests, then the 2:4 benchmark; the kernel cache comes back as
+# kcache.tar.xz so the next call can carry it (.kcache/) instead of recompiling.
+#   bash .device/on-device.sh bash benchmarks/device_check.sh [bench args...]
+set -uo pipefail
+export CUTLASS_NM_CACHE="$PWD/.kcache"
+mkdir -p "$CUTLASS_NM_CACHE" "$OUT"
+python3 -m pytest -m gpu -q -x tests/test_gpu_sptc24.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+if [ "$#" -gt 0 ]; then
+  python3 benchmarks/bench_sptc24.py "$@" 2>&1 | tee "$OUT/bench.log"
+fi
+tar -C "$CUTLASS_NM_CACHE" -cJf "$OUT/kcache.tar.xz" --exclude='*.lock' . 2>/dev/null
+ls -la "$OUT"
