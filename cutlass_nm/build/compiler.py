@@ -25,7 +25,8 @@ from ..errors import BuildError
 
 ARCH_FLAGS = {
     "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a"],
-    "sm_80": ["-gencode=arch=compute_80,code=sm_80"],
+    # sm_80 SASS does not run on sm_90: also build sm_90 SASS from the same compute_80 code.
+    "sm_80": ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_80,code=sm_90"],
 }
 COMMON_FLAGS = ["-std=c++17", "-O3", "-shared", "-Xcompiler=-fPIC", "--expt-relaxed-constexpr",
                 "-DNDEBUG", "-lineinfo"]
@@ -110,6 +111,8 @@ def build(source: str, arch: str, name: str = "kernel", timeout: float = 900.0) 
                 first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr[:300])
                 raise BuildError(f"nvcc failed for {name}: {first.strip()} (full log: {log})")
             (folder / f"{key}.cu").write_text(f"// {name}\n{source}")
+            if proc.stderr.strip():  # ptxas performance warnings (e.g. C7510 wgmma serialization)
+                (folder / f"{key}.log").write_text(proc.stderr)
             os.replace(out, lib)  # atomic: readers see no .so or a complete one
     return Artifact(key, lib, built=True)
 

@@ -27,6 +27,14 @@ using ElementE = typename Mainloop::ElementE;
 using ElementD = typename Kernel::CollectiveEpilogue::ElementD;
 constexpr bool kHasBias = ${has_bias};
 
+// A template, so that the branch not taken is never instantiated.
+template <class Args>
+void set_bias(Args& args, const void* bias) {
+  if constexpr (kHasBias) {
+    args.epilogue.thread.bias_ptr = static_cast<decltype(args.epilogue.thread.bias_ptr)>(bias);
+  }
+}
+
 typename Gemm::Arguments make_args(const void* a, const void* e, const void* b, void* d, const void* bias,
                                    int M, int N, int K, int sm_count, int swizzle) {
   auto problem = cute::make_shape(M, N, K, 1);
@@ -42,9 +50,7 @@ typename Gemm::Arguments make_args(const void* a, const void* e, const void* b, 
       {{}, nullptr, stride_d, static_cast<ElementD*>(d), stride_d}};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
-  if constexpr (kHasBias) {
-    args.epilogue.thread.bias_ptr = static_cast<decltype(args.epilogue.thread.bias_ptr)>(bias);
-  }
+  set_bias(args, bias);
   args.hw_info.sm_count = sm_count;
   args.scheduler.max_swizzle_size = swizzle;
   return args;
