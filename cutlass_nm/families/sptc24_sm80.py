@@ -38,6 +38,7 @@ class Config(FamilyConfig):
     warp_n: int = 64
     stages: int = 3
     swizzle: int = 4
+    align_c: int = 8
 
     SPACE: ClassVar = {
         "tile_m": (64, 128, 256),
@@ -47,6 +48,7 @@ class Config(FamilyConfig):
         "warp_n": (32, 64),
         "stages": (2, 3, 4, 5, 6),
         "swizzle": (1, 2, 4, 8),
+        "align_c": (8, 1),  # yᵀ rows have m elements: 16-byte stores need m % 8 == 0
     }
 
 
@@ -67,6 +69,8 @@ class _Sm80Family:
             return f"tile {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k} with warp {cfg.warp_m}x{cfg.warp_n} is not instantiable"
         if cfg.stages * smem_per_stage(cfg) > SMEM_BYTES:
             return f"{cfg.stages} stages of {smem_per_stage(cfg)} B exceed {SMEM_BYTES} B of shared memory"
+        if problem.m % cfg.align_c:
+            return f"align_c={cfg.align_c} needs m % {cfg.align_c} == 0, got m={problem.m}"
         if problem.k % 16:
             return f"in_features k={problem.k} must be a multiple of 16 (16-byte aligned compressed rows)"
         return None
@@ -76,13 +80,15 @@ class _Sm80Family:
 
         op = sm80_sparse_operation(
             tile=(cfg.tile_m, cfg.tile_n, cfg.tile_k), warp=(cfg.warp_m, cfg.warp_n, cfg.tile_k),
-            stages=cfg.stages, dtype=types.dtype, out_dtype=types.out_dtype, swizzle=cfg.swizzle)
+            stages=cfg.stages, dtype=types.dtype, out_dtype=types.out_dtype, swizzle=cfg.swizzle,
+            align_c=cfg.align_c)
         return emit_sm80(op)
 
     def heuristic(self, problem: Problem) -> Config:
+        align_c = 8 if problem.m % 8 == 0 else 1
         if problem.m <= 64:
-            return Config(tile_m=128, tile_n=64, tile_k=64, warp_m=64, warp_n=32, stages=4)
-        return Config()
+            return Config(tile_m=128, tile_n=64, tile_k=64, warp_m=64, warp_n=32, stages=4, align_c=align_c)
+        return Config(align_c=align_c)
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, types)
