@@ -5,8 +5,8 @@
 set -uo pipefail
 export CUTLASS_NM_CACHE="$PWD/.kcache"
 mkdir -p "$CUTLASS_NM_CACHE" "$OUT"
-python3 benchmarks/smoke_sptc24.py 2>&1 | tee "$OUT/smoke.log"
 python3 -m pytest -m gpu -q tests/test_gpu_sptc24.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+python3 benchmarks/smoke_sptc24.py 2>&1 | tee "$OUT/smoke.log"
 if [ "$#" -gt 0 ]; then
   python3 benchmarks/bench_sptc24.py "$@" 2>&1 | tee "$OUT/bench.log"
 fi
