@@ -51,7 +51,8 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
     ap.add_argument("--sweep", action="store_true", help="also time a grid of sm90 configs per shape")
     ap.add_argument("--reps", type=int, default=100)
-    ap.add_argument("--out", type=Path, help="write JSON rows here (and a .md table beside it)")
+    ap.add_argument("--out", type=Path, help="write JSON rows here")
+    ap.add_argument("--compile-only", action="store_true", help="build every kernel the run needs, then stop")
     args = ap.parse_args()
     dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     types = KernelTypes(args.dtype, args.dtype, False)
@@ -71,6 +72,8 @@ def main() -> None:
     print(f"compiled {len(kids)} kernels in {time.time() - t0:.0f} s ({len(failed)} failed)", flush=True)
     for kid, err in failed.items():
         print("  build failed:", kid[1], str(err)[:200])
+    if args.compile_only:
+        return
 
     env = environment()
     rows = []

@@ -11,7 +11,8 @@ from cutlass_nm import InputError, ShapeError
 pytestmark = pytest.mark.gpu
 
 # (m, n, k): m = 1, tails in every dimension (not multiples of any tile), and a larger aligned one.
-SHAPES = [(1, 256, 512), (7, 264, 336), (129, 520, 1040), (300, 1000, 2064), (1024, 4096, 4096)]
+# k % 32 == 0 so that both families take every shape; sm90-only k tails (k % 32 == 16) are below.
+SHAPES = [(1, 256, 512), (7, 264, 352), (129, 520, 1056), (300, 1000, 2080), (1024, 4096, 4096)]
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 
@@ -71,10 +72,21 @@ def test_matches_reference(family, dtype, shape, with_bias):
     assert _rel_err(y, ref) < TOL[dtype]
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(3, 264, 336), (130, 1000, 1040)], ids=lambda s: "x".join(map(str, s)))
+def test_sm90_k_tails(dtype, shape):
+    if "sptc24_sm90" not in _families():
+        pytest.skip("needs an sm_90 GPU")
+    x, w, bias, ref = _case(*shape, dtype, seed=11, with_bias=True)
+    out = torch.full(shape[:1] + shape[1:2], float("nan"), device="cuda", dtype=dtype)
+    y = cutlass_nm.matmul(x, w, bias, out=out, family="sptc24_sm90")
+    assert torch.isfinite(y).all() and _rel_err(y, ref) < TOL[dtype]
+
+
 @pytest.mark.parametrize("family", _families())
 def test_fp32_output_and_batched_input(family):
-    x, w, bias, ref = _case(96, 520, 1040, torch.bfloat16, seed=3, with_bias=True)
-    y = cutlass_nm.matmul(x.reshape(4, 24, 1040), w, bias, out_dtype=torch.float32, family=family)
+    x, w, bias, ref = _case(96, 520, 1056, torch.bfloat16, seed=3, with_bias=True)
+    y = cutlass_nm.matmul(x.reshape(4, 24, 1056), w, bias, out_dtype=torch.float32, family=family)
     assert y.shape == (4, 24, 520) and y.dtype == torch.float32
     assert _rel_err(y.reshape(96, 520), ref) < TOL[torch.bfloat16]
 
@@ -100,5 +112,10 @@ def test_gpu_error_paths():
     with pytest.raises(InputError, match="dtype mismatch"):
         cutlass_nm.matmul(x.bfloat16(), w)
     wk = cutlass_nm.compress(torch.randn(256, 520, device="cuda", dtype=torch.float16), prune=True)
-    with pytest.raises(ShapeError, match="multiple of 16"):
-        cutlass_nm.matmul(torch.randn(8, 520, device="cuda", dtype=torch.float16), wk)
+    for family, rule in (("sptc24_sm90", "multiple of 16"), ("sptc24_sm80", "multiple of 32")):
+        if family in _families():
+            with pytest.raises(ShapeError, match=rule):
+                cutlass_nm.matmul(torch.randn(8, 520, device="cuda", dtype=torch.float16), wk, family=family)
+    wn = cutlass_nm.compress(torch.randn(260, 512, device="cuda", dtype=torch.float16), prune=True)
+    with pytest.raises(ShapeError, match="multiple of 8"):
+        cutlass_nm.matmul(torch.randn(8, 512, device="cuda", dtype=torch.float16), wn)

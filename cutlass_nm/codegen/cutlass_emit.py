@@ -67,7 +67,7 @@ def emit_sm90(op: GemmOperation, **subs: object) -> str:
 
 
 def sm80_sparse_operation(*, tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int,
-                          dtype: str, out_dtype: str, swizzle: int, align_c: int) -> GemmOperation:
+                          dtype: str, out_dtype: str, swizzle: int) -> GemmOperation:
     """An mma.sp GEMM D(MxN, row-major) = A(MxK, row-major, 2:4) · B(KxN, col-major)."""
     math = L.MathInstruction([16, 8, 32], DTYPES[dtype], DTYPES[dtype], L.DataType.f32,
                              L.OpcodeClass.TensorOp, L.MathOperation.multiply_add)
@@ -75,7 +75,7 @@ def sm80_sparse_operation(*, tile: tuple[int, int, int], warp: tuple[int, int, i
     td = L.TileDescription(list(tile), stages, warps, math, 80, 1024)
     a = L.TensorDescription(DTYPES[dtype], L.LayoutType.RowMajor, _alignment(dtype))
     b = L.TensorDescription(DTYPES[dtype], L.LayoutType.ColumnMajor, _alignment(dtype))
-    c = L.TensorDescription(DTYPES[out_dtype], L.LayoutType.RowMajor, min(align_c, _alignment(out_dtype)))
+    c = L.TensorDescription(DTYPES[out_dtype], L.LayoutType.RowMajor, min(8, _alignment(out_dtype)))
     swz = {1: L.SwizzlingFunctor.Identity1, 2: L.SwizzlingFunctor.Identity2,
            4: L.SwizzlingFunctor.Identity4, 8: L.SwizzlingFunctor.Identity8}[swizzle]
     return GemmOperation(L.GemmKind.Sparse, 80, td, a, b, c, L.DataType.f32,

@@ -2,7 +2,8 @@
 
 Runs on sm_80 and newer, so it is also the baseline the Hopper family is compared with on an H100.
 CUTLASS's 2.x sparse GEMM writes D row-major, so this family computes yᵀ and transposes it
-(one extra pass over the output), and adds the bias with a separate op.
+(one extra pass over the output), and adds the bias with a separate op. Its rules: k % 32 == 0,
+n % 8 == 0; m % 8 != 0 costs a zero-padded copy of x.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ class Config(FamilyConfig):
     warp_n: int = 64
     stages: int = 3
     swizzle: int = 4
-    align_c: int = 8
 
     SPACE: ClassVar = {
         "tile_m": (64, 128, 256),
@@ -48,7 +48,6 @@ class Config(FamilyConfig):
         "warp_n": (32, 64),
         "stages": (2, 3, 4, 5, 6),
         "swizzle": (1, 2, 4, 8),
-        "align_c": (8, 1),  # yᵀ rows have m elements: 16-byte stores need m % 8 == 0
     }
 
 
@@ -69,10 +68,10 @@ class _Sm80Family:
             return f"tile {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k} with warp {cfg.warp_m}x{cfg.warp_n} is not instantiable"
         if cfg.stages * smem_per_stage(cfg) > SMEM_BYTES:
             return f"{cfg.stages} stages of {smem_per_stage(cfg)} B exceed {SMEM_BYTES} B of shared memory"
-        if problem.m % cfg.align_c:
-            return f"align_c={cfg.align_c} needs m % {cfg.align_c} == 0, got m={problem.m}"
-        if problem.k % 16:
-            return f"in_features k={problem.k} must be a multiple of 16 (16-byte aligned compressed rows)"
+        if problem.k % 32:
+            return f"in_features k={problem.k} must be a multiple of 32 (16-byte aligned metadata rows)"
+        if problem.n % 8:
+            return f"out_features n={problem.n} must be a multiple of 8 (16-byte aligned rows of yᵀ)"
         return None
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
@@ -80,15 +79,13 @@ class _Sm80Family:
 
         op = sm80_sparse_operation(
             tile=(cfg.tile_m, cfg.tile_n, cfg.tile_k), warp=(cfg.warp_m, cfg.warp_n, cfg.tile_k),
-            stages=cfg.stages, dtype=types.dtype, out_dtype=types.out_dtype, swizzle=cfg.swizzle,
-            align_c=cfg.align_c)
+            stages=cfg.stages, dtype=types.dtype, out_dtype=types.out_dtype, swizzle=cfg.swizzle)
         return emit_sm80(op)
 
     def heuristic(self, problem: Problem) -> Config:
-        align_c = 8 if problem.m % 8 == 0 else 1
         if problem.m <= 64:
-            return Config(tile_m=128, tile_n=64, tile_k=64, warp_m=64, warp_n=32, stages=4, align_c=align_c)
-        return Config(align_c=align_c)
+            return Config(tile_m=128, tile_n=64, tile_k=64, warp_m=64, warp_n=32, stages=4)
+        return Config()
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, types)
@@ -112,11 +109,13 @@ class _Launcher:
         n = w.out_features
         e = w.layout(("sm80",), meta_sm80.to_sm80)
         e_rows = meta_sm80.padded_shape(n, k)[0]
-        ldd = -(-m // 8) * 8
+        ldd = -(-m // 8) * 8  # CUTLASS's SparseGemm needs N = m % 8 == 0: pad x with zero rows
+        if ldd != m:
+            x = torch.cat((x, x.new_zeros(ldd - m, k)))
         yt = torch.empty(n, ldd, dtype=self.out_dtype, device=x.device)
-        ws = workspace(x.device, self.ws_size(n, m, k, e_rows))
+        ws = workspace(x.device, self.ws_size(n, ldd, k, e_rows))
         stream = torch.cuda.current_stream(x.device).cuda_stream
-        status = self.run(w.values.data_ptr(), e.data_ptr(), x.data_ptr(), yt.data_ptr(), n, m, k, ldd, e_rows,
+        status = self.run(w.values.data_ptr(), e.data_ptr(), x.data_ptr(), yt.data_ptr(), n, ldd, k, ldd, e_rows,
                           ws, stream)
         check_status(status, FAMILY.name, (m, n, k))
         y.copy_(yt[:, :m].t())
