@@ -3,7 +3,7 @@
 Runs on sm_80 and newer, so it is also the baseline the Hopper family is compared with on an H100.
 CUTLASS's 2.x sparse GEMM writes D row-major, so this family computes yᵀ and transposes it
 (one extra pass over the output), and adds the bias with a separate op. Its rules: k % 32 == 0,
-n % 8 == 0; m % 8 != 0 costs a zero-padded copy of x.
+n % 16 == 0; m % 8 != 0 costs a zero-padded copy of x.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ class _Sm80Family:
             return f"{cfg.stages} stages of {smem_per_stage(cfg)} B exceed {SMEM_BYTES} B of shared memory"
         if problem.k % 32:
             return f"in_features k={problem.k} must be a multiple of 32 (16-byte aligned metadata rows)"
-        if problem.n % 8:
-            return f"out_features n={problem.n} must be a multiple of 8 (16-byte aligned rows of yᵀ)"
+        if problem.n % 16:
+            return f"out_features n={problem.n} must be a multiple of 16 (CUTLASS's metadata alignment)"
         return None
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
