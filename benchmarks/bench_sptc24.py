@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 import cutlass_nm
-from cutlass_nm.bench.baselines import cublas_dense, cusparselt
+from cutlass_nm.bench.baselines import cublas_dense, cusparselt_isolated
 from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.families import KernelTypes, Problem, get_family
@@ -86,9 +86,10 @@ def main() -> None:
         flops = 2.0 * m * n * k
         ref = xs[0].double() @ wd[0].double().T
 
-        def record(impl, fn, cfg=None, kid=None):
+        def record(impl, fn, cfg=None):
             try:
                 y = fn(0)
+                torch.cuda.synchronize()
                 err = ((y.double() - ref).norm() / ref.norm()).item()
                 t = time_rotating(fn, copies, reps=args.reps)
             except Exception as exc:  # a failed variant is a row, not the end of the run
@@ -99,10 +100,11 @@ def main() -> None:
                          "p80_ms": t.p80_ms, "reps": t.reps, "tflops": flops / t.p50_ms / 1e9, "rel_err": err})
 
         record("cublas", cublas_dense(xs, wd))
-        for name, search in (("cusparselt_default", False), ("cusparselt_search", True)):
-            fn = cusparselt(xs, wd, search=search)
-            if fn is not None:
-                record(name, fn)
+        for name, res in cusparselt_isolated(m, n, k, args.dtype, args.reps).items():
+            res.update({"m": m, "n": n, "k": k, "dtype": args.dtype, "impl": name, "tuned": False})
+            if "median_ms" in res:
+                res["tflops"] = flops / res["median_ms"] / 1e9
+            rows.append(res)
         p = Problem(m, n, k, types)
         for fam in (sm90, sm80):
             cfg = fam.heuristic(p)
