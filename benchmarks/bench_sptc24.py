@@ -136,7 +136,8 @@ def _summarize(rows: list[dict], shape: tuple[int, int, int]) -> None:
     mine = [r for r in rows if (r["m"], r["n"], r["k"]) == shape and "median_ms" in r]
     base = {r["impl"]: r["median_ms"] for r in mine}
     cb = base.get("cublas")
-    cs = min((base[k] for k in ("cusparselt_default", "cusparselt_search") if k in base), default=None)
+    cs = min((base[k] for k in ("cusparselt_default", "cusparselt_search", "torch_semi_structured") if k in base),
+             default=None)
     for r in mine:
         r["speedup_vs_cublas"] = cb / r["median_ms"] if cb else None
         r["speedup_vs_cusparselt_best"] = cs / r["median_ms"] if cs else None

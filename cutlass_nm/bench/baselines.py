@@ -19,20 +19,38 @@ def cublas_dense(xs: list[torch.Tensor], ws: list[torch.Tensor]) -> Callable[[in
     return lambda i: torch.mm(xs[i], ws[i].T)
 
 
-def cusparselt(xs: list[torch.Tensor], ws: list[torch.Tensor], search: bool) -> Callable[[int], object]:
-    """y = (W @ x.T).T through cuSPARSELt; with ``search``, ``_cslt_sparse_mm_search`` picks the algorithm."""
+MODES = ("cusparselt_default", "cusparselt_search", "torch_semi_structured")
+
+
+def cusparselt(xs: list[torch.Tensor], ws: list[torch.Tensor], mode: str) -> Callable[[int], object]:
+    """W @ xᵀ through cuSPARSELt, three ways.
+
+    ``cusparselt_default``/``_search``: ``torch._cslt_sparse_mm`` on a contiguous xᵀ (prepared outside
+    the timed region, which favours the baseline), with algorithm 0 or with the (alg, split_k,
+    split_k_mode) that ``torch._C._cusparselt.mm_search`` picks. ``torch_semi_structured``: what a
+    torch user writes, ``F.linear(x, to_sparse_semi_structured(W))``. (Passing the transposed view
+    ``x.T`` to ``_cslt_sparse_mm`` takes ~250 ms per call on this stack, so it is not used.)
+    """
+    if mode == "torch_semi_structured":
+        from torch.sparse import SparseSemiStructuredTensor, to_sparse_semi_structured
+
+        SparseSemiStructuredTensor._FORCE_CUTLASS = False
+        sw = [to_sparse_semi_structured(w) for w in ws]
+        return lambda i: torch.nn.functional.linear(xs[i], sw[i])
     comp = [torch._cslt_compress(w) for w in ws]
-    alg = torch._cslt_sparse_mm_search(comp[0], xs[0].T, transpose_result=True) if search else 0
-    return lambda i: torch._cslt_sparse_mm(comp[i], xs[i].T, transpose_result=True, alg_id=alg)
+    xts = [x.T.contiguous() for x in xs]
+    alg, split_k, split_k_mode = 0, 1, -1
+    if mode == "cusparselt_search":
+        alg, split_k, split_k_mode, _ = torch._C._cusparselt.mm_search(comp[0], xts[0], None, None, None, False)
+    return lambda i: torch._cslt_sparse_mm(comp[i], xts[i], alg_id=alg, split_k=split_k, split_k_mode=split_k_mode)
 
 
 def cusparselt_isolated(m: int, n: int, k: int, dtype: str, reps: int) -> dict[str, dict]:
-    """Time cuSPARSELt (default and searched algorithm) in a child process; errors come back as rows."""
+    """Time each cuSPARSELt mode in a child process; errors come back as rows."""
     out = {}
-    for search in (False, True):
-        name = "cusparselt_search" if search else "cusparselt_default"
+    for name in MODES:
         proc = subprocess.run([sys.executable, "-m", "cutlass_nm.bench.baselines", str(m), str(n), str(k), dtype,
-                               str(reps), str(int(search))], capture_output=True, text=True, timeout=900)
+                               str(reps), name], capture_output=True, text=True, timeout=900)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if proc.returncode == 0 and lines:
             out[name] = json.loads(lines[-1])
@@ -41,7 +59,7 @@ def cusparselt_isolated(m: int, n: int, k: int, dtype: str, reps: int) -> dict[s
     return out
 
 
-def _child(m: int, n: int, k: int, dtype: str, reps: int, search: bool) -> None:
+def _child(m: int, n: int, k: int, dtype: str, reps: int, mode: str) -> None:
     from .timing import copies_to_rotate, time_rotating
 
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
@@ -50,10 +68,12 @@ def _child(m: int, n: int, k: int, dtype: str, reps: int, search: bool) -> None:
     copies = copies_to_rotate((m * k + n * k) * 2)
     xs = [torch.randn(m, k, device="cuda", dtype=dt) for _ in range(copies)]
     ws = [prune_24(torch.randn(n, k, device="cuda", dtype=dt)) for _ in range(copies)]
-    fn = cusparselt(xs, ws, search)
+    fn = cusparselt(xs, ws, mode)
     y = fn(0)
     torch.cuda.synchronize()
     ref = xs[0].double() @ ws[0].double().T
+    if y.shape != ref.shape:
+        y = y.T
     err = ((y.double() - ref).norm() / ref.norm()).item()
     t = time_rotating(fn, copies, reps=reps)
     print(json.dumps({"median_ms": t.p50_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "reps": t.reps,
@@ -62,4 +82,4 @@ def _child(m: int, n: int, k: int, dtype: str, reps: int, search: bool) -> None:
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    _child(int(a[0]), int(a[1]), int(a[2]), a[3], int(a[4]), bool(int(a[5])))
+    _child(int(a[0]), int(a[1]), int(a[2]), a[3], int(a[4]), a[5])
