@@ -97,7 +97,7 @@ def main() -> None:
                 return
             rows.append({"m": m, "n": n, "k": k, "dtype": args.dtype, "impl": impl, "tuned": False,
                          "config": cfg.to_record() if cfg else None, "median_ms": t.p50_ms, "p20_ms": t.p20_ms,
-                         "p80_ms": t.p80_ms, "reps": t.reps, "tflops": flops / t.p50_ms / 1e9, "rel_err": err})
+                         "p80_ms": t.p80_ms, "reps": t.reps, "timing": t.method, "tflops": flops / t.p50_ms / 1e9, "rel_err": err})
 
         record("cublas", cublas_dense(xs, wd))
         for name, res in cusparselt_isolated(m, n, k, args.dtype, args.reps).items():

@@ -76,7 +76,7 @@ def _child(m: int, n: int, k: int, dtype: str, reps: int, mode: str) -> None:
         y = y.T
     err = ((y.double() - ref).norm() / ref.norm()).item()
     t = time_rotating(fn, copies, reps=reps)
-    print(json.dumps({"median_ms": t.p50_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "reps": t.reps,
+    print(json.dumps({"median_ms": t.p50_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "reps": t.reps, "timing": t.method,
                       "rel_err": err}))
 
 

@@ -1,4 +1,10 @@
-"""GPU timing the way CUTLASS and Triton recommend: warm-up, inputs rotated past L2, median of many."""
+"""GPU timing the way CUTLASS and Triton recommend: warm-up, inputs rotated past L2, median of many.
+
+Each timed sample is one replay of a CUDA graph that calls the kernel once per input set, so
+host launch overhead (Python, ctypes, descriptor setup) stays out of kernel comparisons; the
+dispatch overhead is measured on its own (benchmarks/bench_dispatch.py). Where capture fails,
+samples fall back to events around single eager calls, and the result says so.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ class Timing:
     p50_ms: float
     p80_ms: float
     reps: int
+    method: str  # "graph" or "events"
 
 
 def copies_to_rotate(bytes_per_set: int, l2_bytes: int = 50 << 20, factor: int = 3, cap: int = 32) -> int:
@@ -22,25 +29,51 @@ def copies_to_rotate(bytes_per_set: int, l2_bytes: int = 50 << 20, factor: int =
     return max(1, min(cap, -(-factor * l2_bytes // max(1, bytes_per_set))))
 
 
-def time_rotating(fn: Callable[[int], object], copies: int, reps: int = 100, warmup_ms: float = 200.0) -> Timing:
-    """Time ``fn(i % copies)`` with CUDA events around each call, after a warm-up of ``warmup_ms``."""
+def _capture(fn: Callable[[int], object], copies: int) -> torch.cuda.CUDAGraph | None:
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.stream(stream):
+            for i in range(copies):  # warm the allocator on this stream first
+                fn(i)
+        torch.cuda.current_stream().wait_stream(stream)
+        with torch.cuda.graph(graph, stream=stream):
+            for i in range(copies):
+                fn(i)
+    except RuntimeError:
+        torch.cuda.synchronize()
+        return None
+    return graph
+
+
+def _samples(step: Callable[[], object], reps: int, warmup_ms: float) -> list[float]:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    n = 0
-    while True:  # warm up until clocks settle (and at least one pass over all copies)
-        fn(n % copies)
-        n += 1
-        if n % copies == 0:
-            end.record()
-            end.synchronize()
-            if start.elapsed_time(end) >= warmup_ms:
-                break
+    while True:  # warm up until clocks settle
+        step()
+        end.record()
+        end.synchronize()
+        if start.elapsed_time(end) >= warmup_ms:
+            break
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for i, (s, e) in enumerate(events):
+    for s, e in events:
         s.record()
-        fn(i % copies)
+        step()
         e.record()
     torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in events)
+    return sorted(s.elapsed_time(e) for s, e in events)
+
+
+def time_rotating(fn: Callable[[int], object], copies: int, reps: int = 100, warmup_ms: float = 200.0) -> Timing:
+    """Per-call time of ``fn(i)`` over rotating input sets ``i < copies``: median, p20, p80 in ms."""
+    graph = _capture(fn, copies)
+    if graph is not None:
+        times = [t / copies for t in _samples(graph.replay, reps, warmup_ms)]
+        method = "graph"
+    else:
+        counter = iter(range(1 << 62))
+        times = _samples(lambda: fn(next(counter) % copies), reps, warmup_ms)
+        method = "events"
     q = statistics.quantiles(times, n=5)
-    return Timing(q[0], statistics.median(times), q[3], reps)
+    return Timing(q[0], statistics.median(times), q[3], reps, method)
