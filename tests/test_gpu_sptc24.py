@@ -11,9 +11,9 @@ from cutlass_nm import InputError, ShapeError
 pytestmark = pytest.mark.gpu
 
 # (m, n, k): m = 1, tails in every dimension (not multiples of any tile), and a larger aligned one.
-# k % 32 == 0 and n % 16 == 0 so that both families take every shape; sm90-only tails
-# (k % 32 == 16, n % 16 == 8) are below.
-SHAPES = [(1, 256, 512), (7, 272, 352), (129, 528, 1056), (300, 1008, 2080), (1024, 4096, 4096)]
+# k % 64 == 0 and n % 32 == 0 (CUTLASS's sm80 SparseGemm rules) so that both families take every
+# shape, none a multiple of any tile in m; sm90 also takes k % 64 == 16 and n % 32 == 8, tested below.
+SHAPES = [(1, 256, 512), (7, 288, 384), (129, 544, 1088), (300, 1056, 2112), (1024, 4096, 4096)]
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 
@@ -31,7 +31,7 @@ def _precompile_in_parallel():
     from cutlass_nm.kernels import precompile
 
     problems = [(m, n, k, d, o, b) for m, n, k in SHAPES for d in ("f16", "bf16") for b in (False, True)
-                for o in (d,)] + [(96, 528, 1056, "bf16", "f32", True), (16, 1024, 1024, "f16", "f16", False),
+                for o in (d,)] + [(96, 544, 1088, "bf16", "f32", True), (16, 1024, 1024, "f16", "f16", False),
                                   (4096, 1024, 1024, "f16", "f16", False)]
     kids = set()
     for name in _families():
@@ -86,7 +86,7 @@ def test_sm90_k_tails(dtype, shape):
 
 @pytest.mark.parametrize("family", _families())
 def test_fp32_output_and_batched_input(family):
-    x, w, bias, ref = _case(96, 528, 1056, torch.bfloat16, seed=3, with_bias=True)
+    x, w, bias, ref = _case(96, 544, 1088, torch.bfloat16, seed=3, with_bias=True)
     y = cutlass_nm.matmul(x.reshape(4, 24, 1056), w, bias, out_dtype=torch.float32, family=family)
     assert y.shape == (4, 24, 528) and y.dtype == torch.float32
     assert _rel_err(y.reshape(96, 528), ref) < TOL[torch.bfloat16]
@@ -113,7 +113,7 @@ def test_gpu_error_paths():
     with pytest.raises(InputError, match="dtype mismatch"):
         cutlass_nm.matmul(x.bfloat16(), w)
     wk = cutlass_nm.compress(torch.randn(256, 520, device="cuda", dtype=torch.float16), prune=True)
-    for family, rule in (("sptc24_sm90", "multiple of 16"), ("sptc24_sm80", "multiple of 32")):
+    for family, rule in (("sptc24_sm90", "multiple of 16"), ("sptc24_sm80", "tile K")):
         if family in _families():
             with pytest.raises(ShapeError, match=rule):
                 cutlass_nm.matmul(torch.randn(8, 520, device="cuda", dtype=torch.float16), wk, family=family)

@@ -2,8 +2,8 @@
 
 Runs on sm_80 and newer, so it is also the baseline the Hopper family is compared with on an H100.
 CUTLASS's 2.x sparse GEMM writes D row-major, so this family computes yᵀ and transposes it
-(one extra pass over the output), and adds the bias with a separate op. Its rules: k % 32 == 0,
-n % 16 == 0; m % 8 != 0 costs a zero-padded copy of x.
+(one extra pass over the output), and adds the bias with a separate op. Its rules (CUTLASS's): k a multiple of
+the tile K, n % 32 == 0; m % 8 != 0 costs a zero-padded copy of x.
 """
 
 from __future__ import annotations
@@ -68,10 +68,11 @@ class _Sm80Family:
             return f"tile {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k} with warp {cfg.warp_m}x{cfg.warp_n} is not instantiable"
         if cfg.stages * smem_per_stage(cfg) > SMEM_BYTES:
             return f"{cfg.stages} stages of {smem_per_stage(cfg)} B exceed {SMEM_BYTES} B of shared memory"
-        if problem.k % 32:
-            return f"in_features k={problem.k} must be a multiple of 32 (16-byte aligned metadata rows)"
-        if problem.n % 16:
-            return f"out_features n={problem.n} must be a multiple of 16 (CUTLASS's metadata alignment)"
+        if problem.k % cfg.tile_k:
+            return (f"in_features k={problem.k} must be a multiple of the tile K ({cfg.tile_k}): CUTLASS's "
+                    "SparseGemm cannot zero-fill metadata for a K remainder")
+        if problem.n % 32:
+            return f"out_features n={problem.n} must be a multiple of 32 (metadata rows are reordered in 32s)"
         return None
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
