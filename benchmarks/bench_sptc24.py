@@ -68,7 +68,7 @@ def main() -> None:
         kids.update(("sptc24_sm90", c, types) for c in grid if sm90.check(c, p) is None)
     t0 = time.time()
     results = precompile(sorted(kids, key=str))
-    failed = {kid: r for kid, r in zip(sorted(kids, key=str), results) if isinstance(r, Exception)}
+    failed = {kid: r for kid, r in zip(sorted(kids, key=str), results, strict=True) if isinstance(r, Exception)}
     print(f"compiled {len(kids)} kernels in {time.time() - t0:.0f} s ({len(failed)} failed)", flush=True)
     for kid, err in failed.items():
         print("  build failed:", kid[1], str(err)[:200])
@@ -77,59 +77,67 @@ def main() -> None:
 
     env = environment()
     rows = []
-    for m, n, k in shapes:
-        copies = copies_to_rotate((m * k + n * k) * 2)
-        g = torch.Generator(device="cuda").manual_seed(0)
-        xs = [torch.randn(m, k, device="cuda", dtype=dtype, generator=g) for _ in range(copies)]
-        dense = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dtype, generator=g))[0] for _ in range(copies)]
-        wd = [w.to_dense() for w in dense]
-        flops = 2.0 * m * n * k
-        ref = xs[0].double() @ wd[0].double().T
-
-        def record(impl, fn, cfg=None):
-            try:
-                y = fn(0)
-                torch.cuda.synchronize()
-                err = ((y.double() - ref).norm() / ref.norm()).item()
-                t = time_rotating(fn, copies, reps=args.reps)
-            except Exception as exc:  # a failed variant is a row, not the end of the run
-                rows.append({"m": m, "n": n, "k": k, "impl": impl, "error": str(exc)[:300]})
-                return
-            rows.append({"m": m, "n": n, "k": k, "dtype": args.dtype, "impl": impl, "tuned": False,
-                         "config": cfg.to_record() if cfg else None, "median_ms": t.p50_ms, "p20_ms": t.p20_ms,
-                         "p80_ms": t.p80_ms, "reps": t.reps, "timing": t.method, "tflops": flops / t.p50_ms / 1e9, "rel_err": err})
-
-        record("cublas", cublas_dense(xs, wd))
-        for name, res in cusparselt_isolated(m, n, k, args.dtype, args.reps).items():
-            res.update({"m": m, "n": n, "k": k, "dtype": args.dtype, "impl": name, "tuned": False})
-            if "median_ms" in res:
-                res["tflops"] = flops / res["median_ms"] / 1e9
-            rows.append(res)
-        p = Problem(m, n, k, types)
-        for fam in (sm90, sm80):
-            cfg = fam.heuristic(p)
-            if (fam.name, cfg, types) in failed:
-                continue
-            record(f"{fam.name}_heuristic", lambda i, f=fam.name: cutlass_nm.matmul(xs[i], dense[i], family=f), cfg)
-        for cfg in grid:
-            kid = ("sptc24_sm90", cfg, types)
-            if sm90.check(cfg, p) is not None or kid in failed:
-                continue
-            kern = get_kernel(kid)
-
-            def run(i, kern=kern):
-                y = torch.empty(m, n, device="cuda", dtype=dtype)
-                kern(xs[i], dense[i], None, y)
-                return y
-            record("sptc24_sm90_sweep", run, cfg)
-        del xs, dense, wd
+    for shape in shapes:
+        rows += bench_shape(shape, dtype, args, types, grid, failed)
+        _summarize(rows, shape)
         torch.cuda.empty_cache()
-        _summarize(rows, (m, n, k))
 
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
         print("wrote", args.out)
+
+
+def bench_shape(shape, dtype, args, types, grid, failed) -> list[dict]:
+    """Rows for one (m, n, k): baselines, both families' heuristic configs, and the sweep grid."""
+    m, n, k = shape
+    sm90, sm80 = get_family("sptc24_sm90"), get_family("sptc24_sm80")
+    copies = copies_to_rotate((m * k + n * k) * 2)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    xs = [torch.randn(m, k, device="cuda", dtype=dtype, generator=g) for _ in range(copies)]
+    sparse = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dtype, generator=g))[0] for _ in range(copies)]
+    dense = [w.to_dense() for w in sparse]
+    flops = 2.0 * m * n * k
+    ref = xs[0].double() @ dense[0].double().T
+    rows: list[dict] = []
+    base = {"m": m, "n": n, "k": k, "dtype": args.dtype, "tuned": False}
+
+    def record(impl, fn, cfg=None):
+        try:
+            y = fn(0)
+            torch.cuda.synchronize()
+            err = ((y.double() - ref).norm() / ref.norm()).item()
+            t = time_rotating(fn, copies, reps=args.reps)
+        except Exception as exc:  # a failed variant is a row, not the end of the run
+            rows.append({**base, "impl": impl, "error": str(exc)[:300]})
+            return
+        rows.append({**base, "impl": impl, "config": cfg.to_record() if cfg else None, "median_ms": t.p50_ms,
+                     "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "reps": t.reps, "timing": t.method,
+                     "tflops": flops / t.p50_ms / 1e9, "rel_err": err})
+
+    record("cublas", cublas_dense(xs, dense))
+    for name, res in cusparselt_isolated(m, n, k, args.dtype, args.reps).items():
+        if "median_ms" in res:
+            res["tflops"] = flops / res["median_ms"] / 1e9
+        rows.append({**base, "impl": name, **res})
+    p = Problem(m, n, k, types)
+    for fam in (sm90, sm80):
+        cfg = fam.heuristic(p)
+        if (fam.name, cfg, types) not in failed:
+            record(f"{fam.name}_heuristic", lambda i, f=fam.name: cutlass_nm.matmul(xs[i], sparse[i], family=f), cfg)
+    for cfg in grid:
+        kid = ("sptc24_sm90", cfg, types)
+        if sm90.check(cfg, p) is not None or kid in failed:
+            continue
+        kern = get_kernel(kid)
+
+        def run(i, kern=kern):
+            y = torch.empty(m, n, device="cuda", dtype=dtype)
+            kern(xs[i], sparse[i], None, y)
+            return y
+
+        record("sptc24_sm90_sweep", run, cfg)
+    return rows
 
 
 def _summarize(rows: list[dict], shape: tuple[int, int, int]) -> None:

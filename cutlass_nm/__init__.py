@@ -21,7 +21,7 @@ from .errors import (
     ShapeError,
     SparsityError,
 )
-from .formats import Sparse24Weight, compress_24, mask_24, prune_24, validate_24
+from .formats import Sparse24Weight, compress_24, mask_24, validate_24
 from .patterns import Pattern
 
 __version__ = "0.1.0"

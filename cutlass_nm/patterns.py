@@ -51,7 +51,8 @@ class Pattern:
             raise PatternError(f"a pattern is a string like '2:4' or '128:2:8', got {type(text).__name__}")
         parts = text.strip().split(":")
         if len(parts) not in (2, 3) or not all(p.strip().isdigit() for p in parts):
-            raise PatternError(f"cannot parse pattern {text!r}: expected 'N:M' (e.g. '2:4') or 'V:N:M' (e.g. '128:2:8')")
+            raise PatternError(
+                f"cannot parse pattern {text!r}: expected 'N:M' (e.g. '2:4') or 'V:N:M' (e.g. '128:2:8')")
         nums = [int(p) for p in parts]
         if len(nums) == 2:
             return cls(n=nums[0], m=nums[1])

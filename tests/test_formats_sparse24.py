@@ -82,7 +82,7 @@ def test_validate_reports_offending_groups():
     w[2, 0:2] = 1.0
     bad = validate_24(w)
     assert bad.tolist() == [[1, 1]]
-    with pytest.raises(SparsityError, match="row 1, columns 4..7"):
+    with pytest.raises(SparsityError, match=r"row 1, columns 4\.\.7"):
         compress(w, "2:4")
 
 

@@ -112,6 +112,8 @@ def test_gpu_error_paths():
         cutlass_nm.matmul(x, w.to("cpu"))
     with pytest.raises(InputError, match="dtype mismatch"):
         cutlass_nm.matmul(x.bfloat16(), w)
+    with pytest.raises(InputError, match="out must be"):
+        cutlass_nm.matmul(x, w, out=torch.empty(8, 255, device="cuda", dtype=torch.float16))
     wk = cutlass_nm.compress(torch.randn(256, 520, device="cuda", dtype=torch.float16), prune=True)
     for family, rule in (("sptc24_sm90", "multiple of 16"), ("sptc24_sm80", "tile K")):
         if family in _families():

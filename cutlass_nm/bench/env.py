@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import subprocess
 import sys
@@ -31,7 +32,7 @@ def environment() -> dict:
         "cuda_runtime": torch.version.cuda,
         "cutlass": metadata.version("nvidia-cutlass"),
         "python": platform.python_version(),
-        "commit": _run(["git", "rev-parse", "--short", "HEAD"]) or None,
+        "commit": os.environ.get("CUTLASS_NM_COMMIT") or _run(["git", "rev-parse", "--short", "HEAD"]) or None,
         "command": " ".join(sys.argv),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -65,7 +65,8 @@ class _Sm80Family:
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if _SHAPES.get((cfg.tile_m, cfg.tile_n, cfg.tile_k)) != (cfg.warp_m, cfg.warp_n):
-            return f"tile {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k} with warp {cfg.warp_m}x{cfg.warp_n} is not instantiable"
+            tile = f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k}"
+            return f"tile {tile} with warp {cfg.warp_m}x{cfg.warp_n} is not instantiable"
         if cfg.stages * smem_per_stage(cfg) > SMEM_BYTES:
             return f"{cfg.stages} stages of {smem_per_stage(cfg)} B exceed {SMEM_BYTES} B of shared memory"
         if problem.k % cfg.tile_k:

@@ -1,0 +1,132 @@
+"""``cutlass-nm``: command-line entry point.
+
+    cutlass-nm check                 compile the 2:4 kernels for this machine and verify them on its GPU
+    cutlass-nm build --shape M,N,K   precompile the kernels matmul will pick for these shapes
+    cutlass-nm cache                 where compiled kernels live, and how many
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    try:
+        m, n, k = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected M,N,K (e.g. 2048,4096,4096), got {text!r}") from None
+    return m, n, k
+
+
+def _kernel_ids(shapes, families, dtype: str, bias: bool):
+    from .families import KernelTypes, Problem, get_family
+
+    types = KernelTypes(dtype, dtype, bias)
+    return sorted({(f, get_family(f).heuristic(Problem(*s, types)), types) for s in shapes for f in families}, key=str)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from .kernels import precompile
+
+    kids = _kernel_ids(args.shape, args.family, args.dtype, args.bias)
+    t0 = time.time()
+    note = "a new sm90 kernel takes 1-2 min on one core"
+    with console.status(f"compiling {len(kids)} kernel(s) on {args.jobs or 'all'} cores ({note})"):
+        results = precompile(kids, workers=args.jobs)
+    table = Table("family", "config", "result")
+    for kid, res in zip(kids, results, strict=True):
+        verdict = f"[red]{res}" if isinstance(res, Exception) else ("built" if res.built else "cached")
+        table.add_row(kid[0], str(kid[1].to_record()), verdict)
+    console.print(table)
+    console.print(f"{time.time() - t0:.0f} s")
+    return 0 if all(not isinstance(r, Exception) for r in results) else 1
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import torch
+
+    import cutlass_nm
+
+    from .dispatch import default_family
+
+    shapes = [(1, 4096, 4096), (300, 1056, 2112), (2048, 4096, 4096)]
+    gpu = torch.cuda.is_available()
+    families = [default_family(torch.device("cuda"))] if gpu else ["sptc24_sm90", "sptc24_sm80"]
+    args.shape, args.family, args.dtype, args.bias = shapes, families, "f16", False
+    console.print(f"GPU: {torch.cuda.get_device_name() if gpu else 'none (compile check only)'}; families: {families}")
+    if cmd_build(args):
+        return 1
+    if not gpu:
+        console.print("[yellow]no CUDA GPU here: kernels compiled, nothing launched")
+        return 0
+    table = Table("m x n x k", "family", "rel. error vs fp64", "speedup vs torch.mm (eager)")
+    bad = False
+    for m, n, k in shapes:
+        x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16))
+        y = cutlass_nm.matmul(x, w)
+        ref = x.double() @ w.to_dense().double().T
+        err = ((y.double() - ref).norm() / ref.norm()).item()
+        bad |= not err < 2e-3
+        wd = w.to_dense()
+        t_dense = _time(lambda x=x, wd=wd: torch.mm(x, wd.T))
+        t_sparse = _time(lambda x=x, w=w: cutlass_nm.matmul(x, w))
+        table.add_row(f"{m} x {n} x {k}", families[0], f"{err:.1e}", f"{t_dense / t_sparse:.2f}x")
+    console.print(table)
+    return 1 if bad else 0
+
+
+def _time(fn, reps: int = 50) -> float:
+    import torch
+
+    fn()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(reps):
+        fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e) / reps
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .build import cache_dir
+
+    d = cache_dir()
+    libs = list(d.glob("*.so"))
+    console.print(f"{d}: {len(libs)} kernel(s), {sum(p.stat().st_size for p in libs) / 1e6:.1f} MB "
+                  "(set CUTLASS_NM_CACHE to move it)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cutlass-nm", description="N:M-sparse GEMM kernels emitted with CUTLASS.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("check", help="compile this machine's 2:4 kernels and verify them on its GPU")
+    p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: all cores)")
+    p.set_defaults(fn=cmd_check)
+    p = sub.add_parser("build", help="precompile the kernels matmul picks for given shapes")
+    p.add_argument("--shape", type=_shape, action="append", required=True, help="M,N,K (tokens, out, in); repeatable")
+    p.add_argument("--family", action="append", choices=["sptc24_sm90", "sptc24_sm80"],
+                   help="kernel family (repeatable; default: sptc24_sm90)")
+    p.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
+    p.add_argument("--bias", action="store_true", help="kernels with a fused bias")
+    p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: all cores)")
+    p.set_defaults(fn=cmd_build)
+    p = sub.add_parser("cache", help="show the kernel cache folder")
+    p.set_defaults(fn=cmd_cache)
+    args = parser.parse_args(argv)
+    if getattr(args, "family", None) is None and args.command == "build":
+        args.family = ["sptc24_sm90"]
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""nvcc compile checks (CPU only): one sm90 and one sm80 variant, in parallel, through the cache."""
+
+import ctypes
+
+import pytest
+
+from cutlass_nm.families import KernelTypes, get_family
+from cutlass_nm.formats import meta_sm90
+from cutlass_nm.kernels import precompile
+
+pytestmark = pytest.mark.nvcc
+
+
+def test_compile_sm90_and_sm80_then_hit_cache(isolated_cache):
+    sm90, sm80 = get_family("sptc24_sm90"), get_family("sptc24_sm80")
+    cfg90 = sm90.Config(tile_m=128, tile_n=128, tile_k=128, cluster_m=1, cluster_n=2)
+    kids = [("sptc24_sm90", cfg90, KernelTypes("f16", "f16", True)),
+            ("sptc24_sm80", sm80.Config(), KernelTypes("bf16", "bf16", False))]
+    first = precompile(kids, workers=2)
+    assert all(not isinstance(r, Exception) for r in first), first
+    assert all(r.built and r.path.exists() for r in first)
+    again = precompile(kids, workers=2)
+    assert [r.built for r in again] == [False, False]
+    assert [r.path for r in again] == [r.path for r in first]
+    lib90 = ctypes.CDLL(str(first[0].path))
+    assert lib90.cnm_abi_version() == 1
+    assert lib90.cnm_meta_atom_k() == meta_sm90.atom_k_for_tile(cfg90.tile_k)
+    lib80 = ctypes.CDLL(str(first[1].path))
+    assert lib80.cnm_elements_per_meta() > 0
+
+
+def test_a_compile_error_is_reported_with_its_log(isolated_cache):
+    from cutlass_nm import BuildError
+    from cutlass_nm.build import build
+
+    with pytest.raises(BuildError, match="full log"):
+        build("this is not C++;", "sm_90a", name="broken")

@@ -1,0 +1,70 @@
+"""matmul's input rules, checked on the CPU (they run before anything touches a GPU)."""
+
+import pytest
+import torch
+
+import cutlass_nm
+from cutlass_nm import InputError, ShapeError
+from cutlass_nm.dispatch import default_family
+
+
+@pytest.fixture
+def w():
+    return cutlass_nm.compress(torch.randn(256, 512, dtype=torch.float16), "2:4", prune=True)
+
+
+def test_dense_weight_is_rejected():
+    with pytest.raises(InputError, match="compressed weight"):
+        cutlass_nm.matmul(torch.randn(4, 512, dtype=torch.float16), torch.randn(256, 512, dtype=torch.float16))
+
+
+def test_wrong_dtype(w):
+    with pytest.raises(InputError, match="float16 or bfloat16"):
+        cutlass_nm.matmul(torch.randn(4, 512), w)
+    with pytest.raises(InputError, match="dtype mismatch"):
+        cutlass_nm.matmul(torch.randn(4, 512, dtype=torch.bfloat16), w)
+
+
+def test_wrong_inner_dim(w):
+    with pytest.raises(InputError, match="in_features 512"):
+        cutlass_nm.matmul(torch.randn(4, 256, dtype=torch.float16), w)
+
+
+def test_non_contiguous(w):
+    with pytest.raises(InputError, match="contiguous"):
+        cutlass_nm.matmul(torch.randn(512, 4, dtype=torch.float16).T, w)
+
+
+def test_misaligned(w):
+    buf = torch.randn(4 * 512 + 1, dtype=torch.float16)
+    with pytest.raises(InputError, match="16-byte aligned"):
+        cutlass_nm.matmul(buf[1:].view(4, 512), w)
+
+
+def test_bad_bias(w):
+    x = torch.randn(4, 512, dtype=torch.float16)
+    with pytest.raises(InputError, match="shape"):
+        cutlass_nm.matmul(x, w, torch.randn(255, dtype=torch.float16))
+    with pytest.raises(InputError, match="bias dtype"):
+        cutlass_nm.matmul(x, w, torch.randn(256))
+
+
+def test_cpu_tensor(w):
+    with pytest.raises(InputError, match="CUDA tensor"):
+        cutlass_nm.matmul(torch.randn(4, 512, dtype=torch.float16), w)
+
+
+def test_weight_not_24_is_rejected_at_compress():
+    from cutlass_nm import SparsityError
+
+    with pytest.raises(SparsityError, match="not 2:4"):
+        cutlass_nm.compress(torch.randn(8, 16, dtype=torch.float16), "2:4")
+
+
+def test_old_gpus_are_refused(monkeypatch):
+    from cutlass_nm import dispatch
+    from cutlass_nm.families.launch import DeviceInfo
+
+    monkeypatch.setattr(dispatch, "device_info", lambda d: DeviceInfo(80, (7, 5), "T4"))
+    with pytest.raises(ShapeError, match=r">= 8\.0"):
+        default_family(torch.device("cuda"))

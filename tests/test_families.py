@@ -1,0 +1,96 @@
+"""Family interface: config spaces, validity rules, strict record parsing, emitted source."""
+
+import itertools
+
+import pytest
+
+from cutlass_nm import ConfigError
+from cutlass_nm.families import FAMILIES, KernelTypes, Problem, get_family
+
+F16 = KernelTypes("f16", "f16", False)
+SM90, SM80 = get_family("sptc24_sm90"), get_family("sptc24_sm80")
+
+
+@pytest.mark.parametrize("family", list(FAMILIES.values()), ids=list(FAMILIES))
+def test_every_family_reads_alike(family):
+    space = family.space()
+    assert space and all(isinstance(v, tuple) and v for v in space.values())
+    default = family.Config()
+    assert family.Config.from_record(default.to_record()) == default
+    for m in (1, 64, 4096):
+        p = Problem(m, 4096, 4096, F16)
+        assert family.check(family.heuristic(p), p) is None
+
+
+@pytest.mark.parametrize("family", list(FAMILIES.values()), ids=list(FAMILIES))
+def test_space_has_valid_and_invalid_points(family):
+    p = Problem(2048, 4096, 4096, F16)
+    space = family.space()
+    points = [dict(zip(space, vals, strict=True)) for vals in itertools.product(*space.values())]
+    verdicts = [family.check(family.Config(**pt), p) for pt in points]
+    assert any(v is None for v in verdicts) and any(v is not None for v in verdicts)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"tile_m": "128); system(\"rm -rf /\"); (", "tile_n": 128, "tile_k": 64, "cluster_m": 1, "cluster_n": 2,
+         "schedule": "cooperative", "stages": 0, "swizzle": 1},
+        {"tile_m": 128, "tile_n": 128, "tile_k": 64, "cluster_m": 1, "cluster_n": 2,
+         "schedule": "cooperative>; int x; using y = z<", "stages": 0, "swizzle": 1},
+        {"tile_m": 1 << 20, "tile_n": 128, "tile_k": 64, "cluster_m": 1, "cluster_n": 2, "schedule": "cooperative",
+         "stages": 0, "swizzle": 1},
+        {"tile_m": 128.0, "tile_n": 128, "tile_k": 64, "cluster_m": 1, "cluster_n": 2, "schedule": "cooperative",
+         "stages": 0, "swizzle": 1},
+        {"tile_m": True, "tile_n": 128, "tile_k": 64, "cluster_m": 1, "cluster_n": 2, "schedule": "cooperative",
+         "stages": 0, "swizzle": 1},
+        {"tile_m": 128, "tile_n": 128, "tile_k": 64},
+        {"tile_m": 128, "tile_n": 128, "tile_k": 64, "cluster_m": 1, "cluster_n": 2, "schedule": "cooperative",
+         "stages": 0, "swizzle": 1, "extra": 1},
+        ["not", "a", "dict"],
+    ],
+)
+def test_hostile_records_are_rejected(record):
+    with pytest.raises(ConfigError):
+        SM90.Config.from_record(record)
+
+
+def test_sm90_rules():
+    p = Problem(128, 4096, 4096, F16)
+    assert "tile_m must be >= 128" in SM90.check(SM90.Config(tile_m=64, schedule="cooperative"), p)
+    assert "<= 128" in SM90.check(SM90.Config(tile_m=256, schedule="pingpong"), p)
+    assert "accumulators" in SM90.check(SM90.Config(tile_m=256, tile_n=256), p)
+    assert "do not fit" in SM90.check(SM90.Config(tile_m=128, tile_n=256, tile_k=128, stages=7), p)
+    assert "multiple of 16" in SM90.check(SM90.Config(), Problem(8, 4096, 4104, F16))
+    assert "multiple of 8" in SM90.check(SM90.Config(), Problem(8, 4100, 4096, F16))
+    assert SM90.check(SM90.Config(), Problem(8, 4100, 4096, KernelTypes("f16", "f32", False))) is None
+
+
+def test_sm80_rules():
+    p = Problem(128, 4096, 4096, F16)
+    assert "not instantiable" in SM80.check(SM80.Config(warp_m=32), p)
+    assert "tile K" in SM80.check(SM80.Config(tile_k=128, warp_n=32), Problem(8, 4096, 4160, F16))
+    assert "multiple of 32" in SM80.check(SM80.Config(), Problem(8, 4112, 4096, F16))
+
+
+def test_sm90_source_is_cutlass_emitted_with_our_abi():
+    src = SM90.source(SM90.Config(tile_m=256, tile_n=128, tile_k=128), KernelTypes("bf16", "f32", True))
+    assert "cutlass::arch::OpClassSparseTensorOp" in src
+    assert "cute::Shape<cute::_256, cute::_128, cute::_128>" in src
+    assert "LinCombPerRowBias<float, float, cutlass::bfloat16_t, void, float>" in src
+    assert 'extern "C"' in src and "int cnm_run(" in src
+    assert "${" not in src
+
+
+def test_sm80_source_is_cutlass_emitted_with_our_abi():
+    src = SM80.source(SM80.Config(), F16)
+    assert "cutlass::gemm::device::SparseGemm<" in src
+    assert "cutlass::gemm::GemmShape<128, 128, 64>" in src
+    assert 'extern "C"' in src and "${" not in src
+
+
+def test_kernel_types_are_validated():
+    with pytest.raises(ConfigError):
+        KernelTypes("f16; evil", "f16", False)
+    with pytest.raises(ConfigError):
+        KernelTypes("f16", "f16", 1)  # type: ignore[arg-type]
