@@ -2,6 +2,7 @@
 
     cutlass-nm check                 compile the 2:4 kernels for this machine and verify them on its GPU
     cutlass-nm build --shape M,N,K   precompile the kernels matmul will pick for these shapes
+    cutlass-nm build --model llama-7b --tokens 2048   ... or for a model's layers (tuning/models.json)
     cutlass-nm cache                 where compiled kernels live, and how many
 """
 
@@ -33,7 +34,14 @@ def _kernel_ids(shapes, families, dtype: str, bias: bool):
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    from .campaigns import model_shapes
     from .kernels import precompile
+
+    for model in args.model or []:
+        args.shape = (args.shape or []) + model_shapes(model, args.tokens, args.campaigns)
+    if not args.shape:
+        console.print("[red]give --shape M,N,K or --model NAME")
+        return 2
 
     kids = _kernel_ids(args.shape, args.family, args.dtype, args.bias)
     t0 = time.time()
@@ -59,7 +67,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     shapes = [(1, 4096, 4096), (300, 1056, 2112), (2048, 4096, 4096)]
     gpu = torch.cuda.is_available()
     families = [default_family(torch.device("cuda"))] if gpu else ["sptc24_sm90", "sptc24_sm80"]
-    args.shape, args.family, args.dtype, args.bias = shapes, families, "f16", False
+    args.shape, args.family, args.dtype, args.bias, args.model = shapes, families, "f16", False, None
     console.print(f"GPU: {torch.cuda.get_device_name() if gpu else 'none (compile check only)'}; families: {families}")
     if cmd_build(args):
         return 1
@@ -113,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: all cores)")
     p.set_defaults(fn=cmd_check)
     p = sub.add_parser("build", help="precompile the kernels matmul picks for given shapes")
-    p.add_argument("--shape", type=_shape, action="append", required=True, help="M,N,K (tokens, out, in); repeatable")
+    p.add_argument("--shape", type=_shape, action="append", help="M,N,K (tokens, out, in); repeatable")
+    p.add_argument("--model", action="append", help="a model of the campaign file, e.g. llama-7b; repeatable")
+    p.add_argument("--tokens", type=int, default=2048, help="m for --model (default 2048)")
+    p.add_argument("--campaigns", help="campaign file (default: the repo's tuning/models.json)")
     p.add_argument("--family", action="append", choices=["sptc24_sm90", "sptc24_sm80"],
                    help="kernel family (repeatable; default: sptc24_sm90)")
     p.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
