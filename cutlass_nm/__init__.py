@@ -23,6 +23,7 @@ from .errors import (
 )
 from .formats import Sparse24Weight, compress_24, mask_24, validate_24
 from .patterns import Pattern
+from .store.lookup import use_tuning_db
 
 __version__ = "0.1.0"
 
@@ -50,5 +51,5 @@ def compress(w: torch.Tensor, pattern: str | Pattern = "2:4", *, prune: bool = F
 __all__ = [
     "BuildError", "ConfigError", "CutlassNMError", "InputError", "LaunchError", "Pattern", "PatternError",
     "ShapeError", "Sparse24Weight", "SparsityError", "compress", "matmul", "prune", "set_selector",
-    "validate_24",
+    "use_tuning_db", "validate_24",
 ]

@@ -4,6 +4,7 @@
     cutlass-nm build --shape M,N,K   precompile the kernels matmul will pick for these shapes
     cutlass-nm build --model llama-7b --tokens 2048   ... or for a model's layers (tuning/models.json)
     cutlass-nm cache                 where compiled kernels live, and how many
+    cutlass-nm db ...                the tuning database: path, ls, show, export, import, merge, upgrade, gc
 """
 
 from __future__ import annotations
@@ -114,6 +115,68 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compact(config: dict) -> str:
+    """A config's values in its space's order, e.g. '256,128,128,1,2,cooperative,0,1'."""
+    return ",".join(str(v) for v in config.values())
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from .store.db import default_url, make_engine, redact, upgrade
+    from .store.store import Store
+
+    url = args.url or default_url()
+    if args.db_command == "path":
+        console.print(redact(url))
+        return 0
+    if args.db_command == "upgrade":
+        upgrade(make_engine(url))
+        console.print(f"{redact(url)}: schema at head")
+        return 0
+    store = Store(url)
+    if args.db_command == "ls":
+        table = Table("gpu", "family", "pattern", "m≤", "n", "k", "types", "bias", "p50 ms", "config values",
+                      title=f"winners in {store.url}")
+        for env, w in store.winners():
+            table.add_row(env.gpu, w.family, w.pattern, str(w.m_bucket), str(w.n), str(w.k),
+                          f"{w.dtype}->{w.out_dtype}", str(w.bias), f"{w.p50_ms:.4f}", _compact(w.config))
+        console.print(table)
+    elif args.db_command == "show":
+        filters = {k: v for k, v in (("family", args.family), ("n", args.n), ("k", args.k)) if v is not None}
+        table = Table("m", "n", "k", "status", "p50 ms", "host", "study/trial", "config values", title=store.url)
+        for _, m in store.measurements(**filters)[-args.limit:]:
+            table.add_row(str(m.m), str(m.n), str(m.k), m.status, f"{m.p50_ms:.4f}" if m.p50_ms else "—", m.host,
+                          f"{m.study}/{m.trial}", _compact(m.config))
+        console.print(table)
+    elif args.db_command == "export":
+        out = open(args.out, "w") if args.out else sys.stdout  # noqa: SIM115 - stdout is not ours to close
+        try:
+            n = store.export(out)
+        finally:
+            if args.out:
+                out.close()
+        console.print(f"exported {n} records", style="dim", highlight=False)
+    elif args.db_command in ("import", "merge"):
+        only = None
+        if args.this_gpu:
+            from .store.fingerprint import current_environment
+
+            only = current_environment().hard_key
+        for source in args.sources:
+            if "://" in source:  # another database
+                buf = __import__("io").StringIO()
+                Store(source, create=False).export(buf)
+                lines = buf.getvalue().splitlines()
+            else:
+                with open(source) as f:
+                    lines = f.read().splitlines()
+            stats = store.merge(lines, only_hard_key=only)
+            console.print(f"{redact(source) if '://' in source else source}: {stats}")
+    elif args.db_command == "gc":
+        n = store.gc(dry_run=args.dry_run)
+        console.print(f"{'would delete' if args.dry_run else 'deleted'} {n} measurements of stale environments")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cutlass-nm", description="N:M-sparse GEMM kernels emitted with CUTLASS.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -133,6 +196,27 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_build)
     p = sub.add_parser("cache", help="show the kernel cache folder")
     p.set_defaults(fn=cmd_cache)
+    db = sub.add_parser("db", help="the tuning database (default: $CUTLASS_NM_DB or SQLite in the user cache dir)")
+    db.add_argument("--url", help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db (password never printed)")
+    dbs = db.add_subparsers(dest="db_command", required=True)
+    dbs.add_parser("path", help="print the database URL")
+    dbs.add_parser("upgrade", help="create or migrate the schema (Alembic)")
+    dbs.add_parser("ls", help="winners: the fastest config per (environment, problem)")
+    p = dbs.add_parser("show", help="raw measurements, newest last")
+    p.add_argument("--family")
+    p.add_argument("--n", type=int)
+    p.add_argument("--k", type=int)
+    p.add_argument("--limit", type=int, default=50)
+    p = dbs.add_parser("export", help="every measurement as JSONL, after a metadata header line")
+    p.add_argument("--out", help="file (default: stdout)")
+    for name, text in (("import", "add exported records (files); idempotent"),
+                       ("merge", "merge files or database URLs; idempotent, keeps the fastest per problem")):
+        p = dbs.add_parser(name, help=text)
+        p.add_argument("sources", nargs="+", help="JSONL export files or database URLs")
+        p.add_argument("--this-gpu", action="store_true", help="skip records whose hard environment is not this GPU's")
+    p = dbs.add_parser("gc", help="delete records of environments built from other kernel templates")
+    p.add_argument("--dry-run", action="store_true")
+    db.set_defaults(fn=cmd_db)
     args = parser.parse_args(argv)
     if getattr(args, "family", None) is None and args.command == "build":
         args.family = ["sptc24_sm90"]

@@ -1,0 +1,104 @@
+"""Dispatch-time lookup: tuned winners for this GPU, with fallbacks; never breaks ``matmul``.
+
+Order: exact key -> same environment, nearest m bucket (then nearest n, k) -> an environment that
+differs only in soft fields (driver, torch), with one warning -> ``None`` (the family's heuristic).
+The winners of this machine's hard environment are read once, on the first lookup; answers are
+memoized per problem, so a repeated lookup is one dict access.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from typing import Any
+
+from ..families import Family, Problem
+from .fingerprint import EnvFields, ProblemKey, current_environment
+from .validate import RecordError, validate_config, validate_problem
+
+log = logging.getLogger("cutlass_nm.store")
+_SHAPE_FREE = ("family", "pattern", "dtype", "out_dtype", "layout", "bias", "alignment")
+
+
+class TunedSelector:
+    """A ``dispatch.Selector`` backed by a tuning database (install with ``cutlass_nm.use_tuning_db``)."""
+
+    def __init__(self, url: str | None = None, env: EnvFields | None = None) -> None:
+        self.url = url
+        self._env = env
+        self._table: dict[ProblemKey, tuple[Any, bool]] | None = None  # key -> (config, same soft env)
+        self._memo: dict[tuple[str, Problem], Any] = {}
+        self._warned: set[str] = set()
+
+    def __call__(self, family: Family, problem: Problem) -> Any:
+        memo_key = (family.name, problem)
+        if memo_key in self._memo:
+            return self._memo[memo_key]
+        table = self._load()
+        cfg = self._choose(table, ProblemKey.of(family.name, problem)) if table else None
+        self._memo[memo_key] = cfg
+        return cfg
+
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    def _load(self) -> dict[ProblemKey, tuple[Any, bool]]:
+        if self._table is not None:
+            return self._table
+        self._table = {}
+        try:
+            from .db import redact
+            from .store import Store
+
+            env = self._env or current_environment()
+            store = Store(self.url, create=False)
+            rows = store.winners(hard_key=env.hard_key)
+        except Exception as exc:  # missing, locked, corrupt or unreachable: fall back, once
+            from .db import default_url, redact
+
+            self._warn_once("db", f"cutlass_nm: tuning DB {redact(self.url or default_url())} unusable "
+                                  f"({exc.__class__.__name__}: {str(exc)[:120]}); using heuristic configs")
+            return self._table
+        for env_row, w in rows:
+            try:
+                key = validate_problem({c: getattr(w, c) for c in ProblemKey.__dataclass_fields__})
+                cfg = validate_config(key.family, w.config)
+            except RecordError as exc:
+                log.warning("winner %s rejected: %s", w.id, exc)
+                continue
+            same_soft = env_row.soft_key == env.soft_key
+            if key not in self._table or same_soft:
+                self._table[key] = (cfg, same_soft)
+        return self._table
+
+    def _choose(self, table: dict[ProblemKey, tuple[Any, bool]], key: ProblemKey) -> Any:
+        hit = table.get(key)
+        if hit is None:
+            fixed = tuple(getattr(key, f) for f in _SHAPE_FREE)
+            near = [k for k in table if tuple(getattr(k, f) for f in _SHAPE_FREE) == fixed]
+            if not near:
+                return None
+
+            def distance(k: ProblemKey) -> tuple[float, float, float]:
+                return (abs(math.log2(k.m_bucket / key.m_bucket)), abs(math.log2(k.n / key.n)),
+                        abs(math.log2(k.k / key.k)))
+
+            same_env = [k for k in near if table[k][1]]
+            hit = table[min(same_env or near, key=distance)]
+        cfg, same_soft = hit
+        if not same_soft:
+            self._warn_once("soft", "cutlass_nm: using tuning records from a different driver/torch version "
+                                    "(same GPU and toolchain); re-tune to silence this")
+        return cfg
+
+
+def use_tuning_db(url: str | None = None) -> TunedSelector:
+    """Make ``matmul`` consult the tuning database at ``url`` (default ``$CUTLASS_NM_DB`` / user cache)."""
+    from ..dispatch import set_selector
+
+    selector = TunedSelector(url)
+    set_selector(selector)
+    return selector

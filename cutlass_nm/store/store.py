@@ -1,0 +1,185 @@
+"""The tuning store: record measurements, keep the fastest per problem, export/import/merge as JSONL."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import socket
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+from sqlalchemy import Engine, delete, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from .db import is_current, make_engine, redact, upgrade
+from .fingerprint import EnvFields, ProblemKey, template_hash
+from .schema import Environment, Measurement, Winner
+from .validate import RecordError, validate_measurement
+
+log = logging.getLogger("cutlass_nm.store")
+FORMAT = "cutlass_nm.tuning/1"
+PROBLEM_COLUMNS = ("family", "pattern", "m_bucket", "n", "k", "dtype", "out_dtype", "layout", "bias", "alignment")
+
+
+class Store:
+    """A tuning database at ``url`` (default: ``$CUTLASS_NM_DB`` or SQLite in the user cache dir)."""
+
+    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+        self.engine: Engine = make_engine(url)
+        self.url = redact(str(self.engine.url.render_as_string(hide_password=False)))
+        if create and not is_current(self.engine):
+            upgrade(self.engine)
+        self._env_ids: dict[tuple[str, str], int] = {}
+
+    def _insert(self, table):
+        return (pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert)(table)
+
+    # -- environments -------------------------------------------------------------------------
+    def environment_id(self, env: EnvFields) -> int:
+        """Get or create the row of ``env`` (race-safe across processes)."""
+        key = (env.hard_key, env.soft_key)
+        if key in self._env_ids:
+            return self._env_ids[key]
+        with self.engine.begin() as conn:
+            conn.execute(self._insert(Environment).values(hard_key=env.hard_key, soft_key=env.soft_key,
+                                                          **env.to_dict()).on_conflict_do_nothing())
+            env_id = conn.execute(select(Environment.id).where(Environment.hard_key == env.hard_key,
+                                                               Environment.soft_key == env.soft_key)).scalar_one()
+        self._env_ids[key] = env_id
+        return env_id
+
+    # -- writing ------------------------------------------------------------------------------
+    def record(self, env: EnvFields, key: ProblemKey, m: int, config: Any, status: str = "ok", *,
+               p20_ms: float | None = None, p50_ms: float | None = None, p80_ms: float | None = None,
+               iterations: int = 0, study: str | None = None, trial: int | None = None,
+               host: str | None = None, uid: str | None = None, created_at: str | None = None) -> str:
+        """Store one measurement (any status) and, if it is the fastest ok one for its problem, the winner."""
+        rec = {**key.to_dict(), "environment": env.to_dict(), "m": m, "config": config.to_record(),
+               "status": status, "p20_ms": p20_ms, "p50_ms": p50_ms, "p80_ms": p80_ms, "iterations": iterations,
+               "study": study, "trial": trial, "host": host or socket.gethostname(), "uid": uid or str(uuid.uuid4()),
+               "created_at": created_at or datetime.datetime.now(datetime.timezone.utc).isoformat()}
+        self._write([validate_measurement(rec)])
+        return rec["uid"]
+
+    def _write(self, records: list[dict]) -> int:
+        """Insert validated records (skipping known uids) and update winners; returns how many were new."""
+        new = 0
+        for r in records:
+            env_id = self.environment_id(r["environment"])
+            key = r["key"].to_dict()
+            cfg = r["config"].to_record()
+            with self.engine.begin() as conn:
+                res = conn.execute(self._insert(Measurement).values(
+                    uid=r["uid"], environment_id=env_id, **key, m=r["m"], config=cfg,
+                    config_key=json.dumps(cfg, sort_keys=True), status=r["status"], p20_ms=r["p20_ms"],
+                    p50_ms=r["p50_ms"], p80_ms=r["p80_ms"], iterations=r["iterations"], host=r["host"],
+                    study=r["study"], trial=r["trial"],
+                    created_at=datetime.datetime.fromisoformat(r["created_at"]))
+                    .on_conflict_do_nothing().returning(Measurement.id))
+                new += len(res.fetchall())  # rowcount is not portable for ON CONFLICT DO NOTHING
+                if r["status"] == "ok":
+                    ins = self._insert(Winner).values(environment_id=env_id, **key, config=cfg, p50_ms=r["p50_ms"],
+                                                      measurement_uid=r["uid"])
+                    conn.execute(ins.on_conflict_do_update(
+                        index_elements=["environment_id", *PROBLEM_COLUMNS],
+                        set_={"config": ins.excluded.config, "p50_ms": ins.excluded.p50_ms,
+                              "measurement_uid": ins.excluded.measurement_uid},
+                        where=Winner.p50_ms > ins.excluded.p50_ms))
+        return new
+
+    # -- reading ------------------------------------------------------------------------------
+    def winners(self, hard_key: str | None = None) -> list[tuple[Environment, Winner]]:
+        with Session(self.engine) as s:
+            q = select(Environment, Winner).join(Winner, Winner.environment_id == Environment.id)
+            if hard_key:
+                q = q.where(Environment.hard_key == hard_key)
+            return [(e, w) for e, w in s.execute(q).all()]
+
+    def measurements(self, **filters: Any) -> list[tuple[Environment, Measurement]]:
+        with Session(self.engine) as s:
+            q = select(Environment, Measurement).join(Measurement, Measurement.environment_id == Environment.id)
+            for col, val in filters.items():
+                q = q.where(getattr(Measurement, col) == val)
+            return [(e, m) for e, m in s.execute(q.order_by(Measurement.id)).all()]
+
+    def count(self) -> int:
+        with Session(self.engine) as s:
+            return s.query(Measurement).count()
+
+    # -- exchange -----------------------------------------------------------------------------
+    def export(self, out: IO[str]) -> int:
+        """Write a metadata header line, then one JSON line per measurement."""
+        rows = self.measurements()
+        out.write(json.dumps({"format": FORMAT, "exported_at": datetime.datetime.now(datetime.timezone.utc)
+                              .isoformat(), "source": self.url, "records": len(rows)}) + "\n")
+        for env, m in rows:
+            env_fields = EnvFields(**{f: getattr(env, f) for f in EnvFields.__dataclass_fields__})
+            rec = {c: getattr(m, c) for c in PROBLEM_COLUMNS}
+            rec.update(environment=env_fields.to_dict(), hard_key=env.hard_key, m=m.m, config=m.config,
+                       status=m.status, p20_ms=m.p20_ms, p50_ms=m.p50_ms, p80_ms=m.p80_ms, iterations=m.iterations,
+                       host=m.host, study=m.study, trial=m.trial, uid=m.uid, created_at=m.created_at.isoformat())
+            out.write(json.dumps(rec) + "\n")
+        return len(rows)
+
+    def merge(self, lines: Iterable[str], only_hard_key: str | None = None) -> dict[str, int]:
+        """Import exported records: idempotent (known uids are skipped), winners keep the fastest.
+
+        Records that fail validation are rejected with a logged reason; with ``only_hard_key``, records of
+        other hard environments are skipped.
+        """
+        stats = {"new": 0, "known": 0, "rejected": 0, "skipped_env": 0}
+        good = []
+        for i, rec in enumerate(_records(lines)):
+            try:
+                r = validate_measurement(rec)
+            except RecordError as exc:
+                log.warning("record %d rejected: %s", i, exc)
+                stats["rejected"] += 1
+                continue
+            if only_hard_key and r["environment"].hard_key != only_hard_key:
+                stats["skipped_env"] += 1
+                continue
+            good.append(r)
+        try:
+            stats["new"] = self._write(good)
+        except IntegrityError as exc:  # pragma: no cover - a racing writer; the retry finds the uids known
+            log.warning("merge raced another writer (%s); retrying", exc.__class__.__name__)
+            stats["new"] = self._write(good)
+        stats["known"] = len(good) - stats["new"]
+        return stats
+
+    def gc(self, dry_run: bool = False) -> int:
+        """Delete environments built from other templates (their records can never be used again)."""
+        with Session(self.engine) as s:
+            stale = [e.id for e in s.scalars(select(Environment).where(Environment.template_hash != template_hash()))]
+            n = s.query(Measurement).filter(Measurement.environment_id.in_(stale)).count()
+            if not dry_run and stale:
+                s.execute(delete(Winner).where(Winner.environment_id.in_(stale)))
+                s.execute(delete(Measurement).where(Measurement.environment_id.in_(stale)))
+                s.execute(delete(Environment).where(Environment.id.in_(stale)))
+                s.commit()
+            return n
+
+
+def _records(lines: Iterable[str]) -> Iterator[Any]:
+    it = iter(lines)
+    header = next(it, None)
+    if header is None:
+        return
+    try:
+        meta = json.loads(header)
+    except json.JSONDecodeError:
+        raise RecordError("first line is not a JSON header") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise RecordError(f"not a {FORMAT} export (header: {str(meta)[:80]})")
+    for line in it:
+        if line.strip():
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                yield None  # rejected by validation, counted
