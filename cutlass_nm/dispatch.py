@@ -1,12 +1,14 @@
 """``matmul``: the hot path. Checks inputs, finds the kernel for this problem in a dict, launches.
 
 The first call for a problem takes the slow path (:func:`_resolve`): pick the family for the GPU,
-ask the config selector (the tuning database plugs in there; the default is the family's
-heuristic), compile or load the kernel. Later calls do no I/O: one dict lookup, then the launch.
+ask the config selector (default: the tuning database, ``$CUTLASS_NM_DB`` or the user cache's
+SQLite; ``CUTLASS_NM_DB=off`` disables it), fall back to the family's heuristic, compile or load
+the kernel. Later calls do no I/O: one dict lookup, then the launch.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -25,10 +27,26 @@ _IN_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def set_selector(selector: Selector | None) -> None:
-    """Install the config source consulted on a problem's first call (e.g. the tuning DB)."""
+    """Install the config source consulted on a problem's first call; None restores the default (tuning DB)."""
     global _selector
     _selector = selector
     _RESOLVED.clear()
+
+
+def _default_selector() -> Selector:
+    """The tuning database at its default URL (created on first use); ``CUTLASS_NM_DB=off`` turns it off."""
+    global _selector
+    if os.environ.get("CUTLASS_NM_DB", "").lower() in ("off", "none", "0"):
+        _selector = _no_selector
+    else:
+        from .store.lookup import TunedSelector
+
+        _selector = TunedSelector(quiet_if_missing=True)
+    return _selector
+
+
+def _no_selector(family: Family, problem: Problem) -> None:
+    return None
 
 
 def matmul(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None = None, *,
@@ -110,7 +128,7 @@ def _resolve(key: tuple) -> Callable:
     m, n, k, dtype, out_dtype, has_bias, device, family_name = key
     family = get_family(family_name or default_family(device))
     problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias))
-    cfg = _selector(family, problem) if _selector is not None else None
+    cfg = (_selector or _default_selector())(family, problem)
     if cfg is None or family.check(cfg, problem) is not None:
         cfg = family.heuristic(problem)
     reason = family.check(cfg, problem)

@@ -198,3 +198,17 @@ def test_upgrade_is_repeatable(tmp_path):
     with engine.connect() as conn:
         mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
     assert mode == "wal"
+
+
+def test_default_selector_is_silent_without_a_db_and_can_be_turned_off(tmp_path, monkeypatch):
+    from cutlass_nm import dispatch
+
+    monkeypatch.setattr(dispatch, "_selector", None)
+    monkeypatch.setenv("CUTLASS_NM_DB", f"sqlite:///{tmp_path / 'never-created.sqlite'}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dispatch._default_selector()(SM90, _problem()) is None
+    assert not (tmp_path / "never-created.sqlite").exists()
+    monkeypatch.setattr(dispatch, "_selector", None)
+    monkeypatch.setenv("CUTLASS_NM_DB", "off")
+    assert dispatch._default_selector() is dispatch._no_selector

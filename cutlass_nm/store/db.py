@@ -25,6 +25,14 @@ def default_url() -> str:
     return f"sqlite:///{folder / 'tuning.sqlite'}"
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file behind a SQLite URL (None for other databases and in-memory SQLite)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
 def redact(url: str) -> str:
     """The URL with any password masked, for messages and logs."""
     try:

@@ -24,8 +24,9 @@ _SHAPE_FREE = ("family", "pattern", "dtype", "out_dtype", "layout", "bias", "ali
 class TunedSelector:
     """A ``dispatch.Selector`` backed by a tuning database (install with ``cutlass_nm.use_tuning_db``)."""
 
-    def __init__(self, url: str | None = None, env: EnvFields | None = None) -> None:
+    def __init__(self, url: str | None = None, env: EnvFields | None = None, quiet_if_missing: bool = False) -> None:
         self.url = url
+        self.quiet_if_missing = quiet_if_missing  # no DB file yet is normal before any tuning
         self._env = env
         self._table: dict[ProblemKey, tuple[Any, bool]] | None = None  # key -> (config, same soft env)
         self._memo: dict[tuple[str, Problem], Any] = {}
@@ -50,9 +51,12 @@ class TunedSelector:
             return self._table
         self._table = {}
         try:
-            from .db import redact
+            from .db import default_url, sqlite_file
             from .store import Store
 
+            db_file = sqlite_file(self.url or default_url())
+            if self.quiet_if_missing and db_file is not None and not db_file.exists():
+                return self._table
             env = self._env or current_environment()
             store = Store(self.url, create=False)
             rows = store.winners(hard_key=env.hard_key)

@@ -1,0 +1,56 @@
+"""Turn a timed benchmark run into tuning records that ``cutlass-nm db import`` accepts.
+
+    python3 db/records_from_bench.py benchmarks/results/h100/sptc24_llm.json \
+        db/records/h100-80gb-hbm3.env.json > db/records/h100-80gb-hbm3.jsonl
+
+The environment file is the fingerprint (``cutlass_nm.store.fingerprint.current_environment``) printed
+on the machine that ran the benchmark. Every timed sm90 row (sweep and heuristic) becomes one ok
+measurement; uids are derived from the run and the config, so regenerating gives the same records
+and importing twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+
+from cutlass_nm.families import KernelTypes, Problem
+from cutlass_nm.store.fingerprint import EnvFields, ProblemKey
+from cutlass_nm.store.store import FORMAT
+
+NAMESPACE = uuid.UUID("6f1c2a52-8d3e-4c1b-9a57-0c6f5b1d2e41")
+
+
+def records(bench: dict, env: EnvFields) -> list[dict]:
+    run = bench["environment"]
+    out = []
+    for row in bench["rows"]:
+        if row.get("impl") not in ("sptc24_sm90_sweep", "sptc24_sm90_heuristic") or "median_ms" not in row:
+            continue
+        types = KernelTypes(row["dtype"], row["dtype"], False)
+        key = ProblemKey.of("sptc24_sm90", Problem(row["m"], row["n"], row["k"], types))
+        uid = uuid.uuid5(NAMESPACE, json.dumps([run["commit"], run["date"], row["impl"], row["m"], row["n"], row["k"],
+                                                row["config"]], sort_keys=True))
+        out.append({**key.to_dict(), "environment": env.to_dict(), "hard_key": env.hard_key, "m": row["m"],
+                    "config": row["config"], "status": "ok", "p20_ms": row["p20_ms"], "p50_ms": row["median_ms"],
+                    "p80_ms": row["p80_ms"], "iterations": row["reps"], "host": "h100-device",
+                    "study": f"bench_sptc24@{run['commit']}", "trial": None, "uid": str(uid),
+                    "created_at": run["date"]})
+    return out
+
+
+def main() -> None:
+    with open(sys.argv[1]) as f:
+        bench = json.load(f)
+    with open(sys.argv[2]) as f:
+        env = EnvFields(**json.load(f))
+    recs = records(bench, env)
+    print(json.dumps({"format": FORMAT, "exported_at": bench["environment"]["date"],
+                      "source": sys.argv[1], "records": len(recs)}))
+    for r in recs:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()
