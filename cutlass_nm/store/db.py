@@ -60,7 +60,8 @@ def make_engine(url: str | None = None) -> Engine:
 
 
 def is_current(engine: Engine) -> bool:
-    return "winners" in inspect(engine).get_table_names()
+    """True when the schema is at the newest migration (its newest table exists)."""
+    return "claims" in inspect(engine).get_table_names()
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

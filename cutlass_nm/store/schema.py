@@ -69,6 +69,19 @@ class Measurement(_ProblemKey, Base):
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True))
 
 
+class Claim(Base):
+    """A tuner's claim on measuring one config in one study (unique: nobody measures it twice)."""
+
+    __tablename__ = "claims"
+    __table_args__ = (UniqueConstraint("study", "config_key", name="uq_claim"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study: Mapped[str] = mapped_column(String(256))
+    config_key: Mapped[str] = mapped_column(String(512))
+    host: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True))
+
+
 class Winner(_ProblemKey, Base):
     """The fastest ok measurement per (environment, problem)."""
 

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from .db import is_current, make_engine, redact, upgrade
 from .fingerprint import EnvFields, ProblemKey, template_hash
-from .schema import Environment, Measurement, Winner
+from .schema import Claim, Environment, Measurement, Winner
 from .validate import RecordError, validate_measurement
 
 log = logging.getLogger("cutlass_nm.store")
@@ -91,6 +91,15 @@ class Store:
                               "measurement_uid": ins.excluded.measurement_uid},
                         where=Winner.p50_ms > ins.excluded.p50_ms))
         return new
+
+    def claim(self, study: str, config: Any) -> bool:
+        """Claim ``config`` for measurement in ``study``; False if another tuner already has it."""
+        key = json.dumps(config.to_record(), sort_keys=True)
+        with self.engine.begin() as conn:
+            res = conn.execute(self._insert(Claim).values(
+                study=study, config_key=key, host=socket.gethostname(),
+                created_at=datetime.datetime.now(datetime.timezone.utc)).on_conflict_do_nothing().returning(Claim.id))
+            return bool(res.fetchall())
 
     # -- reading ------------------------------------------------------------------------------
     def winners(self, hard_key: str | None = None) -> list[tuple[Environment, Winner]]:

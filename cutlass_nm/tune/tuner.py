@@ -1,0 +1,182 @@
+"""The tuning loop: Optuna ask/tell, compiles overlapped with timing, claims, re-timing, DB records.
+
+For each problem: a study (Optuna storage: the tuning DB's URL, a journal file, or in memory) is
+warm-started with the roofline model's top configs and the DB's nearest winners; trials whose
+config is invalid are pruned before any compile; a valid config is claimed in the tuning DB (no
+two tuners, on one host or many, measure the same config of a study), compiled in a thread pool
+ahead of the GPU, measured in an isolated worker process, told back, and recorded. The best few
+are re-timed serially before the winner is recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from ..families import KernelTypes, Problem, get_family
+from ..store.fingerprint import EnvFields, ProblemKey
+from . import perfmodel
+from .space import all_configs, suggest
+
+Measure = Callable[[Any], dict]  # config -> {"status", "p50_ms", ...}
+Build = Callable[[Any], object]  # config -> compiled artifact (or raises BuildError)
+
+
+@dataclass
+class TuneResult:
+    problem: Problem
+    best_config: Any
+    best_ms: float | None
+    trials: int
+    measured: int
+    pruned: int
+    failed: int
+    seconds: float
+    history: list[dict] = field(default_factory=list)
+
+
+def study_name(family: str, problem: Problem, env: EnvFields) -> str:
+    key = ProblemKey.of(family, problem)
+    t = problem.types
+    return (f"{family}:{key.pattern}:m{problem.m}:n{problem.n}:k{problem.k}:{t.dtype}>{t.out_dtype}"
+            f":{'bias' if t.bias else 'nobias'}:{env.hard_key[:12]}")
+
+
+def _default_build(family_name: str, types: KernelTypes) -> Build:
+    from ..kernels import precompile
+
+    def build(cfg: Any) -> object:
+        (res,) = precompile([(family_name, cfg, types)], workers=1)
+        if isinstance(res, Exception):
+            raise res
+        return res
+
+    return build
+
+
+def _open_study(name: str, storage: str | None, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    """Create or join a study; several processes starting at once race on the storage's first setup."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    for attempt in range(5):
+        try:
+            return optuna.create_study(study_name=name, storage=storage, direction="minimize", sampler=sampler,
+                                       load_if_exists=True)
+        except (SQLAlchemyError, optuna.exceptions.DuplicatedStudyError):
+            if attempt == 4:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def tune_problem(problem: Problem, *, family: str = "sptc24_sm90", n_trials: int = 40,
+                 timeout_s: float | None = None, storage: str | None = None, db_url: str | None = None,
+                 env: EnvFields | None = None, measure: Measure | None = None, build: Build | None = None,
+                 jobs: int | None = None, warm_start: int = 8, retime_top: int = 3, seed: int | None = None,
+                 progress: Callable[[str], None] | None = None) -> TuneResult:
+    """Tune one problem; returns the best config found (also recorded as the DB winner)."""
+    from ..store.store import Store
+
+    fam = get_family(family)
+    store = Store(db_url)
+    worker = None
+    if env is None:
+        from ..store.fingerprint import current_environment
+
+        env = current_environment()
+    if measure is None:
+        from .worker import MeasureWorker
+
+        worker = MeasureWorker()
+
+        def measure(cfg: Any, reps: int = 50) -> dict:
+            return worker.measure(family, cfg, problem.types, (problem.m, problem.n, problem.k), reps)
+
+    build = build or _default_build(family, problem.types)
+    name = study_name(family, problem, env)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(1, n_trials // 4)))
+    study = _open_study(name, storage, sampler)
+    if warm_start and not study.trials:
+        for cfg in perfmodel.rank(all_configs(fam, problem), problem, env.sm_count)[:warm_start]:
+            study.enqueue_trial(cfg.to_record(), skip_if_exists=True)
+    key = ProblemKey.of(family, problem)
+    t0 = time.time()
+    stats = {"asked": 0, "measured": 0, "pruned": 0, "failed": 0}
+    inflight: dict[Future, tuple[optuna.trial.Trial, Any]] = {}
+    pool = ThreadPoolExecutor(max_workers=jobs or max(1, os.cpu_count() or 1))
+    history: list[dict] = []
+
+    def out_of_time() -> bool:
+        return timeout_s is not None and time.time() - t0 > timeout_s
+
+    def finish(trial: optuna.trial.Trial, cfg: Any, res: dict) -> None:
+        status = res.get("status", "runtime_error")
+        store.record(env, key, problem.m, cfg, status, p20_ms=res.get("p20_ms"), p50_ms=res.get("p50_ms"),
+                     p80_ms=res.get("p80_ms"), iterations=res.get("iterations", 0), study=name, trial=trial.number)
+        history.append({"trial": trial.number, "config": cfg.to_record(), **res})
+        if status == "ok":
+            study.tell(trial, res["p50_ms"])
+            stats["measured"] += 1
+        else:
+            trial.set_user_attr("error", str(res.get("error", status))[:300])
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            stats["failed"] += 1
+        if progress:
+            best = min((h["p50_ms"] for h in history if h.get("status") == "ok"), default=None)
+            progress(f"trial {trial.number}: {status} {res.get('p50_ms') or ''} | best {best}")
+
+    try:
+        while True:
+            while len(inflight) < max(2, (jobs or 4)) and stats["asked"] < n_trials and not out_of_time():
+                trial = study.ask()
+                stats["asked"] += 1
+                cfg = suggest(trial, fam)
+                reason = fam.check(cfg, problem)
+                if reason is not None or not store.claim(name, cfg):
+                    trial.set_user_attr("pruned", reason or "already claimed by another tuner")
+                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                    stats["pruned"] += 1
+                    continue
+                inflight[pool.submit(build, cfg)] = (trial, cfg)
+            if not inflight:
+                break
+            done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+            for fut in done:
+                trial, cfg = inflight.pop(fut)
+                try:
+                    fut.result()
+                except Exception as exc:  # a compile error fails this trial only
+                    finish(trial, cfg, {"status": "compile_error", "error": str(exc)[:300]})
+                    continue
+                finish(trial, cfg, measure(cfg))
+        # re-time the best few serially before trusting a winner
+        ok = sorted((h for h in history if h.get("status") == "ok"), key=lambda h: h["p50_ms"])[:retime_top]
+        best_cfg, best_ms = None, None
+        for h in ok:
+            cfg = fam.Config.from_record(h["config"])
+            res = measure(cfg)
+            if res.get("status") == "ok":
+                store.record(env, key, problem.m, cfg, "ok", p20_ms=res["p20_ms"], p50_ms=res["p50_ms"],
+                             p80_ms=res["p80_ms"], iterations=res.get("iterations", 0), study=f"{name}:retime")
+                if best_ms is None or res["p50_ms"] < best_ms:
+                    best_cfg, best_ms = cfg, res["p50_ms"]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        if worker is not None:
+            worker.close()
+    return TuneResult(problem, best_cfg, best_ms, stats["asked"], stats["measured"], stats["pruned"],
+                      stats["failed"], time.time() - t0, history)
+
+
+def tune(problems: list[tuple[int, int, int]], *, dtype: str = "f16", bias: bool = False, **kwargs: Any
+         ) -> list[TuneResult]:
+    """Tune several (m, n, k) problems in turn; kwargs go to :func:`tune_problem`."""
+    types = KernelTypes(dtype, dtype, bias)
+    return [tune_problem(Problem(m, n, k, types), **kwargs) for m, n, k in problems]

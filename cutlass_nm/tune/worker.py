@@ -1,0 +1,113 @@
+"""Measurement in a worker process: a config that faults or hangs fails its trial, not the tuner.
+
+The parent sends (family, config record, types, shape, reps); the worker builds inputs once per
+problem, checks the kernel against an fp64 reference on its first run, then times it (CUDA-graph
+replays over inputs rotated past L2). A dead or silent worker is replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import traceback
+from typing import Any
+
+TOLERANCE = {"f16": 2e-3, "bf16": 1e-2}
+
+
+def _serve(conn) -> None:  # runs in the worker process
+    import torch
+
+    import cutlass_nm
+    from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
+    from cutlass_nm.families import KernelTypes, get_family
+    from cutlass_nm.families.launch import torch_dtype
+    from cutlass_nm.kernels import get_kernel
+
+    cache: dict = {}
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        family, record, types, (m, n, k), reps = msg
+        try:
+            types = KernelTypes(*types)
+            cfg = get_family(family).Config.from_record(record)
+            shape_key = (m, n, k, types)
+            if shape_key not in cache:
+                cache.clear()
+                dt = torch_dtype(types.dtype)
+                copies = copies_to_rotate((m * k + n * k) * 2)
+                g = torch.Generator(device="cuda").manual_seed(1234)
+                xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=g) for _ in range(copies)]
+                ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dt, generator=g))[0]
+                      for _ in range(copies)]
+                ref = xs[0].double() @ ws[0].to_dense().double().T
+                ys = [torch.empty(m, n, device="cuda", dtype=torch_dtype(types.out_dtype)) for _ in range(copies)]
+                cache[shape_key] = (xs, ws, ref, ys, copies)
+            xs, ws, ref, ys, copies = cache[shape_key]
+            kern = get_kernel((family, cfg, types))
+            ys[0].fill_(float("nan"))
+            kern(xs[0], ws[0], None, ys[0])
+            torch.cuda.synchronize()
+            err = ((ys[0].double() - ref).norm() / ref.norm()).item()
+            if not err < TOLERANCE[types.dtype]:
+                conn.send({"status": "runtime_error", "error": f"wrong result: rel. error {err:.2e}"})
+                continue
+            def run(i, kern=kern, xs=xs, ws=ws, ys=ys):
+                return kern(xs[i], ws[i], None, ys[i])
+
+            t = time_rotating(run, copies, reps=reps, warmup_ms=50.0)
+            conn.send({"status": "ok", "p20_ms": t.p20_ms, "p50_ms": t.p50_ms, "p80_ms": t.p80_ms,
+                       "iterations": reps, "rel_err": err})
+        except Exception as exc:  # reported to the parent as this trial's failure
+            conn.send({"status": "runtime_error", "error": f"{exc.__class__.__name__}: {exc}"[:500],
+                       "trace": traceback.format_exc()[-2000:]})
+
+
+class MeasureWorker:
+    """The parent's handle on one GPU worker process; ``measure`` never raises for kernel faults."""
+
+    def __init__(self, timeout_s: float = 120.0) -> None:
+        self.timeout_s = timeout_s
+        self._ctx = mp.get_context("spawn")
+        self._proc = None
+        self._conn = None
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(target=_serve, args=(child,), daemon=True)
+        self._proc.start()
+        self._conn = parent
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(5)
+        self._proc = self._conn = None
+
+    def measure(self, family: str, cfg: Any, types: Any, shape: tuple[int, int, int], reps: int = 50) -> dict:
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        msg = (family, cfg.to_record(), (types.dtype, types.out_dtype, types.bias), shape, reps)
+        try:
+            self._conn.send(msg)
+            if not self._conn.poll(self.timeout_s):
+                self._kill()
+                return {"status": "timeout", "error": f"no answer in {self.timeout_s:.0f} s"}
+            result = self._conn.recv()
+            if result["status"] != "ok" and "CUDA" in result.get("error", ""):
+                self._kill()  # a fault leaves the worker's CUDA context unusable: start afresh next time
+            return result
+        except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
+            code = self._proc.exitcode if self._proc is not None else None
+            self._kill()
+            return {"status": "runtime_error", "error": f"worker died ({exc.__class__.__name__}, exit {code})"}
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self._conn.send(None)
+        if self._proc is not None:
+            self._proc.join(10)
+        self._kill()
