@@ -5,6 +5,7 @@
     cutlass-nm build --model llama-7b --tokens 2048   ... or for a model's layers (tuning/models.json)
     cutlass-nm cache                 where compiled kernels live, and how many
     cutlass-nm db ...                the tuning database: path, ls, show, export, import, merge, upgrade, gc
+    cutlass-nm tune --model llama-7b --pattern 2:4   tune a model's layer shapes on this GPU (Optuna)
 """
 
 from __future__ import annotations
@@ -177,6 +178,46 @@ def cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fixed(items: list[str] | None) -> dict:
+    out = {}
+    for item in items or []:
+        name, _, value = item.partition("=")
+        out[name] = int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from .campaigns import model_shapes
+    from .families import KernelTypes, Problem
+    from .patterns import Pattern
+    from .tune import tune_problem
+
+    if not Pattern.parse(args.pattern).is_24:
+        console.print(f"[red]pattern {args.pattern}: only 2:4 has a tunable family so far")
+        return 2
+    shapes = list(args.shape or [])
+    for model in args.model or []:
+        shapes += model_shapes(model, args.tokens, args.campaigns)
+    if not shapes:
+        console.print("[red]give --shape M,N,K or --model NAME")
+        return 2
+    table = Table("m x n x k", "trials", "measured", "pruned", "failed", "best ms", "best config", "seconds")
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("tuning", total=len(shapes) * args.trials)
+        for m, n, k in sorted(set(shapes)):
+            problem = Problem(m, n, k, KernelTypes(args.dtype, args.dtype, args.bias))
+            res = tune_problem(problem, n_trials=args.trials, timeout_s=args.timeout, storage=args.storage,
+                               db_url=args.db, jobs=args.jobs, fixed=_fixed(args.fix),
+                               progress=lambda msg: (bar.advance(task), bar.update(task, description=msg[:70])))
+            table.add_row(f"{m} x {n} x {k}", str(res.trials), str(res.measured), str(res.pruned), str(res.failed),
+                          f"{res.best_ms:.4f}" if res.best_ms else "—",
+                          _compact(res.best_config.to_record()) if res.best_config else "—", f"{res.seconds:.0f}")
+    console.print(table)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cutlass-nm", description="N:M-sparse GEMM kernels emitted with CUTLASS.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -217,6 +258,21 @@ def main(argv: list[str] | None = None) -> int:
     p = dbs.add_parser("gc", help="delete records of environments built from other kernel templates")
     p.add_argument("--dry-run", action="store_true")
     db.set_defaults(fn=cmd_db)
+    p = sub.add_parser("tune", help="tune problems or a model's layers on this GPU; winners go to the tuning DB")
+    p.add_argument("--shape", type=_shape, action="append", help="M,N,K; repeatable")
+    p.add_argument("--model", action="append", help="a model of the campaign file, e.g. llama-7b; repeatable")
+    p.add_argument("--tokens", type=int, default=2048, help="m for --model (default 2048)")
+    p.add_argument("--campaigns", help="campaign file (default: the repo's tuning/models.json)")
+    p.add_argument("--pattern", default="2:4")
+    p.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
+    p.add_argument("--bias", action="store_true")
+    p.add_argument("--trials", type=int, default=40, help="Optuna trials per problem (default 40)")
+    p.add_argument("--timeout", type=float, help="seconds per problem")
+    p.add_argument("--storage", help="Optuna storage URL (default: in memory); share one to tune from many GPUs")
+    p.add_argument("--db", help="tuning DB URL (default: $CUTLASS_NM_DB or the user cache's SQLite)")
+    p.add_argument("--fix", action="append", help="pin a parameter, e.g. --fix stages=0; repeatable")
+    p.add_argument("--jobs", type=int, help="parallel nvcc processes (default: all cores)")
+    p.set_defaults(fn=cmd_tune)
     args = parser.parse_args(argv)
     if getattr(args, "family", None) is None and args.command == "build":
         args.family = ["sptc24_sm90"]

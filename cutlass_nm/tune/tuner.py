@@ -22,7 +22,7 @@ import optuna
 from ..families import KernelTypes, Problem, get_family
 from ..store.fingerprint import EnvFields, ProblemKey
 from . import perfmodel
-from .space import all_configs, suggest
+from .space import all_configs, space_of, suggest
 
 Measure = Callable[[Any], dict]  # config -> {"status", "p50_ms", ...}
 Build = Callable[[Any], object]  # config -> compiled artifact (or raises BuildError)
@@ -60,6 +60,26 @@ def _default_build(family_name: str, types: KernelTypes) -> Build:
     return build
 
 
+def _nearest_winners(store: Any, env: EnvFields, family: str, problem: Problem, count: int) -> list[Any]:
+    """Winners of the nearest tuned shapes on this environment (warm-start candidates)."""
+    import math
+
+    from ..store.validate import RecordError, validate_config
+
+    key = ProblemKey.of(family, problem)
+    scored = []
+    for _, w in store.winners(hard_key=env.hard_key):
+        if (w.family, w.dtype, w.out_dtype, w.bias) != (family, key.dtype, key.out_dtype, key.bias):
+            continue
+        try:
+            cfg = validate_config(family, w.config)
+        except RecordError:
+            continue
+        d = abs(math.log2(w.m_bucket / key.m_bucket)) + abs(math.log2(w.n / key.n)) + abs(math.log2(w.k / key.k))
+        scored.append((d, cfg))
+    return [cfg for _, cfg in sorted(scored, key=lambda s: s[0])[:count]]
+
+
 def _open_study(name: str, storage: str | None, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
     """Create or join a study; several processes starting at once race on the storage's first setup."""
     from sqlalchemy.exc import SQLAlchemyError
@@ -79,7 +99,7 @@ def tune_problem(problem: Problem, *, family: str = "sptc24_sm90", n_trials: int
                  timeout_s: float | None = None, storage: str | None = None, db_url: str | None = None,
                  env: EnvFields | None = None, measure: Measure | None = None, build: Build | None = None,
                  jobs: int | None = None, warm_start: int = 8, retime_top: int = 3, seed: int | None = None,
-                 progress: Callable[[str], None] | None = None) -> TuneResult:
+                 fixed: dict[str, Any] | None = None, progress: Callable[[str], None] | None = None) -> TuneResult:
     """Tune one problem; returns the best config found (also recorded as the DB winner)."""
     from ..store.store import Store
 
@@ -104,8 +124,12 @@ def tune_problem(problem: Problem, *, family: str = "sptc24_sm90", n_trials: int
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(1, n_trials // 4)))
     study = _open_study(name, storage, sampler)
     if warm_start and not study.trials:
-        for cfg in perfmodel.rank(all_configs(fam, problem), problem, env.sm_count)[:warm_start]:
-            study.enqueue_trial(cfg.to_record(), skip_if_exists=True)
+        starts = _nearest_winners(store, env, family, problem, 2)
+        starts += perfmodel.rank(all_configs(fam, problem, fixed), problem, env.sm_count)[:warm_start]
+        allowed = space_of(fam, fixed)
+        for cfg in starts:
+            if all(getattr(cfg, k) in v for k, v in allowed.items()):
+                study.enqueue_trial(cfg.to_record(), skip_if_exists=True)
     key = ProblemKey.of(family, problem)
     t0 = time.time()
     stats = {"asked": 0, "measured": 0, "pruned": 0, "failed": 0}
@@ -137,7 +161,7 @@ def tune_problem(problem: Problem, *, family: str = "sptc24_sm90", n_trials: int
             while len(inflight) < max(2, (jobs or 4)) and stats["asked"] < n_trials and not out_of_time():
                 trial = study.ask()
                 stats["asked"] += 1
-                cfg = suggest(trial, fam)
+                cfg = suggest(trial, fam, fixed)
                 reason = fam.check(cfg, problem)
                 if reason is not None or not store.claim(name, cfg):
                     trial.set_user_attr("pruned", reason or "already claimed by another tuner")
