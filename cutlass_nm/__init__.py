@@ -22,6 +22,7 @@ from .errors import (
     SparsityError,
 )
 from .formats import Sparse24Weight, compress_24, mask_24, validate_24
+from .nn import SparseLinear, sparsify
 from .patterns import Pattern
 from .store.lookup import use_tuning_db
 
@@ -50,6 +51,7 @@ def compress(w: torch.Tensor, pattern: str | Pattern = "2:4", *, prune: bool = F
 
 __all__ = [
     "BuildError", "ConfigError", "CutlassNMError", "InputError", "LaunchError", "Pattern", "PatternError",
-    "ShapeError", "Sparse24Weight", "SparsityError", "compress", "matmul", "prune", "set_selector",
+    "ShapeError", "Sparse24Weight", "SparseLinear", "SparsityError", "compress", "matmul", "prune", "set_selector",
+    "sparsify",
     "use_tuning_db", "validate_24",
 ]

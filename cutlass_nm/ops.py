@@ -1,0 +1,74 @@
+"""``torch.ops.cutlass_nm.sparse24_linear``: matmul as a torch.library custom op.
+
+It takes the weight's canonical tensors (values, metadata), so it works under
+``torch.compile(fullgraph=True)`` (a fake implementation gives the output's shape) and inside
+CUDA-graph capture (kernel layouts are built once per weight, before capture, and cached). On a
+CPU tensor it computes the same function through the decompressed weight (a reference path).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .formats import Sparse24Weight
+
+# Kernel metadata layouts per weight, keyed by the metadata tensor's storage. The entry holds the
+# metadata tensor itself, so its storage cannot be freed and its address reused by another weight.
+_LAYOUTS: dict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, dict]] = {}
+
+
+def weight_view(values: torch.Tensor, meta: torch.Tensor) -> Sparse24Weight:
+    """A Sparse24Weight over existing tensors, sharing one layout cache per metadata storage."""
+    shape = (int(values.shape[0]), int(values.shape[1]) * 2)
+    try:
+        key = (meta.untyped_storage().data_ptr(), tuple(meta.shape))
+    except RuntimeError:  # a wrapper tensor without real storage (e.g. under functionalization): no caching
+        return Sparse24Weight(values, meta, shape)
+    entry = _LAYOUTS.get(key)
+    if entry is None or entry[0].untyped_storage().data_ptr() != key[0]:
+        entry = (meta, {})
+        _LAYOUTS[key] = entry
+    return Sparse24Weight(values, meta, shape, entry[1])
+
+
+def clear_layout_cache() -> None:
+    """Forget cached kernel layouts (after weights are freed or modified in place)."""
+    _LAYOUTS.clear()
+
+
+@torch.library.custom_op("cutlass_nm::sparse24_linear", mutates_args=())
+def sparse24_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor,
+                    bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x · Wᵀ (+ bias) for a 2:4 weight given as (values, meta)."""
+    w = weight_view(values, meta)
+    if x.is_cuda:
+        from .dispatch import matmul
+
+        return matmul(x.contiguous(), w, bias)
+    y = torch.nn.functional.linear(x, w.to_dense().to(x.dtype), None if bias is None else bias.to(x.dtype))
+    return y
+
+
+@sparse24_linear.register_fake
+def _(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    torch._check(x.shape[-1] == values.shape[1] * 2, lambda: "x's last dim must equal the weight's in_features")
+    return x.new_empty((*x.shape[:-1], values.shape[0]))
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, values, meta, bias = inputs
+    ctx.save_for_backward(values, meta)
+    ctx.has_bias = bias is not None
+    ctx.x_dtype = x.dtype
+
+
+def _backward(ctx, grad):
+    """Gradients for x and bias (the compressed weight is a frozen buffer): dx = dy · W, db = Σ dy."""
+    values, meta = ctx.saved_tensors
+    w = weight_view(values, meta).to_dense().to(grad.dtype)
+    grad_x = (grad @ w).to(ctx.x_dtype)
+    grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0) if ctx.has_bias else None
+    return grad_x, None, None, grad_bias
+
+
+sparse24_linear.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,84 @@
+"""SparseLinear, sparsify and the custom op, on the CPU (reference path); GPU variants are marked gpu."""
+
+import pytest
+import torch
+from torch import nn
+
+import cutlass_nm
+from cutlass_nm.nn import SparseLinear, sparsify
+
+
+def _mlp(dtype=torch.float32):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32, bias=False), nn.ReLU(),
+                         nn.Linear(30, 8)).to(dtype)
+
+
+def test_sparse_linear_matches_masked_dense():
+    lin = nn.Linear(64, 48)
+    sl = SparseLinear.from_linear(lin)
+    _, mask = cutlass_nm.prune(lin.weight.detach())
+    x = torch.randn(5, 3, 64)
+    ref = nn.functional.linear(x, lin.weight * mask, lin.bias)
+    torch.testing.assert_close(sl(x), ref)
+
+
+def test_state_dict_is_compressed_and_round_trips():
+    sl = SparseLinear.from_linear(nn.Linear(64, 48))
+    sd = sl.state_dict()
+    assert set(sd) == {"values", "meta", "bias"}
+    assert sd["values"].shape == (48, 32) and sd["meta"].dtype == torch.uint8
+    fresh = SparseLinear(64, 48)
+    fresh.load_state_dict(sd)
+    x = torch.randn(4, 64)
+    torch.testing.assert_close(fresh(x), sl(x))
+
+
+def test_sparsify_replaces_selected_layers():
+    model = _mlp()
+    sparsify(model, "2:4", exclude=["2"])
+    assert isinstance(model[0], SparseLinear)
+    assert type(model[2]) is nn.Linear  # excluded
+    assert type(model[4]) is nn.Linear  # in_features 30: skipped
+
+
+def test_opcheck_and_compile_fullgraph_on_cpu():
+    sl = SparseLinear.from_linear(nn.Linear(64, 48))
+    x = torch.randn(6, 64)
+    torch.library.opcheck(torch.ops.cutlass_nm.sparse24_linear.default, (x, sl.values, sl.meta, sl.bias))
+    compiled = torch.compile(sl, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x), sl(x))
+
+
+def test_only_24_patterns():
+    with pytest.raises(cutlass_nm.PatternError):
+        SparseLinear(64, 48, pattern="2:8")
+
+
+@pytest.mark.gpu
+def test_gpu_compile_and_cuda_graph_match_eager():
+    model = sparsify(nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512)).half().cuda())
+    x = torch.randn(64, 512, device="cuda", dtype=torch.half)
+    eager = model(x)
+    compiled = torch.compile(model, fullgraph=True)(x)
+    torch.testing.assert_close(compiled, eager, rtol=2e-3, atol=2e-3)
+    static_x = x.clone()
+    model(static_x)  # warm: kernels compiled, layouts built, before capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_y = model(static_x)
+    g.replay()
+    torch.testing.assert_close(static_y, eager, rtol=2e-3, atol=2e-3)
+
+
+def test_gradients_flow_to_inputs_and_bias():
+    lin = nn.Linear(64, 48)
+    sl = SparseLinear.from_linear(lin)
+    x = torch.randn(5, 64, requires_grad=True)
+    sl(x).square().sum().backward()
+    x2 = x.detach().clone().requires_grad_(True)
+    w = sl.weight_dense()
+    b = sl.bias.detach().clone().requires_grad_(True)
+    nn.functional.linear(x2, w, b).square().sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(sl.bias.grad, b.grad)
