@@ -68,3 +68,9 @@ def test_old_gpus_are_refused(monkeypatch):
     monkeypatch.setattr(dispatch, "device_info", lambda d: DeviceInfo(80, (7, 5), "T4"))
     with pytest.raises(ShapeError, match=r">= 8\.0"):
         default_family(torch.device("cuda"))
+
+
+def test_vnm_weights_say_no_kernel_yet():
+    w, _ = cutlass_nm.prune(torch.randn(128, 64, dtype=torch.float16), "128:2:8")
+    with pytest.raises(ShapeError, match="no kernel family runs 128:2:8"):
+        cutlass_nm.matmul(torch.randn(4, 64, dtype=torch.float16), w)

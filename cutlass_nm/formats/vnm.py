@@ -1,0 +1,206 @@
+"""V:N:M (VENOM) weights: every block of V rows keeps the same 4 columns of each group of M, and each
+row keeps 2 of those 4 (2:4), so any sparsity 1 - 2/M runs on 2:4 Sparse Tensor Cores.
+
+Canonical compressed form (kernel layouts derive from it):
+
+* ``values``: ``rows x G·2`` (G = ceil(k / M) groups; k is zero-padded to G·M);
+* ``columns``: ``ceil(rows / V) x G x 4`` uint8, the 4 kept column offsets (ascending) in each group;
+* ``meta``: ``rows x G`` uint8, the 2:4 nibble over those 4 (positions ascending, as in ``sparse24``).
+
+Column choice per (V-block, group) maximizes the kept magnitude Σ_rows top2(|w| over the 4 columns):
+exactly, by trying every 4-subset, while C(M, 4) <= ``EXACT_LIMIT``; above it, by a fast method that
+seeds with the 4 columns of largest block-wise magnitude and improves by single-column swaps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import InputError, SparsityError
+from ..patterns import Pattern
+
+EXACT_LIMIT = 1820  # C(16, 4): exact search for M <= 16
+_CHUNK_ELEMS = 1 << 24
+
+
+@dataclass(eq=False)
+class VNMWeight:
+    values: torch.Tensor
+    columns: torch.Tensor
+    meta: torch.Tensor
+    shape: tuple[int, int]
+    pattern: Pattern
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+    @property
+    def groups(self) -> int:
+        return self.meta.shape[1]
+
+    def to_dense(self) -> torch.Tensor:
+        rows, k = self.shape
+        v, m, g = self.pattern.v, self.pattern.m, self.groups
+        block_cols = self.columns.long().repeat_interleave(v, dim=0)[:rows]  # rows x G x 4
+        nib = self.meta.long()
+        pos = torch.stack((nib & 3, (nib >> 2) & 3), dim=-1)  # rows x G x 2, within the 4
+        cols = block_cols.gather(-1, pos)  # rows x G x 2, within the group of M
+        out = torch.zeros(rows, g, m, dtype=self.dtype, device=self.values.device)
+        out.scatter_(-1, cols, self.values.reshape(rows, g, 2))
+        return out.reshape(rows, g * m)[:, :k]
+
+
+def _check(w: torch.Tensor, pattern: Pattern) -> None:
+    if not pattern.is_vnm:
+        raise InputError(f"{pattern} is not a V:N:M pattern")
+    if not isinstance(w, torch.Tensor) or w.dim() != 2 or not w.is_floating_point():
+        raise InputError("a V:N:M weight is a 2-D floating-point tensor (out_features x in_features)")
+
+
+def _grouped(w: torch.Tensor, pattern: Pattern) -> torch.Tensor:
+    """|w| padded to (blocks·V) x (G·M), as blocks x V x G x M (float32)."""
+    rows, k = w.shape
+    v, m = pattern.v, pattern.m
+    g, b = -(-k // m), -(-rows // v)
+    a = torch.zeros(b * v, g * m, dtype=torch.float32, device=w.device)
+    a[:rows, :k] = w.abs().float()
+    return a.reshape(b, v, g, m)
+
+
+def _top2_score(a: torch.Tensor, subsets: torch.Tensor) -> torch.Tensor:
+    """Σ over V of the top-2 of each row over each subset: a (B, V, G, M), subsets (S, 4) -> (B, G, S)."""
+    picked = a[..., subsets]  # B, V, G, S, 4
+    return picked.topk(2, dim=-1).values.sum(-1).sum(1)
+
+
+def _exact_columns(a: torch.Tensor, m: int) -> torch.Tensor:
+    subsets = torch.tensor(list(itertools.combinations(range(m), 4)), device=a.device)
+    b, v, g, _ = a.shape
+    step = max(1, _CHUNK_ELEMS // (b * v * len(subsets) * 4))
+    best = []
+    for g0 in range(0, g, step):
+        score = _top2_score(a[:, :, g0:g0 + step], subsets)
+        best.append(subsets[score.argmax(-1)])
+    return torch.cat(best, dim=1)  # B, G, 4
+
+
+def _fast_columns(a: torch.Tensor, m: int, rounds: int = 2) -> torch.Tensor:
+    """Seed with the 4 largest column sums, then try swapping each chosen column for each other one."""
+    cols = a.sum(1).topk(4, dim=-1).indices.sort(-1).values  # B, G, 4
+    b, _, g, _ = a.shape
+
+    def score(c: torch.Tensor) -> torch.Tensor:
+        picked = a.gather(-1, c.unsqueeze(1).expand(b, a.shape[1], g, 4))
+        return picked.topk(2, dim=-1).values.sum(-1).sum(1)  # B, G
+
+    current = score(cols)
+    for _ in range(rounds):
+        for slot in range(4):
+            for cand in range(m):
+                trial = cols.clone()
+                trial[..., slot] = cand
+                dup = (trial == cand).sum(-1) > 1
+                s = score(trial).masked_fill(dup, -1.0)
+                better = s > current
+                cols = torch.where(better.unsqueeze(-1), trial, cols)
+                current = torch.where(better, s, current)
+    return cols.sort(-1).values
+
+
+def select_columns(w: torch.Tensor, pattern: Pattern, exact: bool | None = None) -> torch.Tensor:
+    """The 4 kept column offsets per (V-block, group): blocks x G x 4, ascending."""
+    _check(w, pattern)
+    a = _grouped(w, pattern)
+    use_exact = exact if exact is not None else len(list(itertools.combinations(range(pattern.m), 4))) <= EXACT_LIMIT
+    cols = _exact_columns(a, pattern.m) if use_exact else _fast_columns(a, pattern.m)
+    return cols.sort(-1).values
+
+
+def mask_vnm(w: torch.Tensor, pattern: str | Pattern, exact: bool | None = None) -> torch.Tensor:
+    """Boolean mask of the weights V:N:M keeps."""
+    pattern = Pattern.parse(pattern)
+    cols = select_columns(w, pattern, exact)
+    return _mask_from_columns(w, pattern, cols)
+
+
+def _mask_from_columns(w: torch.Tensor, pattern: Pattern, cols: torch.Tensor) -> torch.Tensor:
+    rows, k = w.shape
+    v, m = pattern.v, pattern.m
+    a = _grouped(w, pattern)  # B, V, G, M
+    b, _, g, _ = a.shape
+    picked = a.gather(-1, cols.unsqueeze(1).expand(b, v, g, 4))  # B, V, G, 4
+    keep2 = picked.topk(2, dim=-1).indices  # positions within the 4
+    chosen = cols.unsqueeze(1).expand(b, v, g, 4).gather(-1, keep2)  # column offsets within the group
+    mask = torch.zeros(b, v, g, m, dtype=torch.bool, device=w.device)
+    mask.scatter_(-1, chosen, True)
+    return mask.reshape(b * v, g * m)[:rows, :k]
+
+
+def compress_vnm(w: torch.Tensor, pattern: str | Pattern, *, prune: bool = False,
+                 exact: bool | None = None) -> VNMWeight:
+    """Compress a V:N:M-sparse weight (or magnitude-prune it first with ``prune=True``)."""
+    pattern = Pattern.parse(pattern)
+    _check(w, pattern)
+    if prune:
+        w = w * mask_vnm(w, pattern, exact)
+    else:
+        bad = validate_vnm(w, pattern)
+        if bad:
+            raise SparsityError(f"weight is not {pattern}: {bad}; prune it first (cutlass_nm.prune(w, "
+                                f"'{pattern}')) or pass prune=True")
+    rows, k = w.shape
+    v, m = pattern.v, pattern.m
+    g, b = -(-k // m), -(-rows // v)
+    nz = torch.zeros(b * v, g * m, dtype=torch.bool, device=w.device)
+    nz[:rows, :k] = w != 0
+    block_nz = nz.reshape(b, v, g, m).any(1)  # B, G, M
+    # 4 columns per block-group: the used ones first, padded with unused ones, ascending
+    order = (block_nz.float() * 2 - torch.arange(m, device=w.device) / m).argsort(-1, descending=True)
+    cols = order[..., :4].sort(-1).values
+    wp = torch.zeros(b * v, g * m, dtype=w.dtype, device=w.device)
+    wp[:rows, :k] = w
+    grouped = wp.reshape(b, v, g, m)
+    picked = grouped.gather(-1, cols.unsqueeze(1).expand(b, v, g, 4))  # B, V, G, 4
+    pos = (picked != 0).float() * 2 - torch.arange(4, device=w.device) / 4
+    keep = pos.topk(2, dim=-1).indices.sort(-1).values  # B, V, G, 2 within the 4
+    values = picked.gather(-1, keep).reshape(b * v, g * 2)[:rows]
+    meta = (keep[..., 0] | (keep[..., 1] << 2)).to(torch.uint8).reshape(b * v, g)[:rows]
+    return VNMWeight(values.contiguous(), cols.to(torch.uint8).contiguous(), meta.contiguous(), (rows, k), pattern)
+
+
+def validate_vnm(w: torch.Tensor, pattern: str | Pattern) -> str | None:
+    """None if ``w`` satisfies the pattern, else a description of the first violation."""
+    pattern = Pattern.parse(pattern)
+    _check(w, pattern)
+    rows, k = w.shape
+    v, m = pattern.v, pattern.m
+    g, b = -(-k // m), -(-rows // v)
+    nz = torch.zeros(b * v, g * m, dtype=torch.bool, device=w.device)
+    nz[:rows, :k] = w != 0
+    grouped = nz.reshape(b, v, g, m)
+    cols_used = grouped.any(1).sum(-1)  # B, G
+    if (cols_used > 4).any():
+        bi, gi = (int(t) for t in torch.nonzero(cols_used > 4)[0])
+        return f"rows {bi * v}..{bi * v + v - 1} use {int(cols_used[bi, gi])} > 4 columns of group {gi}"
+    per_row = grouped.sum(-1)  # B, V, G
+    if (per_row > 2).any():
+        bi, vi, gi = (int(t) for t in torch.nonzero(per_row > 2)[0])
+        return f"row {bi * v + vi} keeps {int(per_row[bi, vi, gi])} > 2 weights in group {gi}"
+    return None
+
+
+def kept_fraction(w: torch.Tensor, mask: torch.Tensor) -> float:
+    """Σ|w| kept by ``mask`` over Σ|w|."""
+    a = w.abs().float()
+    return float((a * mask).sum() / a.sum())
+
+
+def unstructured_kept_fraction(w: torch.Tensor, density: float) -> float:
+    """Kept magnitude of unstructured magnitude pruning at the same density (the upper bound)."""
+    a = w.abs().float().flatten()
+    keep = max(1, round(density * a.numel()))
+    return float(a.topk(keep).values.sum() / a.sum())

@@ -1,0 +1,80 @@
+"""V:N:M (VENOM) format: pruning, compression, validation, round trips, column choice quality."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import cutlass_nm
+from cutlass_nm import Pattern, SparsityError
+from cutlass_nm.formats.vnm import (
+    compress_vnm,
+    kept_fraction,
+    mask_vnm,
+    unstructured_kept_fraction,
+    validate_vnm,
+)
+
+patterns = st.sampled_from(["32:2:4", "32:2:7", "64:2:8", "32:2:10", "128:2:16", "32:2:20"])
+
+
+@settings(max_examples=25, deadline=None)
+@given(patterns, st.integers(1, 150), st.integers(1, 90), st.integers(0, 2**31 - 1))
+def test_prune_compress_roundtrip(pattern, rows, k, seed):
+    p = Pattern.parse(pattern)
+    w = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed))
+    c, mask = cutlass_nm.prune(w, pattern)
+    dense = c.to_dense()
+    assert dense.shape == w.shape
+    assert torch.equal(dense, w * mask)
+    assert validate_vnm(dense, p) is None
+    groups = -(-k // p.m)
+    assert c.values.shape == (rows, groups * 2) and c.meta.shape == (rows, groups)
+    assert c.columns.shape == (-(-rows // p.v), groups, 4)
+    assert (c.columns[..., :-1] < c.columns[..., 1:]).all()  # ascending, distinct
+    assert torch.equal(compress_vnm(dense, p).to_dense(), dense)
+
+
+def test_block_shares_columns_and_rows_keep_two():
+    p = Pattern.parse("32:2:8")
+    w = torch.randn(64, 64)
+    mask = mask_vnm(w, p).reshape(2, 32, 8, 8)
+    assert (mask.any(1).sum(-1) <= 4).all()
+    assert (mask.sum(-1) == 2).all()
+
+
+def test_validate_names_the_violation():
+    p = Pattern.parse("32:2:8")
+    w = torch.zeros(32, 16)
+    w[0, :5] = 1.0
+    assert "keeps 5 > 2" in validate_vnm(w, p) or "> 4 columns" in validate_vnm(w, p)
+    w = torch.zeros(32, 16)
+    for r in range(5):
+        w[r, r] = 1.0
+    assert "5 > 4 columns of group 0" in validate_vnm(w, p)
+    with pytest.raises(SparsityError):
+        compress_vnm(w, p)
+
+
+def test_exact_choice_is_optimal_on_a_small_case():
+    import itertools
+
+    p = Pattern.parse("32:2:6")
+    w = torch.randn(32, 6, generator=torch.Generator().manual_seed(3))
+    best = max(w.abs()[:, list(s)].topk(2, dim=1).values.sum().item() for s in itertools.combinations(range(6), 4))
+    assert kept_fraction(w, mask_vnm(w, p, exact=True)) * w.abs().sum().item() == pytest.approx(best, rel=1e-6)
+
+
+@pytest.mark.parametrize("pattern", ["128:2:8", "64:2:10", "32:2:16"])
+def test_fast_choice_is_close_to_exact(pattern):
+    w = torch.randn(256, 640, generator=torch.Generator().manual_seed(0))
+    p = Pattern.parse(pattern)
+    exact = kept_fraction(w, mask_vnm(w, p, exact=True))
+    fast = kept_fraction(w, mask_vnm(w, p, exact=False))
+    assert fast >= 0.99 * exact
+
+
+def test_structured_keeps_less_than_unstructured():
+    w = torch.randn(256, 512)
+    p = Pattern.parse("128:2:8")
+    assert kept_fraction(w, mask_vnm(w, p)) < unstructured_kept_fraction(w, p.density)
