@@ -44,7 +44,7 @@ def test_space_has_valid_and_invalid_points(family):
          "stages": 0, "swizzle": 1},
         {"tile_m": True, "tile_n": 128, "tile_k": 64, "cluster_m": 1, "cluster_n": 2, "schedule": "cooperative",
          "stages": 0, "swizzle": 1},
-        {"tile_m": 128, "tile_n": 128, "tile_k": 64},
+        {},
         {"tile_m": 128, "tile_n": 128, "tile_k": 64, "cluster_m": 1, "cluster_n": 2, "schedule": "cooperative",
          "stages": 0, "swizzle": 1, "extra": 1},
         ["not", "a", "dict"],
@@ -53,6 +53,12 @@ def test_space_has_valid_and_invalid_points(family):
 def test_hostile_records_are_rejected(record):
     with pytest.raises(ConfigError):
         SM90.Config.from_record(record)
+
+
+def test_partial_records_take_defaults():
+    # a record written before a parameter existed stays valid: the missing key takes its default
+    cfg = SM90.Config.from_record({"tile_m": 256, "tile_n": 128, "tile_k": 128})
+    assert cfg == SM90.Config(tile_m=256, tile_n=128, tile_k=128)
 
 
 def test_sm90_rules():

@@ -53,7 +53,8 @@ class FamilyConfig:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> FamilyConfig:
-        """Build a config from a dict, accepting only known keys whose values are in the space.
+        """Build a config from a dict, accepting only known keys whose values are in the space (missing
+        keys take their defaults, which are the values used before those parameters existed).
 
         Values must be exact ints (not bools, floats or strings) or members of an enum's string set;
         anything else raises ConfigError before it can reach code generation.
@@ -61,8 +62,10 @@ class FamilyConfig:
         if not isinstance(record, dict):
             raise ConfigError(f"a config record must be a dict, got {type(record).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
-        if set(record) != names:
-            raise ConfigError(f"config keys {sorted(record)} do not match {sorted(names)}")
+        unknown = set(record) - names
+        if unknown or not record:
+            raise ConfigError(f"config keys {sorted(record)} are not a subset of {sorted(names)}")
+        # a missing key takes its default: records measured before a parameter existed stay valid
         for key, val in record.items():
             allowed = cls.SPACE[key]
             kind = type(allowed[0])
