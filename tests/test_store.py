@@ -102,7 +102,7 @@ HOSTILE_CONFIGS = [
     {**CONFIGS[0].to_record(), "tile_m": "128"},
     {**CONFIGS[0].to_record(), "tile_m": 1 << 30},
     {**CONFIGS[0].to_record(), "stages": 2.5},
-    {"tile_m": 128},
+    {"tile_m": 128, "injected": "x"},
 ]
 
 
