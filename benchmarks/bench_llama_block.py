@@ -1,0 +1,150 @@
+"""A LLaMA-style decoder block with random weights (no downloads), dense against 2:4-sparsified.
+
+    python3 benchmarks/bench_llama_block.py --out benchmarks/results/h100/llama_block.json   # on a GPU
+    python3 benchmarks/bench_llama_block.py --tiny                                           # CPU smoke run
+
+Reports prefill (batch x 2048 tokens) and decode (1-16 tokens) latency of the block and of its MLP
+alone, dense against sparse (same run), the output difference against the masked-dense block, and
+whether torch.compile(fullgraph=True) and CUDA-graph replay match eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from cutlass_nm.nn import SparseLinear, sparsify
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * self.weight
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.attn_norm, self.mlp_norm = RMSNorm(dim), RMSNorm(dim)
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.mlp = MLP(dim, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        h = self.attn_norm(x)
+        q, k, v = (p(h).view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o_proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+def masked_dense(sparse: nn.Module) -> nn.Module:
+    """The same block with every SparseLinear replaced by an nn.Linear holding its decompressed weight."""
+    ref = copy.deepcopy(sparse)
+    for module in list(ref.modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, SparseLinear):
+                lin = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None)
+                lin = lin.to(child.values.device, child.values.dtype)
+                lin.weight.data.copy_(child.weight_dense())
+                if child.bias is not None:
+                    lin.bias.data.copy_(child.bias.data)
+                setattr(module, child_name, lin)
+    return ref
+
+
+def time_ms(fn, reps: int = 30) -> float:
+    if not torch.cuda.is_available():
+        import time
+
+        fn()
+        t0 = time.perf_counter()
+        for _ in range(3):
+            fn()
+        return (time.perf_counter() - t0) / 3 * 1e3
+    for _ in range(3):
+        fn()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tiny", action="store_true", help="small dims, CPU ok (a smoke run, no figures)")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.float16 if dev == "cuda" else torch.float32
+    dim, hidden, heads = (256, 512, 4) if args.tiny else (4096, 11008, 32)
+    prefill = [(1, 64)] if args.tiny else [(1, 2048), (4, 2048)]
+    decode = [1, 4] if args.tiny else [1, 4, 16]
+    torch.manual_seed(0)
+    dense = Block(dim, hidden, heads).to(dev, dtype).eval()
+    sparse = sparsify(copy.deepcopy(dense), "2:4", include=["*_proj"])
+    reference = masked_dense(sparse)
+    rows = []
+    with torch.inference_mode():
+        for batch, tokens in [*prefill, *((b, 1) for b in decode)]:
+            x = torch.randn(batch, tokens, dim, device=dev, dtype=dtype)
+            y_s, y_ref = sparse(x), reference(x)
+            err = ((y_s.float() - y_ref.float()).norm() / y_ref.float().norm()).item()
+            row = {"batch": batch, "tokens": tokens, "phase": "prefill" if tokens > 1 else "decode",
+                   "block_dense_ms": time_ms(lambda x=x: dense(x)), "block_sparse_ms": time_ms(lambda x=x: sparse(x)),
+                   "mlp_dense_ms": time_ms(lambda x=x: dense.mlp(x)),
+                   "mlp_sparse_ms": time_ms(lambda x=x: sparse.mlp(x)), "rel_diff_vs_masked_dense": err}
+            row["block_speedup"] = row["block_dense_ms"] / row["block_sparse_ms"]
+            row["mlp_speedup"] = row["mlp_dense_ms"] / row["mlp_sparse_ms"]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        x = torch.randn(1, 16 if args.tiny else 128, dim, device=dev, dtype=dtype)
+        eager = sparse(x)
+        compiled = torch.compile(sparse, fullgraph=True)(x)
+        diff = ((compiled.float() - eager.float()).norm() / eager.float().norm()).item()
+        checks = {"compile_fullgraph_rel_diff": diff}
+        if dev == "cuda":
+            static_x = x.clone()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                static_y = sparse(static_x)
+            g.replay()
+            torch.cuda.synchronize()
+            checks["cuda_graph_rel_diff"] = ((static_y.float() - eager.float()).norm() / eager.float().norm()).item()
+        print(json.dumps(checks))
+    if args.out:
+        from cutlass_nm.bench.env import environment
+
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"environment": environment(), "rows": rows, "checks": checks}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
