@@ -1,0 +1,65 @@
+"""Regenerate the README's result tables from the committed JSON (they are never typed by hand).
+
+    python3 benchmarks/update_readme.py          # rewrite README.md in place
+    python3 benchmarks/update_readme.py --check  # exit 1 if README.md is out of date (a CPU test runs this)
+
+Each table sits between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->`` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from report_sptc24 import table as sptc24_table
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def tuner_table(result: dict) -> str:
+    env = result["environment"]
+    lines = [f"{env['gpu']}, commit {env['commit']}; `{env['command']}`.", "",
+             "| problem | space points | Optuna trials (measured / pruned) | Optuna best / sweep best | "
+             "tuned vs cuBLAS | tuned vs best cuSPARSELt |", "|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['m']} x {r['n']} x {r['k']} | {r['space_points']} | {r['optuna_trials']} "
+                     f"({r['optuna_measured']} / {r['optuna_pruned']}) | {r['optuna_over_sweep']:.3f} | "
+                     f"{r['optuna_speedup_vs_cublas']:.2f}x | {r['optuna_speedup_vs_cusparselt_best']:.2f}x |")
+    return "\n".join(lines)
+
+
+SECTIONS = {
+    "sptc24": (RESULTS / "h100" / "sptc24_llm.json", sptc24_table),
+    "tuner": (RESULTS / "h100" / "tuner.json", tuner_table),
+}
+
+
+def render(readme: str) -> str:
+    for name, (path, fn) in SECTIONS.items():
+        body = fn(json.loads(path.read_text()))
+        pattern = re.compile(rf"(<!-- results:{name} -->\n)(?:.*?\n)?(<!-- /results:{name} -->)", re.S)
+        if not pattern.search(readme):
+            raise SystemExit(f"README.md has no <!-- results:{name} --> section")
+        readme = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), readme)
+    return readme
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args()
+    path = ROOT / "README.md"
+    old = path.read_text()
+    new = render(old)
+    if args.check:
+        return 0 if new == old else 1
+    path.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
