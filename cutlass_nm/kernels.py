@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import ctypes
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from .build import build, build_many
+from .build.compiler import is_cached
 from .families import KernelTypes, get_family
 
+log = logging.getLogger("cutlass_nm")
 KernelId = tuple[str, Any, KernelTypes]  # (family name, Config, KernelTypes)
 _LOADED: dict[KernelId, Callable] = {}
 _LOCK = threading.Lock()
@@ -33,7 +36,11 @@ def get_kernel(kid: KernelId) -> Callable:
         with _LOCK:
             launcher = _LOADED.get(kid)
             if launcher is None:
-                artifact = build(*_source(kid))
+                source, arch, name = _source(kid)
+                if not is_cached(source, arch):
+                    log.warning("cutlass_nm: compiling %s on first use (about 1-2 min for sm90; "
+                                "`cutlass-nm build` compiles ahead of time, in parallel)", name)
+                artifact = build(source, arch, name)
                 lib = ctypes.CDLL(str(artifact.path))
                 launcher = get_family(kid[0]).bind(lib, kid[1], kid[2])
                 _LOADED[kid] = launcher

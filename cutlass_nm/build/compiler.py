@@ -83,6 +83,11 @@ def cache_key(source: str, arch: str) -> str:
     return h.hexdigest()[:24]
 
 
+def is_cached(source: str, arch: str) -> bool:
+    """True when ``build(source, arch)`` would load from the cache instead of compiling."""
+    return (cache_dir() / f"{cache_key(source, arch)}.so").exists()
+
+
 def build(source: str, arch: str, name: str = "kernel", timeout: float = 900.0) -> Artifact:
     """Compile ``source`` for ``arch`` unless the cache already holds it; return the library path."""
     if arch not in ARCH_FLAGS:
