@@ -67,3 +67,22 @@ def test_perfmodel_prefers_full_waves_and_big_tiles():
     ranked = perfmodel.rank(cfgs, PROBLEM)
     assert perfmodel.estimate_ms(ranked[0], PROBLEM) <= perfmodel.estimate_ms(ranked[-1], PROBLEM)
     assert ranked[0].tile_m * ranked[0].tile_n >= 128 * 128
+
+
+def test_two_tuners_share_a_journal_file(tmp_path):
+    url = f"journal:{tmp_path / 'study.log'}"
+    db = f"sqlite:///{tmp_path / 't.sqlite'}"
+    Store(db)
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=tuner_process, args=(url, 10, seed), kwargs={"db": db}) for seed in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    assert [p.exitcode for p in procs] == [0, 0]
+    from cutlass_nm.tune.tuner import optuna_storage
+
+    study = optuna.load_study(study_name=study_name("sptc24_sm90", PROBLEM, env()), storage=optuna_storage(url))
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    keys = [json.dumps(t.params, sort_keys=True) for t in done]
+    assert len(study.trials) == 20 and len(keys) == len(set(keys))

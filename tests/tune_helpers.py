@@ -23,8 +23,8 @@ def no_build(cfg) -> None:
     return None
 
 
-def tuner_process(url: str, trials: int, seed: int) -> None:
+def tuner_process(url: str, trials: int, seed: int, db: str | None = None) -> None:
     from cutlass_nm.tune import tune_problem
 
-    tune_problem(PROBLEM, n_trials=trials, storage=url, db_url=url, env=env(), measure=fake_measure,
+    tune_problem(PROBLEM, n_trials=trials, storage=url, db_url=db or url, env=env(), measure=fake_measure,
                  build=no_build, jobs=2, seed=seed, warm_start=4, retime_top=2)

@@ -80,10 +80,21 @@ def _nearest_winners(store: Any, env: EnvFields, family: str, problem: Problem, 
     return [cfg for _, cfg in sorted(scored, key=lambda s: s[0])[:count]]
 
 
+def optuna_storage(url: str | None) -> optuna.storages.BaseStorage | str | None:
+    """``journal:/path/file.log`` -> a journal file (many processes on one host); an SQLAlchemy URL -> RDB
+    storage (PostgreSQL for many hosts); None -> in memory."""
+    if url and url.startswith("journal:"):
+        from optuna.storages.journal import JournalFileBackend
+
+        return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
+    return url
+
+
 def _open_study(name: str, storage: str | None, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
     """Create or join a study; several processes starting at once race on the storage's first setup."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    storage = optuna_storage(storage)
     for attempt in range(5):
         try:
             return optuna.create_study(study_name=name, storage=storage, direction="minimize", sampler=sampler,
