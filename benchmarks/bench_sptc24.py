@@ -53,6 +53,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--out", type=Path, help="write JSON rows here")
     ap.add_argument("--compile-only", action="store_true", help="build every kernel the run needs, then stop")
+    ap.add_argument("--tuned", action="store_true",
+                    help="also time the tuning DB's winner per shape (rows marked tuned: true)")
     args = ap.parse_args()
     dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     types = KernelTypes(args.dtype, args.dtype, False)
@@ -60,9 +62,17 @@ def main() -> None:
     sm90, sm80 = get_family("sptc24_sm90"), get_family("sptc24_sm80")
     grid = sweep_configs(sm90) if args.sweep else []
 
+    selector = None
+    if args.tuned:
+        from cutlass_nm.store.lookup import TunedSelector
+
+        selector = TunedSelector()
     kids = set()
     for m, n, k in shapes:
         p = Problem(m, n, k, types)
+        tuned = selector(sm90, p) if selector else None
+        if tuned is not None:
+            kids.add(("sptc24_sm90", tuned, types))
         kids.add(("sptc24_sm90", sm90.heuristic(p), types))
         kids.add(("sptc24_sm80", sm80.heuristic(p), types))
         kids.update(("sptc24_sm90", c, types) for c in grid if sm90.check(c, p) is None)
@@ -78,7 +88,7 @@ def main() -> None:
     env = environment()
     rows = []
     for shape in shapes:
-        rows += bench_shape(shape, dtype, args, types, grid, failed)
+        rows += bench_shape(shape, dtype, args, types, grid, failed, selector)
         _summarize(rows, shape)
         torch.cuda.empty_cache()
 
@@ -88,7 +98,7 @@ def main() -> None:
         print("wrote", args.out)
 
 
-def bench_shape(shape, dtype, args, types, grid, failed) -> list[dict]:
+def bench_shape(shape, dtype, args, types, grid, failed, tuned_selector=None) -> list[dict]:
     """Rows for one (m, n, k): baselines, both families' heuristic configs, and the sweep grid."""
     m, n, k = shape
     sm90, sm80 = get_family("sptc24_sm90"), get_family("sptc24_sm80")
@@ -102,7 +112,7 @@ def bench_shape(shape, dtype, args, types, grid, failed) -> list[dict]:
     rows: list[dict] = []
     base = {"m": m, "n": n, "k": k, "dtype": args.dtype, "tuned": False}
 
-    def record(impl, fn, cfg=None):
+    def record(impl, fn, cfg=None, tuned=False):
         try:
             y = fn(0)
             torch.cuda.synchronize()
@@ -111,7 +121,8 @@ def bench_shape(shape, dtype, args, types, grid, failed) -> list[dict]:
         except Exception as exc:  # a failed variant is a row, not the end of the run
             rows.append({**base, "impl": impl, "error": str(exc)[:300]})
             return
-        rows.append({**base, "impl": impl, "config": cfg.to_record() if cfg else None, "median_ms": t.p50_ms,
+        rows.append({**base, "tuned": tuned, "impl": impl, "config": cfg.to_record() if cfg else None,
+                     "median_ms": t.p50_ms,
                      "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "reps": t.reps, "timing": t.method,
                      "tflops": flops / t.p50_ms / 1e9, "rel_err": err})
 
@@ -125,7 +136,9 @@ def bench_shape(shape, dtype, args, types, grid, failed) -> list[dict]:
         cfg = fam.heuristic(p)
         if (fam.name, cfg, types) not in failed:
             record(f"{fam.name}_heuristic", lambda i, f=fam.name: cutlass_nm.matmul(xs[i], sparse[i], family=f), cfg)
-    for cfg in grid:
+    tuned_cfg = tuned_selector(sm90, p) if tuned_selector else None
+    extra = [("sptc24_sm90_tuned", tuned_cfg, True)] if tuned_cfg is not None else []
+    for impl, cfg, is_tuned in [*extra, *(("sptc24_sm90_sweep", c, False) for c in grid)]:
         kid = ("sptc24_sm90", cfg, types)
         if sm90.check(cfg, p) is not None or kid in failed:
             continue
@@ -136,7 +149,7 @@ def bench_shape(shape, dtype, args, types, grid, failed) -> list[dict]:
             kern(xs[i], sparse[i], None, y)
             return y
 
-        record("sptc24_sm90_sweep", run, cfg)
+        record(impl, run, cfg, tuned=is_tuned)
     return rows
 
 
