@@ -16,7 +16,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from .db import is_current, make_engine, redact, upgrade
+from .db import is_current, make_engine, upgrade
 from .fingerprint import EnvFields, ProblemKey, template_hash
 from .schema import Claim, Environment, Measurement, Winner
 from .validate import RecordError, validate_measurement
@@ -31,7 +31,7 @@ class Store:
 
     def __init__(self, url: str | None = None, *, create: bool = True) -> None:
         self.engine: Engine = make_engine(url)
-        self.url = redact(str(self.engine.url.render_as_string(hide_password=False)))
+        self.url = self.engine.url.render_as_string(hide_password=True)
         if create and not is_current(self.engine):
             upgrade(self.engine)
         self._env_ids: dict[tuple[str, str], int] = {}
