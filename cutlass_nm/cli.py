@@ -218,6 +218,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _problem_args(p: argparse.ArgumentParser) -> None:
+    """The problem selection shared by build and tune: shapes or model layers, dtype, bias."""
+    p.add_argument("--shape", type=_shape, action="append", help="M,N,K (tokens, out, in); repeatable")
+    p.add_argument("--model", action="append", help="a model of the campaign file, e.g. llama-7b; repeatable")
+    p.add_argument("--tokens", type=int, default=2048, help="m for --model (default 2048)")
+    p.add_argument("--campaigns", help="campaign file (default: the repo's tuning/models.json)")
+    p.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
+    p.add_argument("--bias", action="store_true", help="kernels with a fused bias")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cutlass-nm", description="N:M-sparse GEMM kernels emitted with CUTLASS.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -225,14 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: all cores)")
     p.set_defaults(fn=cmd_check)
     p = sub.add_parser("build", help="precompile the kernels matmul picks for given shapes")
-    p.add_argument("--shape", type=_shape, action="append", help="M,N,K (tokens, out, in); repeatable")
-    p.add_argument("--model", action="append", help="a model of the campaign file, e.g. llama-7b; repeatable")
-    p.add_argument("--tokens", type=int, default=2048, help="m for --model (default 2048)")
-    p.add_argument("--campaigns", help="campaign file (default: the repo's tuning/models.json)")
+    _problem_args(p)
     p.add_argument("--family", action="append", choices=["sptc24_sm90", "sptc24_sm80"],
                    help="kernel family (repeatable; default: sptc24_sm90)")
-    p.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
-    p.add_argument("--bias", action="store_true", help="kernels with a fused bias")
     p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: all cores)")
     p.set_defaults(fn=cmd_build)
     p = sub.add_parser("cache", help="show the kernel cache folder")
@@ -259,13 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true")
     db.set_defaults(fn=cmd_db)
     p = sub.add_parser("tune", help="tune problems or a model's layers on this GPU; winners go to the tuning DB")
-    p.add_argument("--shape", type=_shape, action="append", help="M,N,K; repeatable")
-    p.add_argument("--model", action="append", help="a model of the campaign file, e.g. llama-7b; repeatable")
-    p.add_argument("--tokens", type=int, default=2048, help="m for --model (default 2048)")
-    p.add_argument("--campaigns", help="campaign file (default: the repo's tuning/models.json)")
+    _problem_args(p)
     p.add_argument("--pattern", default="2:4")
-    p.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
-    p.add_argument("--bias", action="store_true")
     p.add_argument("--trials", type=int, default=40, help="Optuna trials per problem (default 40)")
     p.add_argument("--timeout", type=float, help="seconds per problem")
     p.add_argument("--storage", help="Optuna storage URL (default: in memory); share one to tune from many GPUs")
