@@ -22,6 +22,7 @@ from .errors import (
     SparsityError,
 )
 from .formats import Sparse24Weight, compress_24, mask_24, validate_24
+from .formats.nm import NMWeight, compress_nm, mask_nm
 from .formats.vnm import VNMWeight, compress_vnm, mask_vnm
 from .nn import SparseLinear, sparsify
 from .patterns import Pattern
@@ -30,28 +31,29 @@ from .store.lookup import use_tuning_db
 __version__ = "0.1.0"
 
 
-def _supported(pattern: str | Pattern) -> Pattern:
+AnyWeight = Sparse24Weight | VNMWeight | NMWeight
+
+
+def prune(w: torch.Tensor, pattern: str | Pattern = "2:4", *, vector: int = 32) -> tuple[AnyWeight, torch.Tensor]:
+    """Magnitude-prune ``w`` to ``pattern``; return the compressed weight and the boolean mask.
+
+    '2:4' gives the Sparse Tensor Core format, 'V:2:M' the VENOM format, any other 'N:M' the CUDA-core
+    format, whose kept positions are shared by ``vector`` consecutive rows (see formats/nm.py).
+    """
     p = Pattern.parse(pattern)
-    if not (p.is_24 or p.is_vnm):
-        raise PatternError(f"pattern {p} has no format yet; '2:4' and V:N:M (e.g. '128:2:8') are implemented")
-    return p
+    if p.is_24:
+        mask = mask_24(w)
+        return compress_24(w * mask), mask
+    mask = mask_vnm(w, p) if p.is_vnm else mask_nm(w, p, vector)
+    return compress(w * mask, p, vector=vector), mask
 
 
-def prune(w: torch.Tensor, pattern: str | Pattern = "2:4") -> tuple[Sparse24Weight | VNMWeight, torch.Tensor]:
-    """Magnitude-prune ``w`` to ``pattern``; return the compressed weight and the boolean mask."""
-    p = _supported(pattern)
-    if p.is_vnm:
-        mask = mask_vnm(w, p)
-        return compress_vnm(w * mask, p), mask
-    mask = mask_24(w)
-    return compress_24(w * mask), mask
-
-
-def compress(w: torch.Tensor, pattern: str | Pattern = "2:4", *, prune: bool = False
-             ) -> Sparse24Weight | VNMWeight:
+def compress(w: torch.Tensor, pattern: str | Pattern = "2:4", *, prune: bool = False, vector: int = 32) -> AnyWeight:
     """Compress a weight that already satisfies ``pattern`` (or prune it first with ``prune=True``)."""
-    p = _supported(pattern)
-    return compress_vnm(w, p, prune=prune) if p.is_vnm else compress_24(w, prune=prune)
+    p = Pattern.parse(pattern)
+    if p.is_24:
+        return compress_24(w, prune=prune)
+    return compress_vnm(w, p, prune=prune) if p.is_vnm else compress_nm(w, p, vector, prune=prune)
 
 
 __all__ = [
@@ -60,6 +62,7 @@ __all__ = [
     "CutlassNMError",
     "InputError",
     "LaunchError",
+    "NMWeight",
     "Pattern",
     "PatternError",
     "ShapeError",

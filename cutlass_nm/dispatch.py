@@ -75,9 +75,9 @@ def matmul(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None = None,
 def _check(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None) -> None:
     """Every input rule, cheapest first; device checks come last so the rest is testable on a CPU."""
     if not isinstance(w, Sparse24Weight):
-        if type(w).__name__ == "VNMWeight":
-            raise ShapeError(f"no kernel family runs {w.pattern} weights yet (V:N:M kernels: issue 5); "
-                             "use a '2:4' weight")
+        if type(w).__name__ in ("VNMWeight", "NMWeight"):
+            raise ShapeError(f"no kernel family runs {w.pattern} weights yet (V:N:M: issue 5, N:M on CUDA "
+                             "cores: issue 6); use a '2:4' weight")
         raise InputError(f"w must be a compressed weight (cutlass_nm.compress(w, '2:4')), got {type(w).__name__}")
     if not isinstance(x, torch.Tensor):
         raise InputError(f"x must be a torch.Tensor, got {type(x).__name__}")

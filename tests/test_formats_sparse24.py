@@ -103,8 +103,8 @@ def test_bad_weights(w, fragment):
         compress(w, "2:4", prune=True)
 
 
-def test_unimplemented_pattern_is_an_error():
-    from cutlass_nm import PatternError
+def test_general_nm_patterns_get_their_own_format():
+    from cutlass_nm import NMWeight
 
-    with pytest.raises(PatternError, match="no format yet"):
-        prune(torch.randn(4, 8), "2:8")
+    w, mask = prune(torch.randn(32, 16), "2:8")
+    assert isinstance(w, NMWeight) and mask.float().mean() == 0.25

@@ -1,0 +1,107 @@
+"""General N:M weights for the CUDA-core families: keep N of every M consecutive weights along k, with
+the kept positions shared by a vector of ``vector`` consecutive output rows.
+
+Why share indices across rows: a CUDA-core kernel gives each warp a block of output rows and walks
+k; when every row of the block keeps the same positions, the warp reads one x element per kept
+position (a shared-memory broadcast, no bank conflicts) and the index is uniform across the warp
+(no divergence). NM-SpMM's measurements put the sweet spot at a warp's worth of rows, hence the
+default ``vector = 32``; ``vector = 1`` is plain element-wise N:M (what the decode path can also take).
+
+Canonical form: ``values`` rows x G·N (G = ceil(k / M), k zero-padded to G·M); ``indices``
+ceil(rows / vector) x G·N uint8, ascending offsets within each group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import InputError, SparsityError
+from ..patterns import Pattern
+
+VECTORS = (1, 8, 16, 32, 64)
+
+
+@dataclass(eq=False)
+class NMWeight:
+    values: torch.Tensor
+    indices: torch.Tensor
+    shape: tuple[int, int]
+    pattern: Pattern
+    vector: int
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+    def to_dense(self) -> torch.Tensor:
+        rows, k = self.shape
+        n, m = self.pattern.n, self.pattern.m
+        g = self.indices.shape[1] // n
+        idx = self.indices.long().repeat_interleave(self.vector, dim=0)[:rows].reshape(rows, g, n)
+        out = torch.zeros(rows, g, m, dtype=self.dtype, device=self.values.device)
+        out.scatter_(-1, idx, self.values.reshape(rows, g, n))
+        return out.reshape(rows, g * m)[:, :k]
+
+
+def _check(w: torch.Tensor, pattern: Pattern, vector: int) -> None:
+    if pattern.is_vnm:
+        raise InputError(f"{pattern} is V:N:M; use formats.vnm")
+    if vector not in VECTORS:
+        raise InputError(f"vector must be one of {VECTORS}, got {vector}")
+    if not isinstance(w, torch.Tensor) or w.dim() != 2 or not w.is_floating_point():
+        raise InputError("an N:M weight is a 2-D floating-point tensor (out_features x in_features)")
+
+
+def _padded(w: torch.Tensor, pattern: Pattern, vector: int) -> torch.Tensor:
+    rows, k = w.shape
+    g, b = -(-k // pattern.m), -(-rows // vector)
+    out = torch.zeros(b * vector, g * pattern.m, dtype=w.dtype, device=w.device)
+    out[:rows, :k] = w
+    return out.reshape(b, vector, g, pattern.m)
+
+
+def mask_nm(w: torch.Tensor, pattern: str | Pattern, vector: int = 32) -> torch.Tensor:
+    """Keep, in every group of M along k, the N positions of largest Σ|w| over each vector of rows."""
+    pattern = Pattern.parse(pattern)
+    _check(w, pattern, vector)
+    a = _padded(w.abs().float(), pattern, vector)  # B, V, G, M
+    keep = a.sum(1).topk(pattern.n, dim=-1).indices  # B, G, N
+    mask = torch.zeros(a.shape[0], a.shape[2], pattern.m, dtype=torch.bool, device=w.device)
+    mask.scatter_(-1, keep, True)
+    mask = mask.unsqueeze(1).expand_as(a).reshape(a.shape[0] * vector, -1)
+    return mask[: w.shape[0], : w.shape[1]]
+
+
+def validate_nm(w: torch.Tensor, pattern: str | Pattern, vector: int = 32) -> str | None:
+    """None if every vector of rows uses at most N positions per group of M, else the first violation."""
+    pattern = Pattern.parse(pattern)
+    _check(w, pattern, vector)
+    used = (_padded(w, pattern, vector) != 0).any(1).sum(-1)  # B, G
+    if (used > pattern.n).any():
+        b, g = (int(t) for t in torch.nonzero(used > pattern.n)[0])
+        return (f"rows {b * vector}..{b * vector + vector - 1} use {int(used[b, g])} > {pattern.n} positions "
+                f"of group {g} (columns {g * pattern.m}..{g * pattern.m + pattern.m - 1})")
+    return None
+
+
+def compress_nm(w: torch.Tensor, pattern: str | Pattern, vector: int = 32, *, prune: bool = False) -> NMWeight:
+    """Compress an N:M weight (vector-shared positions), or magnitude-prune it first with ``prune=True``."""
+    pattern = Pattern.parse(pattern)
+    _check(w, pattern, vector)
+    if prune:
+        w = w * mask_nm(w, pattern, vector)
+    else:
+        bad = validate_nm(w, pattern, vector)
+        if bad:
+            raise SparsityError(f"weight is not {pattern} (vector {vector}): {bad}; prune it first or pass "
+                                "prune=True")
+    rows, k = w.shape
+    p = _padded(w, pattern, vector)  # B, V, G, M
+    b, v, g, m = p.shape
+    used = (p != 0).any(1).float() * 2 - torch.arange(m, device=w.device) / m  # used first, then low offsets
+    idx = used.topk(pattern.n, dim=-1).indices.sort(-1).values  # B, G, N
+    values = p.gather(-1, idx.unsqueeze(1).expand(b, v, g, pattern.n)).reshape(b * v, g * pattern.n)[:rows]
+    return NMWeight(values.contiguous(), idx.reshape(b, g * pattern.n).to(torch.uint8).contiguous(), (rows, k),
+                    pattern, vector)
