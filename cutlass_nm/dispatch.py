@@ -18,6 +18,7 @@ from .errors import InputError, ShapeError
 from .families import Family, KernelTypes, Problem, get_family
 from .families.launch import device_info, dtype_name
 from .formats import Sparse24Weight
+from .formats.nm import NMWeight
 from .kernels import get_kernel
 
 Selector = Callable[[Family, Problem], Any]  # returns a Config, or None to use the heuristic
@@ -49,10 +50,11 @@ def _no_selector(family: Family, problem: Problem) -> None:
     return None
 
 
-def matmul(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None = None, *,
+def matmul(x: torch.Tensor, w: Sparse24Weight | NMWeight, bias: torch.Tensor | None = None, *,
            out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None,
            family: str | None = None) -> torch.Tensor:
-    """y = x · Wᵀ (+ bias), the ``nn.Linear`` convention, with W compressed 2:4.
+    """y = x · Wᵀ (+ bias), the ``nn.Linear`` convention, with W compressed 2:4 (Sparse Tensor Cores) or
+    general N:M (CUDA cores; for now the decode path, m <= 16).
 
     x is ``(..., k)`` fp16/bf16 on a CUDA device; the result is ``(..., n)`` in ``out_dtype``
     (default: x's dtype), written into ``out`` when given. ``family`` forces a kernel family.
@@ -64,7 +66,8 @@ def matmul(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None = None,
     y = _check_out(out, (*lead, w.out_features), out_dtype, x.device)
     if x2.shape[0] == 0:
         return y
-    key = (x2.shape[0], w.out_features, w.in_features, x.dtype, out_dtype, bias is not None, x.device, family)
+    key = (x2.shape[0], w.out_features, w.in_features, x.dtype, out_dtype, bias is not None, x.device, family,
+           type(w))
     kernel = _RESOLVED.get(key)
     if kernel is None:
         kernel = _resolve(key)
@@ -74,10 +77,9 @@ def matmul(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None = None,
 
 def _check(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None) -> None:
     """Every input rule, cheapest first; device checks come last so the rest is testable on a CPU."""
-    if not isinstance(w, Sparse24Weight):
-        if type(w).__name__ in ("VNMWeight", "NMWeight"):
-            raise ShapeError(f"no kernel family runs {w.pattern} weights yet (V:N:M: issue 5, N:M on CUDA "
-                             "cores: issue 6); use a '2:4' weight")
+    if not isinstance(w, (Sparse24Weight, NMWeight)):
+        if type(w).__name__ == "VNMWeight":
+            raise ShapeError(f"no kernel family runs {w.pattern} (V:N:M) weights yet (issue 5); use '2:4' or N:M")
         raise InputError(f"w must be a compressed weight (cutlass_nm.compress(w, '2:4')), got {type(w).__name__}")
     if not isinstance(x, torch.Tensor):
         raise InputError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -128,7 +130,12 @@ def default_family(device: torch.device) -> str:
 
 def _resolve(key: tuple) -> Callable:
     """Slow path, once per problem: choose family and config, compile or load, remember."""
-    m, n, k, dtype, out_dtype, has_bias, device, family_name = key
+    m, n, k, dtype, out_dtype, has_bias, device, family_name, kind = key
+    if family_name is None and kind is NMWeight:
+        if m > 16:
+            raise ShapeError(f"general N:M runs on the decode path (m <= 16) so far; m={m} needs the CUDA-core "
+                             "GEMM family (issue 6)")
+        family_name = "nm_decode"
     family = get_family(family_name or default_family(device))
     problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias))
     cfg = (_selector or _default_selector())(family, problem)

@@ -17,14 +17,14 @@ def test_every_family_reads_alike(family):
     assert space and all(isinstance(v, tuple) and v for v in space.values())
     default = family.Config()
     assert family.Config.from_record(default.to_record()) == default
-    for m in (1, 64, 4096):
+    for m in (1, 16) if family.name == "nm_decode" else (1, 64, 4096):
         p = Problem(m, 4096, 4096, F16)
         assert family.check(family.heuristic(p), p) is None
 
 
 @pytest.mark.parametrize("family", list(FAMILIES.values()), ids=list(FAMILIES))
 def test_space_has_valid_and_invalid_points(family):
-    p = Problem(2048, 4096, 4096, F16)
+    p = Problem(8 if family.name == "nm_decode" else 2048, 4096, 4096, F16)
     space = family.space()
     points = [dict(zip(space, vals, strict=True)) for vals in itertools.product(*space.values())]
     verdicts = [family.check(family.Config(**pt), p) for pt in points]
@@ -100,3 +100,11 @@ def test_kernel_types_are_validated():
         KernelTypes("f16; evil", "f16", False)
     with pytest.raises(ConfigError):
         KernelTypes("f16", "f16", 1)  # type: ignore[arg-type]
+
+
+def test_nm_decode_family():
+    dec = get_family("nm_decode")
+    assert "exceeds" in dec.check(dec.Config(max_tokens=4), Problem(8, 256, 256, F16))
+    assert dec.heuristic(Problem(3, 256, 256, F16)).max_tokens == 4
+    src = dec.source(dec.Config(max_tokens=8, warps=4), KernelTypes("bf16", "bf16", True))
+    assert "using Element = __nv_bfloat16;" in src and "kMaxTokens = 8;" in src and "${" not in src

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from . import sptc24_sm80, sptc24_sm90
+from . import nm_decode, sptc24_sm80, sptc24_sm90
 from .base import Family, KernelTypes, Problem
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (sptc24_sm90.FAMILY, sptc24_sm80.FAMILY)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (sptc24_sm90.FAMILY, sptc24_sm80.FAMILY, nm_decode.FAMILY)}
 
 
 def get_family(name: str) -> Family:

@@ -35,6 +35,25 @@ class NMWeight:
     def dtype(self) -> torch.dtype:
         return self.values.dtype
 
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    @property
+    def out_features(self) -> int:
+        return self.shape[0]
+
+    @property
+    def in_features(self) -> int:
+        return self.shape[1]
+
+    def layout(self, key: tuple, build) -> object:
+        """A kernel layout of this weight, built once by ``build(self)`` and cached."""
+        cache = self.__dict__.setdefault("_layouts", {})
+        if key not in cache:
+            cache[key] = build(self)
+        return cache[key]
+
     def to_dense(self) -> torch.Tensor:
         rows, k = self.shape
         n, m = self.pattern.n, self.pattern.m
@@ -105,3 +124,14 @@ def compress_nm(w: torch.Tensor, pattern: str | Pattern, vector: int = 32, *, pr
     values = p.gather(-1, idx.unsqueeze(1).expand(b, v, g, pattern.n)).reshape(b * v, g * pattern.n)[:rows]
     return NMWeight(values.contiguous(), idx.reshape(b, g * pattern.n).to(torch.uint8).contiguous(), (rows, k),
                     pattern, vector)
+
+
+def decode_layout(w: NMWeight) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Values and indices with each row padded (zeros) to a multiple of 8 nonzeros, for 16-byte loads."""
+    nnz = w.values.shape[1]
+    stride = -(-nnz // 8) * 8
+    values = torch.zeros(w.values.shape[0], stride, dtype=w.dtype, device=w.device)
+    values[:, :nnz] = w.values
+    indices = torch.zeros(w.indices.shape[0], stride, dtype=torch.uint8, device=w.device)
+    indices[:, :nnz] = w.indices
+    return values, indices, stride

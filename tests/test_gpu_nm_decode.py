@@ -1,0 +1,39 @@
+"""General N:M decode path on the GPU: random patterns (3:7, 5:16 ...), tails, m = 1..16, poisoned outputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cutlass_nm
+
+pytestmark = pytest.mark.gpu
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+
+@pytest.mark.parametrize("pattern", ["1:4", "2:8", "3:7", "5:16", "16:32", "7:64"])
+@pytest.mark.parametrize("vector", [1, 32])
+@pytest.mark.parametrize("m", [1, 3, 16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_decode_matches_reference(pattern, vector, m, dtype):
+    n, k = 1000, 1003  # neither is a multiple of anything
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dtype, generator=g), pattern, vector=vector)
+    bias = torch.randn(n, device="cuda", dtype=dtype, generator=g)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    y = cutlass_nm.matmul(x, w, bias, out=out)
+    ref = x.double() @ w.to_dense().double().T + bias.double()
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all()
+    assert ((y.double() - ref).norm() / ref.norm()).item() < TOL[dtype]
+
+
+def test_decode_fp32_out_and_m_limit():
+    x = torch.randn(2, 512, device="cuda", dtype=torch.float16)
+    w, _ = cutlass_nm.prune(torch.randn(256, 512, device="cuda", dtype=torch.float16), "2:8")
+    y = cutlass_nm.matmul(x, w, out_dtype=torch.float32)
+    ref = x.double() @ w.to_dense().double().T
+    assert y.dtype == torch.float32 and ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
+    with pytest.raises(cutlass_nm.ShapeError, match="m <= 16"):
+        cutlass_nm.matmul(torch.randn(17, 512, device="cuda", dtype=torch.float16), w)
