@@ -35,3 +35,10 @@ def test_a_compile_error_is_reported_with_its_log(isolated_cache):
 
     with pytest.raises(BuildError, match="full log"):
         build("this is not C++;", "sm_90a", name="broken")
+
+
+def test_compile_nm_decode(isolated_cache):
+    dec = get_family("nm_decode")
+    (res,) = precompile([("nm_decode", dec.Config(max_tokens=16, warps=4), KernelTypes("bf16", "f32", True))])
+    assert not isinstance(res, Exception), res
+    assert ctypes.CDLL(str(res.path)).cnm_abi_version() == 1
