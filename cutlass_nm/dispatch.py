@@ -137,6 +137,8 @@ def _resolve(key: tuple) -> Callable:
                              "GEMM family (issue 6)")
         family_name = "nm_decode"
     family = get_family(family_name or default_family(device))
+    if not issubclass(kind, family.weight):
+        raise ShapeError(f"{family.name} runs {family.weight.__name__} weights, got a {kind.__name__}")
     problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias))
     cfg = (_selector or _default_selector())(family, problem)
     if cfg is None or family.check(cfg, problem) is not None:

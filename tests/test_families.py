@@ -108,3 +108,11 @@ def test_nm_decode_family():
     assert dec.heuristic(Problem(3, 256, 256, F16)).max_tokens == 4
     src = dec.source(dec.Config(max_tokens=8, warps=4), KernelTypes("bf16", "bf16", True))
     assert "using Element = __nv_bfloat16;" in src and "kMaxTokens = 8;" in src and "${" not in src
+
+
+def test_each_family_names_its_weight_type():
+    from cutlass_nm.formats import Sparse24Weight
+    from cutlass_nm.formats.nm import NMWeight
+
+    assert SM90.weight is Sparse24Weight and SM80.weight is Sparse24Weight
+    assert get_family("nm_decode").weight is NMWeight

@@ -2,7 +2,8 @@
 
 A family module exports ``FAMILY``, an object with:
 
-* ``name``, ``arch`` and ``Config`` (a frozen dataclass of ints and enum strings);
+* ``name``, ``arch``, ``weight`` (the compressed-weight type it runs) and ``Config`` (a frozen
+  dataclass of ints and enum strings);
 * ``space()``: every config parameter and its allowed values (what the tuner searches);
 * ``check(cfg, problem)``: ``None`` if the config can run the problem, else the reason;
 * ``source(cfg, types)``: the full CUDA translation unit (CUTLASS-emitted kernel + our C ABI);
@@ -80,6 +81,7 @@ class FamilyConfig:
 class Family(Protocol):
     name: str
     arch: str
+    weight: type
     Config: type
 
     def space(self) -> dict[str, tuple[Any, ...]]: ...

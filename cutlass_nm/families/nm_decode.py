@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import torch
 
-from ..formats.nm import decode_layout
+from ..formats.nm import NMWeight, decode_layout
 from .base import FamilyConfig, KernelTypes, Problem
 from .launch import check_status
 
@@ -32,6 +32,7 @@ class Config(FamilyConfig):
 class _DecodeFamily:
     name = "nm_decode"
     arch = "sm_80"
+    weight = NMWeight
     Config = Config
 
     def space(self) -> dict[str, tuple]:

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import torch
 
-from ..formats import meta_sm80
+from ..formats import Sparse24Weight, meta_sm80
 from .base import FamilyConfig, KernelTypes, Problem
 from .launch import check_status, torch_dtype, workspace
 
@@ -58,6 +58,7 @@ def smem_per_stage(cfg: Config) -> int:
 class _Sm80Family:
     name = "sptc24_sm80"
     arch = "sm_80"
+    weight = Sparse24Weight
     Config = Config
 
     def space(self) -> dict[str, tuple]:

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import torch
 
-from ..formats import meta_sm90
+from ..formats import Sparse24Weight, meta_sm90
 from .base import FamilyConfig, KernelTypes, Problem
 from .launch import check_status, device_info, workspace
 
@@ -62,6 +62,7 @@ def alignment_rule(problem: Problem) -> str | None:
 class _Sm90Family:
     name = "sptc24_sm90"
     arch = "sm_90a"
+    weight = Sparse24Weight
     Config = Config
 
     def space(self) -> dict[str, tuple]:
