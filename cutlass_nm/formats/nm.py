@@ -19,40 +19,18 @@ import torch
 
 from ..errors import InputError, SparsityError
 from ..patterns import Pattern
+from .weight import CompressedWeight
 
 VECTORS = (1, 8, 16, 32, 64)
 
 
 @dataclass(eq=False)
-class NMWeight:
+class NMWeight(CompressedWeight):
     values: torch.Tensor
     indices: torch.Tensor
     shape: tuple[int, int]
     pattern: Pattern
     vector: int
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.values.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
-
-    @property
-    def out_features(self) -> int:
-        return self.shape[0]
-
-    @property
-    def in_features(self) -> int:
-        return self.shape[1]
-
-    def layout(self, key: tuple, build) -> object:
-        """A kernel layout of this weight, built once by ``build(self)`` and cached."""
-        cache = self.__dict__.setdefault("_layouts", {})
-        if key not in cache:
-            cache[key] = build(self)
-        return cache[key]
 
     def to_dense(self) -> torch.Tensor:
         rows, k = self.shape

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import InputError, SparsityError
+from .weight import CompressedWeight
 
 GROUP = 4
 KEEP = 2
@@ -67,29 +68,13 @@ def validate_24(w: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(eq=False)
-class Sparse24Weight:
+class Sparse24Weight(CompressedWeight):
     """A 2:4-compressed weight of logical shape ``rows x k``; kernel layouts are cached lazily."""
 
     values: torch.Tensor
     meta: torch.Tensor
     shape: tuple[int, int]
     _layouts: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.values.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
-
-    @property
-    def out_features(self) -> int:
-        return self.shape[0]
-
-    @property
-    def in_features(self) -> int:
-        return self.shape[1]
 
     def positions(self) -> torch.Tensor:
         """Kept positions per group, rows x k/4 x 2 (int64)."""
@@ -106,14 +91,6 @@ class Sparse24Weight:
     def to(self, device: torch.device | str) -> Sparse24Weight:
         """Copy to another device (cached kernel layouts are rebuilt there on first use)."""
         return Sparse24Weight(self.values.to(device), self.meta.to(device), self.shape)
-
-    def layout(self, key: tuple, build) -> torch.Tensor:
-        """The metadata tensor for a kernel layout ``key``, built once by ``build(self)``."""
-        t = self._layouts.get(key)
-        if t is None:
-            t = build(self)
-            self._layouts[key] = t
-        return t
 
 
 def compress_24(w: torch.Tensor, *, prune: bool = False) -> Sparse24Weight:

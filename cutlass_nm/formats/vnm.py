@@ -21,22 +21,19 @@ import torch
 
 from ..errors import InputError, SparsityError
 from ..patterns import Pattern
+from .weight import CompressedWeight
 
 EXACT_LIMIT = 1820  # C(16, 4): exact search for M <= 16
 _CHUNK_ELEMS = 1 << 24
 
 
 @dataclass(eq=False)
-class VNMWeight:
+class VNMWeight(CompressedWeight):
     values: torch.Tensor
     columns: torch.Tensor
     meta: torch.Tensor
     shape: tuple[int, int]
     pattern: Pattern
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.values.dtype
 
     @property
     def groups(self) -> int:
