@@ -104,6 +104,7 @@ class _Launcher:
         lib.cnm_workspace_size.argtypes = [i32, i32, i32, i32]
         lib.cnm_workspace_size.restype = ctypes.c_size_t
         self.run, self.ws_size = lib.cnm_run, lib.cnm_workspace_size
+        self.ws_bytes: dict[tuple[int, int, int, int], int] = {}  # (n, ldd, k, e_rows) -> bytes, asked once
         self.out_dtype = torch_dtype(types.out_dtype)
 
     def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
@@ -116,7 +117,10 @@ class _Launcher:
         if ldd != m:
             x = torch.cat((x, x.new_zeros(ldd - m, k)))
         yt = torch.empty(n, ldd, dtype=self.out_dtype, device=x.device)
-        ws = workspace(x.device, self.ws_size(n, ldd, k, e_rows))
+        nbytes = self.ws_bytes.get((n, ldd, k, e_rows))
+        if nbytes is None:
+            nbytes = self.ws_bytes[(n, ldd, k, e_rows)] = self.ws_size(n, ldd, k, e_rows)
+        ws = workspace(x.device, nbytes)
         stream = torch.cuda.current_stream(x.device).cuda_stream
         status = self.run(w.values.data_ptr(), e.data_ptr(), x.data_ptr(), yt.data_ptr(), n, ldd, k, ldd, e_rows,
                           ws, stream)

@@ -115,6 +115,7 @@ class _Launcher:
         lib.cnm_workspace_size.restype = ctypes.c_size_t
         lib.cnm_meta_atom_k.restype = i32
         self.run, self.ws_size = lib.cnm_run, lib.cnm_workspace_size
+        self.ws_bytes: dict[tuple[int, int, int, int], int] = {}  # (n, m, k, sms) -> bytes, asked once
         self.swizzle = cfg.swizzle
         atom = lib.cnm_meta_atom_k()
         self.layout_key = ("sm90", atom)
@@ -126,7 +127,10 @@ class _Launcher:
         n = w.out_features
         e = w.layout(self.layout_key, self.build_layout)
         sms = device_info(x.device).sm_count
-        ws = workspace(x.device, self.ws_size(n, m, k, sms))
+        nbytes = self.ws_bytes.get((n, m, k, sms))
+        if nbytes is None:
+            nbytes = self.ws_bytes[(n, m, k, sms)] = self.ws_size(n, m, k, sms)
+        ws = workspace(x.device, nbytes)
         stream = torch.cuda.current_stream(x.device).cuda_stream
         status = self.run(w.values.data_ptr(), e.data_ptr(), x.data_ptr(), y.data_ptr(),
                           None if bias is None else bias.data_ptr(), n, m, k, sms, self.swizzle, ws, stream)

@@ -50,10 +50,10 @@ class TunedSelector:
         if self._table is not None:
             return self._table
         self._table = {}
-        try:
-            from .db import default_url, sqlite_file
-            from .store import Store
+        from .db import default_url, redact, sqlite_file
+        from .store import Store
 
+        try:
             db_file = sqlite_file(self.url or default_url())
             if self.quiet_if_missing and db_file is not None and not db_file.exists():
                 return self._table
@@ -61,8 +61,6 @@ class TunedSelector:
             store = Store(self.url, create=False)
             rows = store.winners(hard_key=env.hard_key)
         except Exception as exc:  # missing, locked, corrupt or unreachable: fall back, once
-            from .db import default_url, redact
-
             self._warn_once("db", f"cutlass_nm: tuning DB {redact(self.url or default_url())} unusable "
                                   f"({exc.__class__.__name__}: {str(exc)[:120]}); using heuristic configs")
             return self._table
