@@ -15,10 +15,11 @@ from typing import Any
 import torch
 
 from .errors import InputError, ShapeError
-from .families import Family, KernelTypes, Problem, get_family
+from .families import FAMILIES, Family, KernelTypes, Problem, get_family
 from .families.launch import device_info, dtype_name
 from .formats import Sparse24Weight
 from .formats.nm import NMWeight
+from .formats.vnm import VNMWeight
 from .kernels import get_kernel
 
 Selector = Callable[[Family, Problem], Any]  # returns a Config, or None to use the heuristic
@@ -50,11 +51,15 @@ def _no_selector(family: Family, problem: Problem) -> None:
     return None
 
 
-def matmul(x: torch.Tensor, w: Sparse24Weight | NMWeight, bias: torch.Tensor | None = None, *,
+_WEIGHTS = (Sparse24Weight, VNMWeight, NMWeight)
+DECODE_MAX_M = 16  # the general N:M decode path's largest m
+
+
+def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torch.Tensor | None = None, *,
            out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None,
            family: str | None = None) -> torch.Tensor:
-    """y = x · Wᵀ (+ bias), the ``nn.Linear`` convention, with W compressed 2:4 (Sparse Tensor Cores) or
-    general N:M (CUDA cores; for now the decode path, m <= 16).
+    """y = x · Wᵀ (+ bias), the ``nn.Linear`` convention, with W compressed 2:4 or V:N:M (Sparse Tensor
+    Cores) or general N:M (CUDA cores).
 
     x is ``(..., k)`` fp16/bf16 on a CUDA device; the result is ``(..., n)`` in ``out_dtype``
     (default: x's dtype), written into ``out`` when given. ``family`` forces a kernel family.
@@ -77,9 +82,7 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | NMWeight, bias: torch.Tensor | N
 
 def _check(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None) -> None:
     """Every input rule, cheapest first; device checks come last so the rest is testable on a CPU."""
-    if not isinstance(w, (Sparse24Weight, NMWeight)):
-        if type(w).__name__ == "VNMWeight":
-            raise ShapeError(f"no kernel family runs {w.pattern} (V:N:M) weights yet (issue 5); use '2:4' or N:M")
+    if not isinstance(w, _WEIGHTS):
         raise InputError(f"w must be a compressed weight (cutlass_nm.compress(w, '2:4')), got {type(w).__name__}")
     if not isinstance(x, torch.Tensor):
         raise InputError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -119,24 +122,27 @@ def _check_out(out: torch.Tensor | None, shape: tuple, dtype: torch.dtype, devic
     return out
 
 
-def default_family(device: torch.device) -> str:
+def default_family(device: torch.device, kind: type = Sparse24Weight, m: int = 1) -> str:
+    """The family that runs a ``kind`` weight at ``m`` tokens on this GPU when none is forced."""
+    if kind is NMWeight:
+        return "nm_decode" if m <= DECODE_MAX_M else "nm_simt"
     major, minor = device_info(device).capability
+    prefix = "vnm" if kind is VNMWeight else "sptc24"
     if (major, minor) == (9, 0):
-        return "sptc24_sm90"
+        return f"{prefix}_sm90"
     if major >= 8:
-        return "sptc24_sm80"  # also sm_100+/sm_120 until families for them exist
-    raise ShapeError(f"2:4 Sparse Tensor Cores need compute capability >= 8.0, this GPU has {major}.{minor}")
+        return f"{prefix}_sm80"  # also sm_100+/sm_120 until families for them exist
+    raise ShapeError(f"Sparse Tensor Cores need compute capability >= 8.0, this GPU has {major}.{minor}")
 
 
 def _resolve(key: tuple) -> Callable:
     """Slow path, once per problem: choose family and config, compile or load, remember."""
     m, n, k, dtype, out_dtype, has_bias, device, family_name, kind = key
-    if family_name is None and kind is NMWeight:
-        if m > 16:
-            raise ShapeError(f"general N:M runs on the decode path (m <= 16) so far; m={m} needs the CUDA-core "
-                             "GEMM family (issue 6)")
-        family_name = "nm_decode"
-    family = get_family(family_name or default_family(device))
+    family_name = family_name or default_family(device, kind, m)
+    if family_name not in FAMILIES:
+        raise ShapeError(f"no kernel family {family_name!r} is built into this version for {kind.__name__} "
+                         f"weights at m={m}; known families: {sorted(FAMILIES)}")
+    family = get_family(family_name)
     if not issubclass(kind, family.weight):
         raise ShapeError(f"{family.name} runs {family.weight.__name__} weights, got a {kind.__name__}")
     problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias))

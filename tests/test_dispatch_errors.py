@@ -70,7 +70,17 @@ def test_old_gpus_are_refused(monkeypatch):
         default_family(torch.device("cuda"))
 
 
-def test_vnm_weights_say_no_kernel_yet():
-    w, _ = cutlass_nm.prune(torch.randn(128, 64, dtype=torch.float16), "128:2:8")
-    with pytest.raises(ShapeError, match="no kernel family runs 128:2:8"):
-        cutlass_nm.matmul(torch.randn(4, 64, dtype=torch.float16), w)
+def test_default_family_by_weight_kind_gpu_and_m(monkeypatch):
+    from cutlass_nm import dispatch
+    from cutlass_nm.families.launch import DeviceInfo
+    from cutlass_nm.formats.nm import NMWeight
+
+    dev = torch.device("cuda")
+    monkeypatch.setattr(dispatch, "device_info", lambda d: DeviceInfo(132, (9, 0), "H100"))
+    assert default_family(dev) == "sptc24_sm90"
+    assert default_family(dev, cutlass_nm.VNMWeight) == "vnm_sm90"
+    assert default_family(dev, NMWeight, m=16) == "nm_decode"
+    assert default_family(dev, NMWeight, m=17) == "nm_simt"
+    monkeypatch.setattr(dispatch, "device_info", lambda d: DeviceInfo(108, (8, 0), "A100"))
+    assert default_family(dev, cutlass_nm.VNMWeight) == "vnm_sm80"
+    assert default_family(dev) == "sptc24_sm80"

@@ -78,3 +78,24 @@ def test_structured_keeps_less_than_unstructured():
     w = torch.randn(256, 512)
     p = Pattern.parse("128:2:8")
     assert kept_fraction(w, mask_vnm(w, p)) < unstructured_kept_fraction(w, p.density)
+
+
+@pytest.mark.parametrize("pattern,k", [("128:2:7", 100), ("64:2:8", 64), ("32:2:10", 75)])
+def test_gathered_24_view_is_the_weight_over_its_gathered_columns(pattern, k):
+    """Kernels run A = gathered_24() against B rows gathered by gather_index(): check that pairing."""
+    torch.manual_seed(0)
+    w = torch.randn(200, k)
+    c = compress_vnm(w, pattern, prune=True)
+    g, idx = c.gathered_24(), c.gather_index()
+    v = c.pattern.v
+    assert idx.dtype == torch.int32 and idx.shape == (-(-200 // v), 4 * c.groups)
+    assert bool((idx[:, 1:] > idx[:, :-1]).all()) and int(idx.max()) < c.padded_k
+    padded = torch.zeros(200, c.padded_k)
+    padded[:, :k] = c.to_dense()
+    rows = torch.arange(200)
+    expect = padded[rows[:, None], idx[rows // v].long()]
+    assert torch.equal(g.to_dense(), expect)
+    x = torch.randn(5, c.padded_k)
+    x[:, k:] = 0
+    y = torch.stack([g.to_dense()[r] @ x[:, idx[r // v].long()].T for r in range(200)], dim=1)
+    torch.testing.assert_close(y, x[:, :k] @ c.to_dense().T, rtol=1e-5, atol=1e-5)

@@ -21,6 +21,7 @@ import torch
 
 from ..errors import InputError, SparsityError
 from ..patterns import Pattern
+from .sparse24 import Sparse24Weight
 from .weight import CompressedWeight
 
 EXACT_LIMIT = 1820  # C(16, 4): exact search for M <= 16
@@ -49,6 +50,27 @@ class VNMWeight(CompressedWeight):
         out = torch.zeros(rows, g, m, dtype=self.dtype, device=self.values.device)
         out.scatter_(-1, cols, self.values.reshape(rows, g, 2))
         return out.reshape(rows, g * m)[:, :k]
+
+    def gathered_24(self) -> Sparse24Weight:
+        """The weight over its gathered columns: a ``rows x 4G`` 2:4 weight (the A operand the Sparse
+        Tensor Core kernels run). Its canonical values/meta are this weight's own, shared, not copied."""
+        return Sparse24Weight(self.values, self.meta, (self.shape[0], 4 * self.groups))
+
+    def gather_index(self) -> torch.Tensor:
+        """int32 ``blocks x 4G``: the input column (of k zero-padded to G·M) that gathered column
+        ``4g + j`` of a V-block reads, i.e. ``g·M + columns[block, g, j]``; ascending along each row."""
+        g = torch.arange(self.groups, device=self.columns.device, dtype=torch.int32)
+        return (g[None, :, None] * self.pattern.m + self.columns.int()).reshape(self.columns.shape[0], -1)
+
+    @property
+    def padded_k(self) -> int:
+        """k rounded up to whole groups of M: the length of the input rows the kernels gather from."""
+        return self.groups * self.pattern.m
+
+    def to(self, device: torch.device | str) -> VNMWeight:
+        """Copy to another device (cached kernel layouts are rebuilt there on first use)."""
+        return VNMWeight(self.values.to(device), self.columns.to(device), self.meta.to(device), self.shape,
+                         self.pattern)
 
 
 def _check(w: torch.Tensor, pattern: Pattern) -> None:
