@@ -33,16 +33,25 @@ PRESETS = {
 }
 
 
-def sweep_configs(family) -> list:
-    """A coarse grid over the sm90 space (the tuner searches the whole space)."""
-    cfgs = []
-    for tm, tn, tk, (cm, cn), sched in itertools.product(
-            (128, 256), (64, 128, 256), (64, 128), ((1, 1), (2, 1), (1, 2)), ("cooperative", "pingpong")):
-        cfg = family.Config(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn, schedule=sched)
-        probe = Problem(4096, 4096, 4096, KernelTypes("f16", "f16", False))
-        if family.check(cfg, probe) is None:
-            cfgs.append(cfg)
-    return cfgs
+def sweep_configs(family, grid: str = "coarse") -> list:
+    """A grid over the sm90 space (the tuner searches the whole space).
+
+    ``coarse``: tiles x clusters x schedules. ``focused``: the large-m neighbourhood of the best coarse configs
+    (cooperative, tile 256x128 / 128x256) x clusters x {persistent, stream-K} x the runtime-only raster order
+    and swizzle, which cost no extra compile.
+    """
+    probe = Problem(4096, 4096, 4096, KernelTypes("f16", "f16", False))
+    if grid == "coarse":
+        points = [dict(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn, schedule=sched)
+                  for tm, tn, tk, (cm, cn), sched in itertools.product(
+                      (128, 256), (64, 128, 256), (64, 128), ((1, 1), (2, 1), (1, 2)), ("cooperative", "pingpong"))]
+    else:
+        points = [dict(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn, scheduler=sch, raster=r, swizzle=sw)
+                  for (tm, tn), tk, (cm, cn), sch, r, sw in itertools.product(
+                      ((256, 128), (128, 256)), (64, 128), ((1, 1), (1, 2), (2, 1), (2, 2)), ("persistent", "streamk"),
+                      ("heuristic", "m", "n"), (1, 4))]
+    cfgs = [family.Config(**p) for p in points]
+    return [c for c in cfgs if family.check(c, probe) is None]
 
 
 def main() -> None:
@@ -50,6 +59,8 @@ def main() -> None:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="quick")
     ap.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
     ap.add_argument("--sweep", action="store_true", help="also time a grid of sm90 configs per shape")
+    ap.add_argument("--grid", choices=["coarse", "focused"], default="coarse", help="which --sweep grid")
+    ap.add_argument("--min-m", type=int, default=0, help="only shapes with m >= this")
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--out", type=Path, help="write JSON rows here")
     ap.add_argument("--compile-only", action="store_true", help="build every kernel the run needs, then stop")
@@ -58,9 +69,9 @@ def main() -> None:
     args = ap.parse_args()
     dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     types = KernelTypes(args.dtype, args.dtype, False)
-    shapes = PRESETS[args.preset]
+    shapes = [s for s in PRESETS[args.preset] if s[0] >= args.min_m]
     sm90, sm80 = get_family("sptc24_sm90"), get_family("sptc24_sm80")
-    grid = sweep_configs(sm90) if args.sweep else []
+    grid = sweep_configs(sm90, args.grid) if args.sweep else []
 
     selector = None
     if args.tuned:

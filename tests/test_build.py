@@ -13,7 +13,8 @@ pytestmark = pytest.mark.nvcc
 
 def test_compile_sm90_and_sm80_then_hit_cache(isolated_cache):
     sm90, sm80 = get_family("sptc24_sm90"), get_family("sptc24_sm80")
-    cfg90 = sm90.Config(tile_m=128, tile_n=128, tile_k=128, cluster_m=1, cluster_n=2)
+    cfg90 = sm90.Config(tile_m=128, tile_n=128, tile_k=128, cluster_m=1, cluster_n=2, scheduler="streamk",
+                        raster="n")
     kids = [("sptc24_sm90", cfg90, KernelTypes("f16", "f16", True)),
             ("sptc24_sm80", sm80.Config(), KernelTypes("bf16", "bf16", False))]
     first = precompile(kids, workers=2)
@@ -23,7 +24,8 @@ def test_compile_sm90_and_sm80_then_hit_cache(isolated_cache):
     assert [r.built for r in again] == [False, False]
     assert [r.path for r in again] == [r.path for r in first]
     lib90 = ctypes.CDLL(str(first[0].path))
-    assert lib90.cnm_abi_version() == 1
+    assert lib90.cnm_abi_version() == 2
+    assert lib90.cnm_workspace_size(256, 256, 16384, 132, 1, 2) > 0  # 4 tiles on 132 SMs: stream-K splits K
     assert lib90.cnm_meta_atom_k() == meta_sm90.atom_k_for_tile(cfg90.tile_k)
     lib80 = ctypes.CDLL(str(first[1].path))
     assert lib80.cnm_elements_per_meta() > 0

@@ -40,7 +40,7 @@ def template(name: str) -> Template:
 
 
 def sm90_sparse_operation(*, tile: tuple[int, int, int], cluster: tuple[int, int], schedule: str,
-                          stages: int, dtype: str, out_dtype: str, bias: bool) -> GemmOperation:
+                          stages: int, dtype: str, out_dtype: str, bias: bool, streamk: bool = False) -> GemmOperation:
     """A wgmma.sp GEMM D(MxN, col-major) = A(MxK, row-major, 2:4) · B(KxN, col-major)."""
     kernel_schedule, epilogue_schedule = SM90_SCHEDULES[schedule]
     math = L.MathInstruction([64, tile[1], 32], DTYPES[dtype], DTYPES[dtype], L.DataType.f32,
@@ -54,7 +54,7 @@ def sm90_sparse_operation(*, tile: tuple[int, int, int], cluster: tuple[int, int
     epilogue = _PerRowBias(out_dtype, dtype) if bias else L.EpilogueFunctor.LinearCombination
     return GemmOperation(L.GemmKind.SparseUniversal3x, 90, td, a, b, c, L.DataType.f32, epilogue,
                          L.SwizzlingFunctor.Identity1, d, kernel_schedule, epilogue_schedule,
-                         L.TileSchedulerType.Default)
+                         L.TileSchedulerType.StreamK if streamk else L.TileSchedulerType.Default)
 
 
 def emit_sm90(op: GemmOperation, **subs: object) -> str:

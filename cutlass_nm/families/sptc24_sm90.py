@@ -15,11 +15,14 @@ from .launch import check_status, device_info, workspace
 SMEM_BYTES = 232448  # sm90 opt-in shared memory per block
 EPILOGUE_SMEM = 34 * 1024  # conservative TMA-epilogue carve-out
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread before spilling
+RASTER_ORDER = {"heuristic": 0, "m": 1, "n": 2}  # cutlass::gemm::kernel::detail::RasterOrderOptions
 
 
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
-    """CTA tile, cluster, schedule, pipeline depth (0 = as many as fit) and raster swizzle."""
+    """CTA tile, cluster, schedule, pipeline depth (0 = as many as fit), raster swizzle, tile scheduler
+    (persistent data-parallel, or stream-K, which splits the last wave's K across idle SMs) and raster order
+    (CUTLASS picks by problem shape, or along M / along N)."""
 
     tile_m: int = 128
     tile_n: int = 128
@@ -29,6 +32,8 @@ class Config(FamilyConfig):
     schedule: str = "cooperative"
     stages: int = 0
     swizzle: int = 1
+    scheduler: str = "persistent"
+    raster: str = "heuristic"
 
     SPACE: ClassVar = {
         "tile_m": (64, 128, 256),
@@ -39,6 +44,8 @@ class Config(FamilyConfig):
         "schedule": ("cooperative", "pingpong"),
         "stages": (0, 2, 3, 4, 5, 6, 7),
         "swizzle": (1, 2, 4, 8),
+        "scheduler": ("persistent", "streamk"),
+        "raster": ("heuristic", "m", "n"),
     }
 
 
@@ -72,6 +79,8 @@ class _Sm90Family:
         wgs = 2 if cfg.schedule == "cooperative" else 1
         if cfg.schedule == "cooperative" and cfg.tile_m < 128:
             return "cooperative splits tile M across two warpgroups: tile_m must be >= 128"
+        if cfg.scheduler == "streamk" and cfg.schedule != "cooperative":
+            return "stream-K needs the cooperative schedule (CUTLASS's pingpong kernel has no stream-K)"
         if cfg.schedule == "pingpong" and cfg.tile_m > 128:
             return "pingpong gives each warpgroup a whole tile: tile_m must be <= 128"
         if cfg.tile_m * cfg.tile_n // (128 * wgs) > MAX_ACC_PER_THREAD:
@@ -88,7 +97,7 @@ class _Sm90Family:
         op = sm90_sparse_operation(
             tile=(cfg.tile_m, cfg.tile_n, cfg.tile_k), cluster=(cfg.cluster_m, cfg.cluster_n),
             schedule=cfg.schedule, stages=cfg.stages, dtype=types.dtype, out_dtype=types.out_dtype,
-            bias=types.bias)
+            bias=types.bias, streamk=cfg.scheduler == "streamk")
         return emit_sm90(op, has_bias="true" if types.bias else "false")
 
     def heuristic(self, problem: Problem) -> Config:
@@ -109,14 +118,14 @@ class _Launcher:
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
-        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, vp, vp]
+        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, vp, vp]
         lib.cnm_run.restype = i32
-        lib.cnm_workspace_size.argtypes = [i32, i32, i32, i32]
+        lib.cnm_workspace_size.argtypes = [i32, i32, i32, i32, i32, i32]
         lib.cnm_workspace_size.restype = ctypes.c_size_t
         lib.cnm_meta_atom_k.restype = i32
         self.run, self.ws_size = lib.cnm_run, lib.cnm_workspace_size
         self.ws_bytes: dict[tuple[int, int, int, int], int] = {}  # (n, m, k, sms) -> bytes, asked once
-        self.swizzle = cfg.swizzle
+        self.swizzle, self.raster = cfg.swizzle, RASTER_ORDER[cfg.raster]
         atom = lib.cnm_meta_atom_k()
         self.layout_key = ("sm90", atom)
         self.build_layout = lambda w: meta_sm90.to_sm90(w, atom)
@@ -129,11 +138,12 @@ class _Launcher:
         sms = device_info(x.device).sm_count
         nbytes = self.ws_bytes.get((n, m, k, sms))
         if nbytes is None:
-            nbytes = self.ws_bytes[(n, m, k, sms)] = self.ws_size(n, m, k, sms)
+            nbytes = self.ws_bytes[(n, m, k, sms)] = self.ws_size(n, m, k, sms, self.swizzle, self.raster)
         ws = workspace(x.device, nbytes)
         stream = torch.cuda.current_stream(x.device).cuda_stream
         status = self.run(w.values.data_ptr(), e.data_ptr(), x.data_ptr(), y.data_ptr(),
-                          None if bias is None else bias.data_ptr(), n, m, k, sms, self.swizzle, ws, stream)
+                          None if bias is None else bias.data_ptr(), n, m, k, sms, self.swizzle, self.raster, ws,
+                          stream)
         check_status(status, FAMILY.name, (m, n, k))
 
 

@@ -36,7 +36,7 @@ void set_bias(Args& args, const void* bias) {
 }
 
 typename Gemm::Arguments make_args(const void* a, const void* e, const void* b, void* d, const void* bias,
-                                   int M, int N, int K, int sm_count, int swizzle) {
+                                   int M, int N, int K, int sm_count, int swizzle, int raster) {
   auto problem = cute::make_shape(M, N, K, 1);
   auto layout_a = SparseConfig::fill_layoutA(problem);
   auto layout_e = SparseConfig::fill_layoutE(problem);
@@ -53,25 +53,29 @@ typename Gemm::Arguments make_args(const void* a, const void* e, const void* b, 
   set_bias(args, bias);
   args.hw_info.sm_count = sm_count;
   args.scheduler.max_swizzle_size = swizzle;
+  using Raster = decltype(args.scheduler.raster_order);
+  args.scheduler.raster_order = raster == 1 ? Raster::AlongM : raster == 2 ? Raster::AlongN : Raster::Heuristic;
   return args;
 }
 }  // namespace
 
 extern "C" {
 
-int cnm_abi_version() { return 1; }
+int cnm_abi_version() { return 2; }
 
 // Logical K columns of one metadata atom: the weight's sm90 layout must have been built for this.
 int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEAtom{})); }
 
-size_t cnm_workspace_size(int M, int N, int K, int sm_count) {
-  return Gemm::get_workspace_size(make_args(nullptr, nullptr, nullptr, nullptr, nullptr, M, N, K, sm_count, 1));
+// Stream-K needs a workspace that depends on the problem and on the scheduler arguments.
+size_t cnm_workspace_size(int M, int N, int K, int sm_count, int swizzle, int raster) {
+  return Gemm::get_workspace_size(
+      make_args(nullptr, nullptr, nullptr, nullptr, nullptr, M, N, K, sm_count, swizzle, raster));
 }
 
 // 0 on success; otherwise a cutlass::Status (< 1000) or 1000 + cudaError_t.
 int cnm_run(const void* a, const void* e, const void* b, void* d, const void* bias, int M, int N, int K,
-            int sm_count, int swizzle, void* workspace, cudaStream_t stream) {
-  auto args = make_args(a, e, b, d, bias, M, N, K, sm_count, swizzle);
+            int sm_count, int swizzle, int raster, void* workspace, cudaStream_t stream) {
+  auto args = make_args(a, e, b, d, bias, M, N, K, sm_count, swizzle, raster);
   Gemm gemm;
   cutlass::Status st = gemm.can_implement(args);
   if (st != cutlass::Status::kSuccess) return int(st);
