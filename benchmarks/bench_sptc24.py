@@ -128,7 +128,8 @@ def bench_shape(shape, dtype, args, types, grid, failed, tuned_selector=None) ->
             y = fn(0)
             torch.cuda.synchronize()
             err = ((y.double() - ref).norm() / ref.norm()).item()
-            t = time_rotating(fn, copies, reps=args.reps)
+            # the first rows warm the clocks; a sweep's many variants then need only a short warm-up each
+            t = time_rotating(fn, copies, reps=args.reps, warmup_ms=50.0 if impl.endswith("_sweep") else 200.0)
         except Exception as exc:  # a failed variant is a row, not the end of the run
             rows.append({**base, "impl": impl, "error": str(exc)[:300]})
             return
