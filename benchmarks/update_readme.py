@@ -3,7 +3,9 @@
     python3 benchmarks/update_readme.py          # rewrite README.md in place
     python3 benchmarks/update_readme.py --check  # exit 1 if README.md is out of date (a CPU test runs this)
 
-Each table sits between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->`` markers.
+Each table sits between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->`` markers. The ``suite``
+section (``cutlass-nm bench``'s headline table and speedup plot, from results/h100/suite.json) is optional:
+it is filled where README.md has its markers; rewriting (not --check) also redraws the suite's PNGs.
 """
 
 from __future__ import annotations
@@ -32,20 +34,43 @@ def tuner_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+SUITE = RESULTS / "h100" / "suite.json"
+
+
+def suite_section(result: dict) -> str:
+    """The README's headline: ``cutlass-nm bench``'s summary table and its speedup plot."""
+    from cutlass_nm.bench.report import header, headline_table
+
+    plot = SUITE.with_name(SUITE.stem + "_speedup.png").relative_to(ROOT)
+    return f"{header(result)}\n\n{headline_table(result)}\n\n![speedup against sparsity]({plot})"
+
+
 SECTIONS = {
     "sptc24": (RESULTS / "h100" / "sptc24_llm.json", sptc24_table),
     "tuner": (RESULTS / "h100" / "tuner.json", tuner_table),
+    "suite": (SUITE, suite_section),
 }
+OPTIONAL = {"suite"}  # filled only where README.md has the markers
 
 
-def render(readme: str) -> str:
-    for name, (path, fn) in SECTIONS.items():
-        body = fn(json.loads(path.read_text()))
+def render(readme: str, sections: dict = SECTIONS) -> str:
+    for name, (path, fn) in sections.items():
         pattern = re.compile(rf"(<!-- results:{name} -->\n)(?:.*?\n)?(<!-- /results:{name} -->)", re.S)
         if not pattern.search(readme):
+            if name in OPTIONAL:
+                continue
             raise SystemExit(f"README.md has no <!-- results:{name} --> section")
+        body = fn(json.loads(path.read_text()))
         readme = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), readme)
     return readme
+
+
+def redraw_suite() -> None:
+    """The suite's markdown and PNGs again from its JSON (PNG bytes vary by matplotlib, so --check skips this)."""
+    if SUITE.exists():
+        from cutlass_nm.bench.suite import write_reports
+
+        write_reports(json.loads(SUITE.read_text()), SUITE.with_suffix(""))
 
 
 def main() -> int:
@@ -58,6 +83,7 @@ def main() -> int:
     if args.check:
         return 0 if new == old else 1
     path.write_text(new)
+    redraw_suite()
     return 0
 
 

@@ -6,6 +6,7 @@
     cutlass-nm cache                 where compiled kernels live, and how many
     cutlass-nm db ...                the tuning database: path, ls, show, export, import, merge, upgrade, gc
     cutlass-nm tune --model llama-7b --pattern 2:4   tune a model's layer shapes on this GPU (Optuna)
+    cutlass-nm bench --quick         every family against cuBLAS and cuSPARSELt on the seeds' shape sets
 """
 
 from __future__ import annotations
@@ -218,6 +219,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench.suite import main as bench_main
+
+    return bench_main(args)
+
+
 def _problem_args(p: argparse.ArgumentParser) -> None:
     """The problem selection shared by build and tune: shapes or model layers, dtype, bias."""
     p.add_argument("--shape", type=_shape, action="append", help="M,N,K (tokens, out, in); repeatable")
@@ -273,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fix", action="append", help="pin a parameter, e.g. --fix stages=0; repeatable")
     p.add_argument("--jobs", type=int, help="parallel nvcc processes (default: all cores)")
     p.set_defaults(fn=cmd_tune)
+    p = sub.add_parser("bench", help="time every family against cuBLAS and cuSPARSELt (seed shape sets, reports)")
+    from .bench.suite import add_arguments as bench_arguments
+
+    bench_arguments(p)
+    p.set_defaults(fn=cmd_bench)
     args = parser.parse_args(argv)
     if getattr(args, "family", None) is None and args.command == "build":
         args.family = ["sptc24_sm90"]

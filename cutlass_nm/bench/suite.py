@@ -1,0 +1,311 @@
+"""``cutlass-nm bench``: every registered family against cuBLAS and cuSPARSELt on the seeds' shapes, in one run.
+
+    cutlass-nm bench --quick                        # a few shapes per family; <= 3 min on an H100, compiles included
+    cutlass-nm bench --preset nmsparse --preset llama --preset venom --sparsity 50,75,87.5,90
+    cutlass-nm bench --preset headline --dry-run    # list what would be timed (no GPU needed)
+    cutlass-nm bench --report benchmarks/results/h100/suite.json   # markdown + PNGs again from a JSON
+
+Per shape, in one process: cuBLAS dense in the run's dtype, cuBLAS SGEMM with TF32 off (the CUDA-core
+baseline), cuSPARSELt 2:4 after ``mm_search`` (in child processes: some of its paths fault), and every family
+registered in ``cutlass_nm.families.FAMILIES`` at each pattern of its weight kind (shapes.PATTERNS), with its
+tuned config from the tuning DB (``tuned: true``, the DB's nearest problem) or else its heuristic
+(``tuned: false``). Families that cannot run a shape (e.g. nm_decode above m = 16) are listed under
+``skipped``. Rows follow benchmarks/bench_sptc24.py's schema (time median/p20/p80, dense-equivalent
+``tflops``, ``rel_err``, ``speedup_vs_*``) plus family, pattern, sparsity, ``tflops_effective`` (nonzero
+flops), ``gbps``, and ``pct_of_ideal`` against ``tune.perfmodel.ideal_ms``. The baselines multiply the
+2:4-pruned weight as a dense matrix (as in bench_sptc24 and cuSPARSELt's own run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import shapes as shp
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+KINDS = {"Sparse24Weight": "24", "VNMWeight": "vnm", "NMWeight": "nm"}  # weight class -> pattern kind
+ENGINES = {"24": "tensor", "vnm": "tensor", "nm": "simt"}
+BASELINES = ("cublas", "cublas_sgemm", "cusparselt_search")
+CSLT_MODE = "cusparselt_search"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One family timed at one shape and pattern with one config."""
+
+    shape: shp.Shape
+    family: str
+    kind: str
+    pattern: str
+    config: Any
+    tuned: bool
+
+    @property
+    def impl(self) -> str:
+        return f"{self.family}_{'tuned' if self.tuned else 'heuristic'}"
+
+
+def weight_kind(family: Any) -> str | None:
+    """The pattern kind of the weight type a family runs ('24', 'vnm', 'nm'), or None if unknown here."""
+    return KINDS.get(getattr(getattr(family, "weight", None), "__name__", ""))
+
+
+def gpu_slug(name: str | None) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100'; 'NVIDIA GeForce RTX 4090' -> 'rtx-4090'; no GPU -> 'cpu'."""
+    if not name:
+        return "cpu"
+    toks = [t for t in re.findall(r"[a-z0-9]+", name.lower()) if t not in ("nvidia", "geforce", "tesla", "quadro")]
+    for t in toks:
+        if re.fullmatch(r"[a-z]+\d+[a-z]*", t):
+            return t
+    return "-".join(toks[:2]) or "gpu"
+
+
+def plan(shapes: list[shp.Shape], families: list[str], types: Any, patterns: dict[str, list[str]],
+         selector: Any = None) -> tuple[list[Case], list[dict]]:
+    """Cases to time and (shape, family) pairs skipped with the reason. One config per (shape, family):
+    the tuning DB's if it has one that runs the problem, else the heuristic."""
+    from ..families import Problem, get_family
+
+    cases: list[Case] = []
+    skipped: list[dict] = []
+    for s in shapes:
+        p = Problem(s.m, s.n, s.k, types)
+        for name in families:
+            fam = get_family(name)
+            kind = weight_kind(fam)
+            reason = None if kind else f"weight type {getattr(fam, 'weight', None)!r} has no pattern set here"
+            cfg, tuned = None, False
+            if reason is None:
+                try:
+                    cfg = selector(fam, p) if selector else None
+                    tuned = cfg is not None and fam.check(cfg, p) is None
+                    cfg = cfg if tuned else fam.heuristic(p)
+                    reason = fam.check(cfg, p)
+                except Exception as exc:  # a family's own refusal is a skip, not the end of the run
+                    reason = f"{type(exc).__name__}: {exc}"
+            pats = patterns.get(kind or "", [])
+            if reason is None and not pats:
+                reason = "no pattern of its kind selected"
+            if reason is not None:
+                skipped.append({"m": s.m, "n": s.n, "k": s.k, "family": name, "reason": str(reason)[:200]})
+                continue
+            cases += [Case(s, name, kind, pat, cfg, tuned) for pat in pats]
+    return cases, skipped
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``bench`` subcommand's options (also used by ``python -m cutlass_nm.bench.suite``)."""
+    p.add_argument("--quick", action="store_true", help="the quick preset, fewer reps (<= 3 min on an H100)")
+    p.add_argument("--preset", action="append", choices=sorted(shp.PRESETS),
+                   help="shape set (repeatable): quick, headline, nmsparse (M1-M32), llama (NM-SpMM), venom")
+    p.add_argument("--shape", action="append", type=_shape, help="extra M,N,K (tokens, out, in); repeatable")
+    p.add_argument("--family", action="append", help="only these registered families (repeatable; default: all)")
+    p.add_argument("--sparsity", default="50,75,87.5,90", help="levels in %% (default 50,75,87.5,90)")
+    p.add_argument("--patterns", help="explicit patterns instead of the levels' defaults, e.g. 2:4,1:4,128:2:8")
+    p.add_argument("--all-patterns", action="store_true", help="also the seeds' other patterns at each level")
+    p.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
+    p.add_argument("--reps", type=int, help="timed replays per row (default 50; 30 with --quick)")
+    p.add_argument("--no-cusparselt", action="store_true", help="skip the cuSPARSELt baseline")
+    p.add_argument("--no-sgemm", action="store_true", help="skip the cuBLAS SGEMM baseline")
+    p.add_argument("--heuristic", action="store_true", help="ignore the tuning DB: heuristic configs only")
+    p.add_argument("--db", help="tuning DB URL (default: $CUTLASS_NM_DB or the user cache's SQLite)")
+    p.add_argument("--records", action="append", type=Path,
+                   help="tuning records (JSONL export, e.g. db/records/h100-80gb-hbm3.jsonl) to use instead")
+    p.add_argument("--budget-s", type=float, help="stop starting new shapes after this many seconds")
+    p.add_argument("--jobs", type=int, help="parallel nvcc processes (default: all cores)")
+    p.add_argument("--out", type=Path, help="output folder (default: benchmarks/results/<gpu>/)")
+    p.add_argument("--name", help="file stem (default: suite, or suite_quick with --quick)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be timed and compiled; no GPU needed")
+    p.add_argument("--report", type=Path, metavar="JSON", help="only write the markdown and PNGs of a result JSON")
+
+
+def _shape(text: str) -> shp.Shape:
+    try:
+        m, n, k = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected M,N,K (e.g. 2048,4096,4096), got {text!r}") from None
+    return shp.Shape(m, n, k, "cli")
+
+
+def selected(args: argparse.Namespace) -> tuple[list[shp.Shape], list[str], dict[str, list[str]]]:
+    """Shapes, family names and patterns per weight kind that the arguments select."""
+    from ..families import FAMILIES
+    from ..patterns import Pattern
+
+    presets = args.preset or (["quick"] if args.quick or not args.shape else [])
+    shapes = shp.merge([s for name in presets for s in shp.preset(name)] + list(args.shape or []))
+    unknown = set(args.family or []) - set(FAMILIES)
+    if unknown:
+        raise SystemExit(f"unknown families {sorted(unknown)}; registered: {sorted(FAMILIES)}")
+    families = [f for f in FAMILIES if not args.family or f in args.family]
+    if args.patterns:
+        pats = [str(Pattern.parse(t)) for t in args.patterns.split(",")]
+        patterns = {"24": [p for p in pats if p == "2:4"], "vnm": [p for p in pats if p.count(":") == 2],
+                    "nm": [p for p in pats if p.count(":") == 1]}
+    else:
+        levels = tuple(shp.parse_level(t) for t in args.sparsity.split(","))
+        patterns = {kind: shp.patterns_for(kind, levels, args.all_patterns) for kind in shp.PATTERNS}
+    return shapes, families, patterns
+
+
+def _selector(args: argparse.Namespace, scratch: Path) -> Any:
+    if args.heuristic:
+        return None
+    from ..store.lookup import TunedSelector
+
+    url = args.db
+    if args.records:
+        from ..store.store import Store
+
+        scratch.mkdir(parents=True, exist_ok=True)
+        url = f"sqlite:///{scratch / 'records.sqlite'}"
+        store = Store(url)
+        for path in args.records:
+            print(f"tuning records {path}: {store.merge(path.read_text().splitlines())}", flush=True)
+    return TunedSelector(url, quiet_if_missing=True)
+
+
+def dry_run(cases: list[Case], skipped: list[dict], shapes: list[shp.Shape], types: Any, args) -> None:
+    """Print what a run would time and compile."""
+    baselines = [b for b in BASELINES if not (b == "cublas_sgemm" and args.no_sgemm)
+                 and not (b.startswith("cusparselt") and args.no_cusparselt)]
+    for s in shapes:
+        print(f"{s.m} x {s.n} x {s.k}  ({s.name or '-'})  baselines: {', '.join(baselines)}")
+        for c in (c for c in cases if c.shape == s):
+            cfg = ",".join(str(v) for v in c.config.to_record().values())
+            print(f"    {c.impl:<24} {c.pattern:<9} [{cfg}]")
+        for sk in (sk for sk in skipped if (sk["m"], sk["n"], sk["k"]) == s.mnk):
+            print(f"    skip {sk['family']}: {sk['reason']}")
+    kids = {(c.family, c.config, types) for c in cases}
+    print(f"{len(shapes)} shapes, {len(cases)} family rows + {len(baselines)} baselines per shape, "
+          f"{len(kids)} kernels to compile, {len(skipped)} (shape, family) pairs skipped")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of ``cutlass-nm bench``."""
+    if args.report:
+        result = json.loads(args.report.read_text())
+        for path in write_reports(result, args.report.with_suffix("")):
+            print("wrote", path)
+        return 0
+    from ..families import KernelTypes
+
+    types = KernelTypes(args.dtype, args.dtype, False)
+    shapes, families, patterns = selected(args)
+    scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"cutlass_nm_bench_{os.getpid()}"
+    selector = _selector(args, scratch)
+    cases, skipped = plan(shapes, families, types, patterns, selector)
+    if args.dry_run:
+        dry_run(cases, skipped, shapes, types, args)
+        return 0
+    from .run import run_suite
+
+    result = run_suite(shapes, cases, skipped, types, args)
+    name = args.name or ("suite_quick" if args.quick else "suite")
+    out = args.out or RESULTS / gpu_slug(result["environment"]["gpu"])
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / name
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    print("wrote", stem.with_suffix(".json"))
+    for path in write_reports(result, stem):
+        print("wrote", path)
+    return 0
+
+
+def write_reports(result: dict, stem: Path) -> list[Path]:
+    """``<stem>.md`` always; ``<stem>_speedup.png`` and ``<stem>_roofline.png`` where matplotlib is installed."""
+    from .report import markdown
+
+    md = stem.with_name(stem.name + ".md")
+    md.write_text(markdown(result) + "\n")
+    paths = [md]
+    try:
+        from .plots import plot_all
+    except ImportError as exc:  # matplotlib is the `bench` extra
+        print(f"no plots ({exc}); pip install cutlass-nm[bench]")
+        return paths
+    return paths + plot_all(result, stem)
+
+
+def geomean(vals: list[float]) -> float | None:
+    vals = [v for v in vals if v and v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def clone_weight(w: Any) -> Any:
+    """A copy of a compressed weight in new memory (its kernel-layout cache is not copied)."""
+    import torch
+
+    fields = {f.name: getattr(w, f.name) for f in dataclasses.fields(w)}
+    return dataclasses.replace(w, **{k: v.clone() for k, v in fields.items() if isinstance(v, torch.Tensor)})
+
+
+def _cslt_child(argv: list[str]) -> None:
+    """Child process: time cuSPARSELt for each M,N,K in turn, one JSON line each; exit after a failure
+    (a CUDA error poisons the context), and the parent starts a new child for the rest."""
+    from .baselines import _child
+
+    dtype, reps, mode, *todo = argv
+    for text in todo:
+        m, n, k = (int(v) for v in text.split(","))
+        try:
+            _child(m, n, k, dtype, int(reps), mode)
+        except Exception as exc:
+            print(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:300]}), flush=True)
+            sys.exit(3)
+
+
+def cusparselt_rows(mnks: list[tuple[int, int, int]], dtype: str, reps: int, mode: str = CSLT_MODE,
+                    timeout_s: float = 900.0) -> dict[tuple[int, int, int], dict]:
+    """cuSPARSELt timings per (m, n, k), from as few child processes as the faults allow."""
+    out: dict[tuple[int, int, int], dict] = {}
+    todo = list(mnks)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    while todo:
+        cmd = [sys.executable, "-m", "cutlass_nm.bench.suite", "--cslt-child", dtype, str(reps), mode,
+               *(",".join(map(str, s)) for s in todo)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+            stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            stdout, stderr, rc = exc.stdout or "", "timed out", -1
+            stdout = stdout.decode() if isinstance(stdout, bytes) else stdout
+        lines = [json.loads(ln) for ln in stdout.splitlines() if ln.startswith("{")]
+        for s, res in zip(todo, lines, strict=False):
+            out[s] = res
+        done = len(lines)
+        said_why = bool(lines) and "error" in lines[-1]  # a Python error: reported, then the child exits
+        if done < len(todo) and rc != 0 and not said_why:  # died without a word on todo[done]
+            tail = (stderr.strip().splitlines() or [f"exit status {rc}"])[-1]
+            out[todo[done]] = {"error": f"cuSPARSELt child died: {tail}"[:300]}
+            done += 1
+        elif done < len(todo) and not said_why:
+            out.update({s: {"error": "cuSPARSELt child printed no result"} for s in todo[done:]})
+            done = len(todo)
+        todo = todo[done:]
+    return out
+
+
+def cli() -> int:
+    if sys.argv[1:2] == ["--cslt-child"]:
+        _cslt_child(sys.argv[2:])
+        return 0
+    ap = argparse.ArgumentParser(prog="cutlass-nm bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(ap)
+    return main(ap.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
