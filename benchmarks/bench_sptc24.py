@@ -36,9 +36,9 @@ PRESETS = {
 def sweep_configs(family, grid: str = "coarse") -> list:
     """A grid over the sm90 space (the tuner searches the whole space).
 
-    ``coarse``: tiles x clusters x schedules. ``focused``: the large-m neighbourhood of the best coarse configs
-    (cooperative, tile 256x128 / 128x256) x clusters x {persistent, stream-K} x the runtime-only raster order
-    and swizzle, which cost no extra compile.
+    ``coarse``: tiles x clusters x schedules. ``focused``: the best large-m configs of the coarse sweep and the
+    tuner (cooperative, 256x128x128 / 128x256x64, their clusters) x {persistent, stream-K} x the runtime-only
+    raster order and swizzle, which cost no extra compile (10 kernels, 90 points).
     """
     probe = Problem(4096, 4096, 4096, KernelTypes("f16", "f16", False))
     if grid == "coarse":
@@ -46,10 +46,11 @@ def sweep_configs(family, grid: str = "coarse") -> list:
                   for tm, tn, tk, (cm, cn), sched in itertools.product(
                       (128, 256), (64, 128, 256), (64, 128), ((1, 1), (2, 1), (1, 2)), ("cooperative", "pingpong"))]
     else:
-        points = [dict(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn, scheduler=sch, raster=r, swizzle=sw)
-                  for (tm, tn), tk, (cm, cn), sch, r, sw in itertools.product(
-                      ((256, 128), (128, 256)), (64, 128), ((1, 1), (1, 2), (2, 1), (2, 2)), ("persistent", "streamk"),
-                      ("heuristic", "m", "n"), (1, 4))]
+        kernels = [dict(tile_m=256, tile_n=128, tile_k=128, cluster_m=cm, cluster_n=cn) for cm, cn in ((1, 1), (1, 2), (2, 1))]
+        kernels += [dict(tile_m=128, tile_n=256, tile_k=64, cluster_m=cm, cluster_n=cn) for cm, cn in ((2, 2), (1, 2))]
+        points = [dict(kern, scheduler=sch, raster=r, swizzle=sw)
+                  for kern, sch, r, sw in itertools.product(kernels, ("persistent", "streamk"), ("heuristic", "m", "n"),
+                                                           (1, 4, 8))]
     cfgs = [family.Config(**p) for p in points]
     return [c for c in cfgs if family.check(c, probe) is None]
 
