@@ -46,7 +46,8 @@ def sweep_configs(family, grid: str = "coarse") -> list:
                   for tm, tn, tk, (cm, cn), sched in itertools.product(
                       (128, 256), (64, 128, 256), (64, 128), ((1, 1), (2, 1), (1, 2)), ("cooperative", "pingpong"))]
     else:
-        big_m = [dict(tile_m=256, tile_n=128, tile_k=128, cluster_m=cm, cluster_n=cn) for cm, cn in ((1, 1), (1, 2), (2, 1))]
+        big_m = [dict(tile_m=256, tile_n=128, tile_k=128, cluster_m=cm, cluster_n=cn)
+                 for cm, cn in ((1, 1), (1, 2), (2, 1))]
         big_n = [dict(tile_m=128, tile_n=256, tile_k=64, cluster_m=cm, cluster_n=cn) for cm, cn in ((2, 2), (1, 2))]
         kernels = big_m + big_n
         points = [dict(kern, scheduler=sch, raster=r, swizzle=sw)
