@@ -30,6 +30,8 @@ PRESETS = {
     "llm": [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 4096, 4096), (2048, 11008, 4096),
             (2048, 4096, 11008), (2048, 12288, 4096), (16384, 4096, 4096), (1024, 4096, 4096),
             (256, 4096, 4096), (64, 4096, 4096), (16, 4096, 4096)],
+    # where the untuned kernels trailed cuSPARSELt after mm_search (sptc24_llm.json, tuner.json)
+    "contested": [(8192, 8192, 8192), (2048, 11008, 4096), (2048, 12288, 4096), (16384, 4096, 4096)],
 }
 
 
@@ -64,6 +66,7 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="also time a grid of sm90 configs per shape")
     ap.add_argument("--grid", choices=["coarse", "focused"], default="coarse", help="which --sweep grid")
     ap.add_argument("--min-m", type=int, default=0, help="only shapes with m >= this")
+    ap.add_argument("--families", default="sptc24_sm90,sptc24_sm80", help="heuristic rows for these families")
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--out", type=Path, help="write JSON rows here")
     ap.add_argument("--compile-only", action="store_true", help="build every kernel the run needs, then stop")
@@ -73,7 +76,7 @@ def main() -> None:
     dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     types = KernelTypes(args.dtype, args.dtype, False)
     shapes = [s for s in PRESETS[args.preset] if s[0] >= args.min_m]
-    sm90, sm80 = get_family("sptc24_sm90"), get_family("sptc24_sm80")
+    sm90 = get_family("sptc24_sm90")
     grid = sweep_configs(sm90, args.grid) if args.sweep else []
 
     selector = None
@@ -87,8 +90,8 @@ def main() -> None:
         tuned = selector(sm90, p) if selector else None
         if tuned is not None:
             kids.add(("sptc24_sm90", tuned, types))
-        kids.add(("sptc24_sm90", sm90.heuristic(p), types))
-        kids.add(("sptc24_sm80", sm80.heuristic(p), types))
+        for name in args.families.split(","):
+            kids.add((name, get_family(name).heuristic(p), types))
         kids.update(("sptc24_sm90", c, types) for c in grid if sm90.check(c, p) is None)
     t0 = time.time()
     results = precompile(sorted(kids, key=str))
@@ -115,7 +118,7 @@ def main() -> None:
 def bench_shape(shape, dtype, args, types, grid, failed, tuned_selector=None) -> list[dict]:
     """Rows for one (m, n, k): baselines, both families' heuristic configs, and the sweep grid."""
     m, n, k = shape
-    sm90, sm80 = get_family("sptc24_sm90"), get_family("sptc24_sm80")
+    sm90 = get_family("sptc24_sm90")
     copies = copies_to_rotate((m * k + n * k) * 2)
     g = torch.Generator(device="cuda").manual_seed(0)
     xs = [torch.randn(m, k, device="cuda", dtype=dtype, generator=g) for _ in range(copies)]
@@ -147,7 +150,7 @@ def bench_shape(shape, dtype, args, types, grid, failed, tuned_selector=None) ->
             res["tflops"] = flops / res["median_ms"] / 1e9
         rows.append({**base, "impl": name, **res})
     p = Problem(m, n, k, types)
-    for fam in (sm90, sm80):
+    for fam in (get_family(name) for name in args.families.split(",")):
         cfg = fam.heuristic(p)
         if (fam.name, cfg, types) not in failed:
             record(f"{fam.name}_heuristic", lambda i, f=fam.name: cutlass_nm.matmul(xs[i], sparse[i], family=f), cfg)
