@@ -194,7 +194,7 @@ def test_cusparselt_child_restarts_after_a_fault(monkeypatch):
     calls = []
 
     def fake_run(cmd, **kw):
-        todo = cmd[cmd.index("cusparselt_search") + 1:]
+        todo = cmd[cmd.index("cusparselt_search") + 2:]  # after the mode: the deadline, then the shapes
         calls.append(todo)
         out = []
         for s in todo:
@@ -241,3 +241,10 @@ def test_committed_suite_results(path):
         assert set(r) >= SUITE_KEYS if "median_ms" in r else "error" in r
     md = path.with_suffix(".md")
     assert md.read_text() == report.markdown(result) + "\n", f"regenerate: cutlass-nm bench --report {path}"
+
+
+def test_cusparselt_child_skips_past_its_deadline():
+    proc = subprocess.run([sys.executable, "-m", "cutlass_nm.bench.suite", "--cslt-child", "f16", "5",
+                           "cusparselt_search", "0", "16,64,64", "32,64,64"], capture_output=True, text=True)
+    lines = [json.loads(ln) for ln in proc.stdout.splitlines()]
+    assert proc.returncode == 0 and lines == [{"error": "skipped: --budget-s reached"}] * 2

@@ -28,7 +28,8 @@ def regime(row: dict) -> str:
 
 
 def label(row: dict) -> str:
-    return row.get("family") or BASELINE_LABELS.get(row["impl"], row["impl"])
+    name = row.get("family") or BASELINE_LABELS.get(row["impl"], row["impl"])
+    return f"{name}, x padded to {row['padded_m']} rows" if row.get("padded_m") else name
 
 
 def header(result: dict) -> str:
@@ -50,8 +51,8 @@ def summary_rows(result: dict) -> list[dict]:
         if key not in groups:
             order.append(key)
         groups[key].append(r)
-    base_first = sorted(order, key=lambda k: (k[0] != f"m > {DECODE_M}", k[1] not in BASELINE_LABELS.values(),
-                                              order.index(k) if k[1] in BASELINE_LABELS.values() else 0,
+    base_first = sorted(order, key=lambda k: (k[0] != f"m > {DECODE_M}", groups[k][0].get("family") is not None,
+                                              order.index(k) if groups[k][0].get("family") is None else 0,
                                               k[1], groups[k][0].get("sparsity") or 0, k[2]))
     out = []
     for key in base_first:

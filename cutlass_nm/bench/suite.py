@@ -26,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -251,30 +252,47 @@ def clone_weight(w: Any) -> Any:
     return dataclasses.replace(w, **{k: v.clone() for k, v in fields.items() if isinstance(v, torch.Tensor)})
 
 
+CSLT_MIN_M = 16  # cuSPARSELt refuses a dense operand of fewer columns ("operation not supported")
+
+
 def _cslt_child(argv: list[str]) -> None:
     """Child process: time cuSPARSELt for each M,N,K in turn, one JSON line each; exit after a failure
-    (a CUDA error poisons the context), and the parent starts a new child for the rest."""
+    (a CUDA error poisons the context), and the parent starts a new child for the rest. Below
+    ``CSLT_MIN_M`` tokens it times x padded to that many rows (what a caller would have to do), and says so;
+    past the deadline (epoch seconds) it reports shapes as skipped."""
+    import contextlib
+    import io
+
     from .baselines import _child
 
-    dtype, reps, mode, *todo = argv
+    dtype, reps, mode, deadline, *todo = argv
     for text in todo:
         m, n, k = (int(v) for v in text.split(","))
+        if time.time() > float(deadline):
+            print(json.dumps({"error": "skipped: --budget-s reached"}), flush=True)
+            continue
+        buf = io.StringIO()
         try:
-            _child(m, n, k, dtype, int(reps), mode)
+            with contextlib.redirect_stdout(buf):
+                _child(max(m, CSLT_MIN_M), n, k, dtype, int(reps), mode)
         except Exception as exc:
             print(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:300]}), flush=True)
             sys.exit(3)
+        res = json.loads([ln for ln in buf.getvalue().splitlines() if ln.startswith("{")][-1])
+        if m < CSLT_MIN_M:
+            res["padded_m"] = CSLT_MIN_M
+        print(json.dumps(res), flush=True)
 
 
 def cusparselt_rows(mnks: list[tuple[int, int, int]], dtype: str, reps: int, mode: str = CSLT_MODE,
-                    timeout_s: float = 900.0) -> dict[tuple[int, int, int], dict]:
+                    timeout_s: float = 900.0, deadline: float = float("inf")) -> dict[tuple[int, int, int], dict]:
     """cuSPARSELt timings per (m, n, k), from as few child processes as the faults allow."""
     out: dict[tuple[int, int, int], dict] = {}
     todo = list(mnks)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     while todo:
         cmd = [sys.executable, "-m", "cutlass_nm.bench.suite", "--cslt-child", dtype, str(reps), mode,
-               *(",".join(map(str, s)) for s in todo)]
+               str(min(deadline, 1e12)), *(",".join(map(str, s)) for s in todo)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
             stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
