@@ -1,4 +1,4 @@
-"""A LLaMA-style decoder block with random weights (no downloads), dense against 2:4-sparsified.
+"""A LLaMA-style decoder block with random weights (no downloads), dense against 2:4 and V:N:M sparsified.
 
     python3 benchmarks/bench_llama_block.py --out benchmarks/results/h100/llama_block.json   # on a GPU
     python3 benchmarks/bench_llama_block.py --tiny                                           # CPU smoke run
@@ -75,6 +75,8 @@ def masked_dense(sparse: nn.Module) -> nn.Module:
 
 
 def time_ms(fn, reps: int = 30) -> float:
+    """Median latency of ``fn()``: on a GPU, replays of a CUDA graph of one call (as serving engines run a
+    block; launch overhead is excluded for dense and sparse alike); on the CPU, wall time (smoke runs only)."""
     if not torch.cuda.is_available():
         import time
 
@@ -85,22 +87,66 @@ def time_ms(fn, reps: int = 30) -> float:
         return (time.perf_counter() - t0) / 3 * 1e3
     for _ in range(3):
         fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(3):
+        g.replay()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         s.record()
-        fn()
+        g.replay()
         e.record()
         e.synchronize()
         times.append(s.elapsed_time(e))
     return sorted(times)[len(times) // 2]
 
 
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def bench_pattern(pattern: str, dense: nn.Module, dims: tuple[int, int], phases: list, tiny: bool) -> tuple:
+    """Rows (prefill and decode latency, block and MLP, dense vs sparse) and checks for one pattern."""
+    dim, dev, dtype = dims[0], next(dense.parameters()).device, next(dense.parameters()).dtype
+    sparse = sparsify(copy.deepcopy(dense), pattern, include=["*_proj"])
+    reference = masked_dense(sparse)
+    rows = []
+    for batch, tokens in phases:
+        x = torch.randn(batch, tokens, dim, device=dev, dtype=dtype)
+        row = {"pattern": pattern, "batch": batch, "tokens": tokens, "phase": "prefill" if tokens > 1 else "decode",
+               "timing": "cuda_graph" if dev.type == "cuda" else "wall",
+               "block_dense_ms": time_ms(lambda x=x: dense(x)), "block_sparse_ms": time_ms(lambda x=x: sparse(x)),
+               "mlp_dense_ms": time_ms(lambda x=x: dense.mlp(x)),
+               "mlp_sparse_ms": time_ms(lambda x=x: sparse.mlp(x)), "rel_diff_vs_masked_dense": rel(sparse(x),
+                                                                                                    reference(x))}
+        row["block_speedup"] = row["block_dense_ms"] / row["block_sparse_ms"]
+        row["mlp_speedup"] = row["mlp_dense_ms"] / row["mlp_sparse_ms"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    x = torch.randn(1, 16 if tiny else 128, dim, device=dev, dtype=dtype)
+    eager = sparse(x)
+    checks = {"pattern": pattern, "compile_fullgraph_rel_diff": rel(torch.compile(sparse, fullgraph=True)(x), eager)}
+    if dev.type == "cuda":
+        static_x = x.clone()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_y = sparse(static_x)
+        g.replay()
+        torch.cuda.synchronize()
+        checks["cuda_graph_rel_diff"] = rel(static_y, eager)
+    print(json.dumps(checks), flush=True)
+    return rows, checks
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="small dims, CPU ok (a smoke run, no figures)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--patterns", default="2:4,128:2:8", help="comma-separated patterns to sparsify with")
     args = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.float16 if dev == "cuda" else torch.float32
@@ -109,36 +155,12 @@ def main() -> None:
     decode = [1, 4] if args.tiny else [1, 4, 16]
     torch.manual_seed(0)
     dense = Block(dim, hidden, heads).to(dev, dtype).eval()
-    sparse = sparsify(copy.deepcopy(dense), "2:4", include=["*_proj"])
-    reference = masked_dense(sparse)
-    rows = []
+    rows, checks = [], []
     with torch.inference_mode():
-        for batch, tokens in [*prefill, *((b, 1) for b in decode)]:
-            x = torch.randn(batch, tokens, dim, device=dev, dtype=dtype)
-            y_s, y_ref = sparse(x), reference(x)
-            err = ((y_s.float() - y_ref.float()).norm() / y_ref.float().norm()).item()
-            row = {"batch": batch, "tokens": tokens, "phase": "prefill" if tokens > 1 else "decode",
-                   "block_dense_ms": time_ms(lambda x=x: dense(x)), "block_sparse_ms": time_ms(lambda x=x: sparse(x)),
-                   "mlp_dense_ms": time_ms(lambda x=x: dense.mlp(x)),
-                   "mlp_sparse_ms": time_ms(lambda x=x: sparse.mlp(x)), "rel_diff_vs_masked_dense": err}
-            row["block_speedup"] = row["block_dense_ms"] / row["block_sparse_ms"]
-            row["mlp_speedup"] = row["mlp_dense_ms"] / row["mlp_sparse_ms"]
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-        x = torch.randn(1, 16 if args.tiny else 128, dim, device=dev, dtype=dtype)
-        eager = sparse(x)
-        compiled = torch.compile(sparse, fullgraph=True)(x)
-        diff = ((compiled.float() - eager.float()).norm() / eager.float().norm()).item()
-        checks = {"compile_fullgraph_rel_diff": diff}
-        if dev == "cuda":
-            static_x = x.clone()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                static_y = sparse(static_x)
-            g.replay()
-            torch.cuda.synchronize()
-            checks["cuda_graph_rel_diff"] = ((static_y.float() - eager.float()).norm() / eager.float().norm()).item()
-        print(json.dumps(checks))
+        for pattern in args.patterns.split(","):
+            r, c = bench_pattern(pattern, dense, (dim, hidden), [*prefill, *((b, 1) for b in decode)], args.tiny)
+            rows += r
+            checks.append(c)
     if args.out:
         from cutlass_nm.bench.env import environment
 

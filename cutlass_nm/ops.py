@@ -1,6 +1,6 @@
-"""``torch.ops.cutlass_nm.sparse24_linear``: matmul as a torch.library custom op.
+"""``torch.ops.cutlass_nm.sparse24_linear`` and ``vnm_linear``: matmul as torch.library custom ops.
 
-It takes the weight's canonical tensors (values, metadata), so it works under
+They take the weight's canonical tensors (values, metadata, and V:N:M's column indices), so they work under
 ``torch.compile(fullgraph=True)`` (a fake implementation gives the output's shape) and inside
 CUDA-graph capture (kernel layouts are built once per weight, before capture, and cached). On a
 CPU tensor it computes the same function through the decompressed weight (a reference path).
@@ -11,24 +11,38 @@ from __future__ import annotations
 import torch
 
 from .formats import Sparse24Weight
+from .formats.vnm import VNMWeight
+from .patterns import Pattern
 
 # Kernel metadata layouts per weight, keyed by the metadata tensor's storage. The entry holds the
 # metadata tensor itself, so its storage cannot be freed and its address reused by another weight.
 _LAYOUTS: dict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, dict]] = {}
 
 
-def weight_view(values: torch.Tensor, meta: torch.Tensor) -> Sparse24Weight:
-    """A Sparse24Weight over existing tensors, sharing one layout cache per metadata storage."""
-    shape = (int(values.shape[0]), int(values.shape[1]) * 2)
+def _layout_cache(meta: torch.Tensor) -> dict:
+    """The kernel-layout cache shared by every view of the weight whose metadata is ``meta``."""
     try:
         key = (meta.untyped_storage().data_ptr(), tuple(meta.shape))
     except RuntimeError:  # a wrapper tensor without real storage (e.g. under functionalization): no caching
-        return Sparse24Weight(values, meta, shape)
+        return {}
     entry = _LAYOUTS.get(key)
     if entry is None or entry[0].untyped_storage().data_ptr() != key[0]:
         entry = (meta, {})
         _LAYOUTS[key] = entry
-    return Sparse24Weight(values, meta, shape, entry[1])
+    return entry[1]
+
+
+def weight_view(values: torch.Tensor, meta: torch.Tensor) -> Sparse24Weight:
+    """A Sparse24Weight over existing tensors, sharing one layout cache per metadata storage."""
+    shape = (int(values.shape[0]), int(values.shape[1]) * 2)
+    return Sparse24Weight(values, meta, shape, _layout_cache(meta))
+
+
+def vnm_view(values: torch.Tensor, columns: torch.Tensor, meta: torch.Tensor, v: int, m: int, k: int) -> VNMWeight:
+    """A V:N:M weight (``v:2:m``, ``k`` in_features) over existing tensors, with the shared layout cache."""
+    w = VNMWeight(values, columns, meta, (int(values.shape[0]), k), Pattern(2, m, v))
+    w.__dict__["_layouts"] = _layout_cache(meta)
+    return w
 
 
 def clear_layout_cache() -> None:
@@ -72,3 +86,39 @@ def _backward(ctx, grad):
 
 
 sparse24_linear.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op("cutlass_nm::vnm_linear", mutates_args=())
+def vnm_linear(x: torch.Tensor, values: torch.Tensor, columns: torch.Tensor, meta: torch.Tensor, v: int, m: int,
+               k: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x · Wᵀ (+ bias) for a V:N:M (``v:2:m``) weight given as (values, columns, meta)."""
+    w = vnm_view(values, columns, meta, v, m, k)
+    if x.is_cuda:
+        from .dispatch import matmul
+
+        return matmul(x.contiguous(), w, bias)
+    return torch.nn.functional.linear(x, w.to_dense().to(x.dtype), None if bias is None else bias.to(x.dtype))
+
+
+@vnm_linear.register_fake
+def _(x: torch.Tensor, values: torch.Tensor, columns: torch.Tensor, meta: torch.Tensor, v: int, m: int, k: int,
+      bias: torch.Tensor | None = None) -> torch.Tensor:
+    torch._check(x.shape[-1] == k, lambda: "x's last dim must equal the weight's in_features")
+    return x.new_empty((*x.shape[:-1], values.shape[0]))
+
+
+def _vnm_setup_context(ctx, inputs, output) -> None:
+    x, values, columns, meta, v, m, k, bias = inputs
+    ctx.save_for_backward(values, columns, meta)
+    ctx.pattern, ctx.has_bias, ctx.x_dtype = (v, m, k), bias is not None, x.dtype
+
+
+def _vnm_backward(ctx, grad):
+    values, columns, meta = ctx.saved_tensors
+    w = vnm_view(values, columns, meta, *ctx.pattern).to_dense().to(grad.dtype)
+    grad_x = (grad @ w).to(ctx.x_dtype)
+    grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0) if ctx.has_bias else None
+    return grad_x, None, None, None, None, None, None, grad_bias
+
+
+vnm_linear.register_autograd(_vnm_backward, setup_context=_vnm_setup_context)

@@ -34,6 +34,11 @@ def test_state_dict_is_compressed_and_round_trips():
     torch.testing.assert_close(fresh(x), sl(x))
 
 
+def test_sparsify_with_vnm():
+    model = sparsify(_mlp(), "64:2:8")
+    assert isinstance(model[0], SparseLinear) and str(model[0].pattern) == "64:2:8"
+
+
 def test_sparsify_replaces_selected_layers():
     model = _mlp()
     sparsify(model, "2:4", exclude=["2"])
@@ -50,14 +55,47 @@ def test_opcheck_and_compile_fullgraph_on_cpu():
     torch.testing.assert_close(compiled(x), sl(x))
 
 
-def test_only_24_patterns():
-    with pytest.raises(cutlass_nm.PatternError):
+def test_only_24_and_vnm_patterns():
+    with pytest.raises(cutlass_nm.PatternError, match="128:2:8"):
         SparseLinear(64, 48, pattern="2:8")
 
 
+@pytest.mark.parametrize("pattern", ["128:2:8", "64:2:7", "32:2:16"])
+def test_vnm_sparse_linear_matches_masked_dense_and_round_trips(pattern):
+    torch.manual_seed(1)
+    lin = nn.Linear(100, 160)
+    sl = SparseLinear.from_linear(lin, pattern)
+    _, mask = cutlass_nm.prune(lin.weight.detach(), pattern)
+    x = torch.randn(3, 5, 100)
+    torch.testing.assert_close(sl(x), nn.functional.linear(x, lin.weight * mask, lin.bias))
+    sd = sl.state_dict()
+    assert set(sd) == {"values", "columns", "meta", "bias"}
+    fresh = SparseLinear(100, 160, pattern=pattern)
+    fresh.load_state_dict(sd)
+    torch.testing.assert_close(fresh(x), sl(x))
+    torch.library.opcheck(torch.ops.cutlass_nm.vnm_linear.default,
+                          (x.reshape(15, 100), sl.values, sl.columns, sl.meta, sl.pattern.v, sl.pattern.m, 100,
+                           sl.bias))
+    compiled = torch.compile(sl, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x), sl(x))
+
+
+def test_vnm_gradients_flow_to_inputs_and_bias():
+    lin = nn.Linear(64, 128)
+    sl = SparseLinear.from_linear(lin, "128:2:8")
+    x = torch.randn(4, 64, requires_grad=True)
+    sl(x).square().sum().backward()
+    x2 = x.detach().clone().requires_grad_(True)
+    b2 = sl.bias.detach().clone().requires_grad_(True)
+    nn.functional.linear(x2, sl.weight_dense(), b2).square().sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(sl.bias.grad, b2.grad)
+
+
 @pytest.mark.gpu
-def test_gpu_compile_and_cuda_graph_match_eager():
-    model = sparsify(nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512)).half().cuda())
+@pytest.mark.parametrize("pattern", ["2:4", "128:2:8"])
+def test_gpu_compile_and_cuda_graph_match_eager(pattern):
+    model = sparsify(nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512)).half().cuda(), pattern)
     x = torch.randn(64, 512, device="cuda", dtype=torch.half)
     eager = model(x)
     compiled = torch.compile(model, fullgraph=True)(x)
