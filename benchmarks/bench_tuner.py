@@ -53,7 +53,7 @@ def main() -> None:
     args = ap.parse_args()
     fam = get_family("sptc24_sm90")
     types = KernelTypes("f16", "f16", False)
-    env = current_environment()
+    env = current_environment("sptc24_sm90")
     rows = []
     for m, n, k in PROBLEMS:
         problem = Problem(m, n, k, types)

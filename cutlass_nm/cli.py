@@ -160,9 +160,10 @@ def cmd_db(args: argparse.Namespace) -> int:
     elif args.db_command in ("import", "merge"):
         only = None
         if args.this_gpu:
+            from .families import FAMILIES
             from .store.fingerprint import current_environment
 
-            only = current_environment().hard_key
+            only = {current_environment(name).hard_key for name in FAMILIES}
         for source in args.sources:
             if "://" in source:  # another database
                 buf = __import__("io").StringIO()
@@ -171,7 +172,7 @@ def cmd_db(args: argparse.Namespace) -> int:
             else:
                 with open(source) as f:
                     lines = f.read().splitlines()
-            stats = store.merge(lines, only_hard_key=only)
+            stats = store.merge(lines, only_hard_keys=only)
             console.print(f"{redact(source) if '://' in source else source}: {stats}")
     elif args.db_command == "gc":
         n = store.gc(dry_run=args.dry_run)

@@ -1,12 +1,14 @@
-"""Turn a timed benchmark run into tuning records that ``cutlass-nm db import`` accepts.
+"""Turn timed benchmark runs into tuning records that ``cutlass-nm db import`` accepts.
 
-    python3 db/records_from_bench.py benchmarks/results/h100/sptc24_llm.json \
-        db/records/h100-80gb-hbm3.env.json > db/records/h100-80gb-hbm3.jsonl
+    python3 db/records_from_bench.py db/records/h100-80gb-hbm3.env.json \
+        benchmarks/results/h100/sptc24_llm.json benchmarks/results/h100/sptc24_contested.json \
+        > db/records/h100-80gb-hbm3.jsonl
 
-The environment file is the fingerprint (``cutlass_nm.store.fingerprint.current_environment``) printed
-on the machine that ran the benchmark. Every timed sm90 row (sweep and heuristic) becomes one ok
-measurement; uids are derived from the run and the config, so regenerating gives the same records
-and importing twice adds nothing.
+The environment file is the machine part of the fingerprint (``cutlass_nm.store.fingerprint``) printed on
+the machine that ran the benchmarks; the template hash is the family's, computed here from this checkout's
+templates, so run this at a commit whose ``sptc24_sm90`` kernels are those the benchmarks timed. Every timed
+sm90 row (sweep, heuristic, tuned) becomes one ok measurement; uids are derived from the run and the config,
+so regenerating gives the same records and importing twice adds nothing.
 """
 
 from __future__ import annotations
@@ -16,17 +18,18 @@ import sys
 import uuid
 
 from cutlass_nm.families import KernelTypes, Problem
-from cutlass_nm.store.fingerprint import EnvFields, ProblemKey
+from cutlass_nm.store.fingerprint import EnvFields, ProblemKey, template_hash
 from cutlass_nm.store.store import FORMAT
 
 NAMESPACE = uuid.UUID("6f1c2a52-8d3e-4c1b-9a57-0c6f5b1d2e41")
+SM90_ROWS = ("sptc24_sm90_sweep", "sptc24_sm90_heuristic", "sptc24_sm90_tuned")
 
 
 def records(bench: dict, env: EnvFields) -> list[dict]:
     run = bench["environment"]
     out = []
     for row in bench["rows"]:
-        if row.get("impl") not in ("sptc24_sm90_sweep", "sptc24_sm90_heuristic") or "median_ms" not in row:
+        if row.get("impl") not in SM90_ROWS or "median_ms" not in row:
             continue
         types = KernelTypes(row["dtype"], row["dtype"], False)
         key = ProblemKey.of("sptc24_sm90", Problem(row["m"], row["n"], row["k"], types))
@@ -42,12 +45,14 @@ def records(bench: dict, env: EnvFields) -> list[dict]:
 
 def main() -> None:
     with open(sys.argv[1]) as f:
-        bench = json.load(f)
-    with open(sys.argv[2]) as f:
-        env = EnvFields(**json.load(f))
-    recs = records(bench, env)
-    print(json.dumps({"format": FORMAT, "exported_at": bench["environment"]["date"],
-                      "source": sys.argv[1], "records": len(recs)}))
+        env = EnvFields(**json.load(f), template_hash=template_hash("sptc24_sm90"))
+    benches = []
+    for path in sys.argv[2:]:
+        with open(path) as f:
+            benches.append(json.load(f))
+    recs = [r for bench in benches for r in records(bench, env)]
+    print(json.dumps({"format": FORMAT, "exported_at": max(b["environment"]["date"] for b in benches),
+                      "source": " ".join(sys.argv[2:]), "records": len(recs)}))
     for r in recs:
         print(json.dumps(r))
 

@@ -93,7 +93,7 @@ def test_merge_skips_hard_mismatches_when_asked(tmp_path):
     buf = io.StringIO()
     src.export(buf)
     dst = Store(f"sqlite:///{tmp_path / 'b.sqlite'}")
-    stats = dst.merge(buf.getvalue().splitlines(), only_hard_key=env().hard_key)
+    stats = dst.merge(buf.getvalue().splitlines(), only_hard_keys={env().hard_key})
     assert stats["new"] == 1 and stats["skipped_env"] == 1
 
 
@@ -212,3 +212,13 @@ def test_default_selector_is_silent_without_a_db_and_can_be_turned_off(tmp_path,
     monkeypatch.setattr(dispatch, "_selector", None)
     monkeypatch.setenv("CUTLASS_NM_DB", "off")
     assert dispatch._default_selector() is dispatch._no_selector
+
+
+def test_template_hash_is_per_family():
+    """A new family or another family's template change must not invalidate a family's records."""
+    from cutlass_nm.families import FAMILIES
+    from cutlass_nm.store.fingerprint import all_template_hashes, template_hash
+
+    hashes = {name: template_hash(name) for name in FAMILIES}
+    assert len(set(hashes.values())) == len(hashes)
+    assert all_template_hashes() == set(hashes.values())

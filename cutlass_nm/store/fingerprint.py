@@ -52,15 +52,25 @@ def normalize_gpu(name: str) -> str:
 
 
 @functools.cache
-def template_hash() -> str:
-    """Hash of everything that shapes emitted code: our launcher templates and the emitter module."""
+def template_hash(family: str) -> str:
+    """Hash of what shapes ``family``'s emitted code: its launcher template, the shared headers and the
+    CUTLASS emitter module. Per family, so a new family or another family's template change leaves this
+    family's tuning records valid."""
     h = hashlib.sha256()
     root = resources.files("cutlass_nm.codegen")
-    for item in sorted([*root.joinpath("templates").iterdir(), root.joinpath("cutlass_emit.py")], key=str):
-        if item.name.endswith((".cu", ".cuh", ".py")):
-            h.update(item.name.encode())
-            h.update(item.read_bytes())
+    items = [item for item in root.joinpath("templates").iterdir()
+             if item.name == f"{family}.cu" or item.name.endswith(".cuh")]
+    for item in sorted([*items, root.joinpath("cutlass_emit.py")], key=lambda i: i.name):
+        h.update(item.name.encode())
+        h.update(item.read_bytes())
     return h.hexdigest()[:32]
+
+
+def all_template_hashes() -> set[str]:
+    """The template hashes of every family built into this version (any other hash is stale)."""
+    from ..families import FAMILIES
+
+    return {template_hash(name) for name in FAMILIES}
 
 
 def _driver() -> str:
@@ -74,19 +84,22 @@ def _driver() -> str:
         return "unknown"
 
 
-def current_environment(device: int = 0) -> EnvFields:
-    """The fingerprint of this process's GPU ``device`` and toolchain."""
+@functools.cache
+def _machine(device: int) -> dict:
     import torch
 
     from ..build.compiler import nvcc_version
 
     p = torch.cuda.get_device_properties(device)
     cc = f"{p.major}.{p.minor}" + ("a" if (p.major, p.minor) == (9, 0) else "")
-    return EnvFields(
-        gpu=normalize_gpu(p.name), compute_capability=cc, sm_count=p.multi_processor_count,
-        l2_bytes=int(getattr(p, "L2_cache_size", 0)), cutlass_version=metadata.version("nvidia-cutlass"),
-        nvcc_version=nvcc_version(), template_hash=template_hash(), driver=_driver(),
-        torch_version=torch.__version__)
+    return dict(gpu=normalize_gpu(p.name), compute_capability=cc, sm_count=p.multi_processor_count,
+                l2_bytes=int(getattr(p, "L2_cache_size", 0)), cutlass_version=metadata.version("nvidia-cutlass"),
+                nvcc_version=nvcc_version(), driver=_driver(), torch_version=torch.__version__)
+
+
+def current_environment(family: str, device: int = 0) -> EnvFields:
+    """The fingerprint of this process's GPU ``device``, toolchain and ``family``'s templates."""
+    return EnvFields(**_machine(device), template_hash=template_hash(family))
 
 
 def m_bucket(m: int) -> int:

@@ -2,8 +2,8 @@
 
 Order: exact key -> same environment, nearest m bucket (then nearest n, k) -> an environment that
 differs only in soft fields (driver, torch), with one warning -> ``None`` (the family's heuristic).
-The winners of this machine's hard environment are read once, on the first lookup; answers are
-memoized per problem, so a repeated lookup is one dict access.
+The winners of this machine's hard environment (per family: each family's templates have their own hash)
+are read once, on the first lookup; answers are memoized per problem, so a repeated lookup is one dict access.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class TunedSelector:
     """A ``dispatch.Selector`` backed by a tuning database (install with ``cutlass_nm.use_tuning_db``)."""
 
     def __init__(self, url: str | None = None, env: EnvFields | None = None, quiet_if_missing: bool = False) -> None:
+        """``env`` pins the fingerprint (tests); by default each family's is ``current_environment(family)``."""
         self.url = url
         self.quiet_if_missing = quiet_if_missing  # no DB file yet is normal before any tuning
         self._env = env
@@ -57,9 +58,11 @@ class TunedSelector:
             db_file = sqlite_file(self.url or default_url())
             if self.quiet_if_missing and db_file is not None and not db_file.exists():
                 return self._table
-            env = self._env or current_environment()
+            from ..families import FAMILIES
+
+            envs = {name: self._env or current_environment(name) for name in FAMILIES}
             store = Store(self.url, create=False)
-            rows = store.winners(hard_key=env.hard_key)
+            rows = [row for key in {e.hard_key for e in envs.values()} for row in store.winners(hard_key=key)]
         except Exception as exc:  # missing, locked, corrupt or unreachable: fall back, once
             self._warn_once("db", f"cutlass_nm: tuning DB {redact(self.url or default_url())} unusable "
                                   f"({exc.__class__.__name__}: {str(exc)[:120]}); using heuristic configs")
@@ -70,6 +73,9 @@ class TunedSelector:
                 cfg = validate_config(key.family, w.config)
             except RecordError as exc:
                 log.warning("winner %s rejected: %s", w.id, exc)
+                continue
+            env = envs.get(key.family)
+            if env is None or env_row.hard_key != env.hard_key:  # measured with another family's templates
                 continue
             same_soft = env_row.soft_key == env.soft_key
             if key not in self._table or same_soft:

@@ -7,7 +7,7 @@ import json
 import logging
 import socket
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import IO, Any
 
 from sqlalchemy import Engine, delete, select
@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from .db import is_current, make_engine, upgrade
-from .fingerprint import EnvFields, ProblemKey, template_hash
+from .fingerprint import EnvFields, ProblemKey, all_template_hashes
 from .schema import Claim, Environment, Measurement, Winner
 from .validate import RecordError, validate_measurement
 
@@ -135,10 +135,10 @@ class Store:
             out.write(json.dumps(rec) + "\n")
         return len(rows)
 
-    def merge(self, lines: Iterable[str], only_hard_key: str | None = None) -> dict[str, int]:
+    def merge(self, lines: Iterable[str], only_hard_keys: Collection[str] | None = None) -> dict[str, int]:
         """Import exported records: idempotent (known uids are skipped), winners keep the fastest.
 
-        Records that fail validation are rejected with a logged reason; with ``only_hard_key``, records of
+        Records that fail validation are rejected with a logged reason; with ``only_hard_keys``, records of
         other hard environments are skipped.
         """
         stats = {"new": 0, "known": 0, "rejected": 0, "skipped_env": 0}
@@ -150,7 +150,7 @@ class Store:
                 log.warning("record %d rejected: %s", i, exc)
                 stats["rejected"] += 1
                 continue
-            if only_hard_key and r["environment"].hard_key != only_hard_key:
+            if only_hard_keys is not None and r["environment"].hard_key not in only_hard_keys:
                 stats["skipped_env"] += 1
                 continue
             good.append(r)
@@ -163,9 +163,11 @@ class Store:
         return stats
 
     def gc(self, dry_run: bool = False) -> int:
-        """Delete environments built from other templates (their records can never be used again)."""
+        """Delete environments built from templates no family of this version has (their records can never be
+        used again)."""
         with Session(self.engine) as s:
-            stale = [e.id for e in s.scalars(select(Environment).where(Environment.template_hash != template_hash()))]
+            current = all_template_hashes()
+            stale = [e.id for e in s.scalars(select(Environment).where(Environment.template_hash.not_in(current)))]
             n = s.query(Measurement).filter(Measurement.environment_id.in_(stale)).count()
             if not dry_run and stale:
                 s.execute(delete(Winner).where(Winner.environment_id.in_(stale)))

@@ -120,7 +120,7 @@ def tune_problem(problem: Problem, *, family: str = "sptc24_sm90", n_trials: int
     if env is None:
         from ..store.fingerprint import current_environment
 
-        env = current_environment()
+        env = current_environment(family)
     if measure is None:
         from .worker import MeasureWorker
 
