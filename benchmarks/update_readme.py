@@ -56,7 +56,7 @@ OPTIONAL = {"suite"}  # filled only where README.md has the markers
 def render(readme: str, sections: dict = SECTIONS) -> str:
     for name, (path, fn) in sections.items():
         pattern = re.compile(rf"(<!-- results:{name} -->\n)(?:.*?\n)?(<!-- /results:{name} -->)", re.S)
-        if not pattern.search(readme):
+        if not pattern.search(readme) or (name in OPTIONAL and not path.exists()):
             if name in OPTIONAL:
                 continue
             raise SystemExit(f"README.md has no <!-- results:{name} --> section")

@@ -248,3 +248,112 @@ def test_cusparselt_child_skips_past_its_deadline():
                            "cusparselt_search", "0", "16,64,64", "32,64,64"], capture_output=True, text=True)
     lines = [json.loads(ln) for ln in proc.stdout.splitlines()]
     assert proc.returncode == 0 and lines == [{"error": "skipped: --budget-s reached"}] * 2
+
+
+def _cases(shapes_, patterns):
+    from cutlass_nm.families import get_family
+
+    cfg = get_family("nm_decode").Config()
+    return [suite.Case(s, "nm_decode", "nm", p, cfg, False) for s in shapes_ for p in patterns]
+
+
+def test_run_group_starts_a_new_worker_after_a_fault(monkeypatch):
+    from cutlass_nm.bench import run
+
+    s1, s2, s3 = Shape(1, 64, 64, "a"), Shape(2, 64, 64, "b"), Shape(4, 64, 64, "c")
+    cases = _cases([s1, s2, s3], ["2:8", "2:16"])
+    jobs = []
+
+    def fake_worker(job, deadline):
+        jobs.append([tuple(x[:3]) for x in job["shapes"]])
+        lines = []
+        for m, n, k, _ in job["shapes"]:
+            for v in (c for c in job["cases"] if tuple(c[:3]) == (m, n, k)):
+                case = run._case_of(v)
+                if m == 2:  # the first case faults: its row says why, then the worker is gone
+                    return [*lines, ("ROW", run._row(case, dtype="f16", error="CUDA error: illegal address"))], -6, "x"
+                lines.append(("ROW", run._row(case, dtype="f16", median_ms=1.0)))
+            lines.append(("DONE", [m, n, k]))
+        return lines, 0, ""
+
+    monkeypatch.setattr(run, "_worker", fake_worker)
+    skipped = []
+    rows = run.run_group("nm_decode", [s1, s2, s3], cases, {"dtype": "f16", "baselines": False}, float("inf"),
+                         skipped)
+    assert jobs == [[s1.mnk, s2.mnk, s3.mnk], [s3.mnk]]
+    got = {(r["m"], r["pattern"]): r.get("error", "ok") for r in rows}
+    assert got[(1, "2:8")] == got[(4, "2:16")] == "ok" and "illegal address" in got[(2, "2:8")]
+    assert got[(2, "2:16")].startswith("worker exited (-6)") and not skipped
+
+
+def test_run_group_gives_up_after_repeated_faults(monkeypatch):
+    from cutlass_nm.bench import run
+
+    shapes_ = [Shape(m, 64, 64) for m in (1, 2, 4, 8)]
+    monkeypatch.setattr(run, "_worker", lambda job, deadline: ([], -11, "Segmentation fault"))
+    skipped = []
+    rows = run.run_group("nm_decode", shapes_, _cases(shapes_, ["2:8"]), {"dtype": "f16", "baselines": False},
+                         float("inf"), skipped)
+    assert [r["m"] for r in rows] == [1, 2] and all("Segmentation fault" in r["error"] for r in rows)
+    assert [(s["m"], s["reason"]) for s in skipped] == [(4, "not run: its worker faulted 2 times"),
+                                                         (8, "not run: its worker faulted 2 times")]
+
+
+def test_worker_skips_past_its_deadline():
+    job = {"dtype": "f16", "reps": 1, "warmup": 1.0, "sgemm": True, "baselines": True, "deadline": 0,
+           "shapes": [[1, 64, 64, "a"], [2, 64, 64, "b"]], "cases": []}
+    proc = subprocess.run([sys.executable, "-m", "cutlass_nm.bench.suite", "--worker"], input=json.dumps(job),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.splitlines() == ["SKIP [1, 64, 64]", "SKIP [2, 64, 64]"]
+
+
+def test_assemble_orders_rows_and_derives_speedups():
+    from cutlass_nm.bench import run
+
+    s = Shape(2048, 4096, 4096, "x")
+    base = {"m": 2048, "n": 4096, "k": 4096, "name": "x", "dtype": "f16"}
+    by_group = {"baselines": [{**base, "impl": "cublas", "median_ms": 0.1}],
+                "nm_decode": [{**base, "impl": "nm_decode_heuristic", "family": "nm_decode", "median_ms": 0.05}]}
+    rows = run.assemble([s, Shape(1, 2, 3)], by_group, {s.mnk: {"median_ms": 0.08}})
+    assert [r["impl"] for r in rows] == ["cublas", "cusparselt_search", "nm_decode_heuristic"]
+    assert rows[2]["speedup_vs_cublas"] == pytest.approx(2.0) and rows[2]["speedup_vs_cusparselt"] == pytest.approx(1.6)
+    assert rows[1]["pct_of_ideal"] > 0 and rows[2]["speedup_vs_sgemm"] is None
+
+
+def test_run_suite_orchestration(monkeypatch, tmp_path):
+    """Compile, cuSPARSELt, then one worker group per family after the baselines; checkpoints; the result."""
+    from cutlass_nm.bench import run
+
+    s1, s2 = Shape(1, 64, 64, "a"), Shape(2, 64, 64, "b")
+    cases = _cases([s1, s2], ["2:8"])
+    groups = []
+
+    def fake_worker(job, deadline):
+        groups.append(job["baselines"])
+        lines = []
+        for m, n, k, name in job["shapes"]:
+            base = {"m": m, "n": n, "k": k, "name": name, "dtype": "f16"}
+            if job["baselines"]:
+                if m == 2:  # the budget cut the baselines short here
+                    lines.append(("SKIP", [m, n, k]))
+                    continue
+                lines.append(("ROW", {**base, "impl": "cublas", "family": None, "median_ms": 1.0}))
+            for v in (c for c in job["cases"] if tuple(c[:3]) == (m, n, k)):
+                lines.append(("ROW", run._row(run._case_of(v), dtype="f16", median_ms=0.5)))
+            lines.append(("DONE", [m, n, k]))
+        return lines, 0, ""
+
+    monkeypatch.setattr(run, "_worker", fake_worker)
+    monkeypatch.setattr(run, "_compile", lambda cases, types, jobs: {})
+    monkeypatch.setattr(run, "cusparselt_rows", lambda mnks, dtype, reps, deadline: {s1.mnk: {"error": "nope"}})
+    monkeypatch.setattr(run, "environment", lambda: {"gpu": "x"})
+    saved = []
+    args = argparse.Namespace(reps=None, quick=True, budget_s=100.0, no_cusparselt=False, jobs=None, dtype="f16",
+                              no_sgemm=False)
+    result = run.run_suite([s1, s2], cases, [], KernelTypes("f16", "f16", False), args, checkpoint=saved.append)
+    assert groups == [True, False] and len(saved) == 2 and saved[0]["suite"]["partial"]
+    assert not result["suite"]["partial"]
+    assert [(r["m"], r["impl"]) for r in result["rows"]] == [(1, "cublas"), (1, "cusparselt_search"),
+                                                             (1, "nm_decode_heuristic")]
+    assert result["rows"][2]["speedup_vs_cublas"] == pytest.approx(2.0)
+    assert result["skipped"] == [{"m": 2, "n": 64, "k": 64, "family": "baselines", "reason": "--budget-s reached"}]

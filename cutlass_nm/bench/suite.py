@@ -212,13 +212,19 @@ def main(args: argparse.Namespace) -> int:
         return 0
     from .run import run_suite
 
-    result = run_suite(shapes, cases, skipped, types, args)
-    name = args.name or ("suite_quick" if args.quick else "suite")
-    out = args.out or RESULTS / gpu_slug(result["environment"]["gpu"])
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / name
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    print("wrote", stem.with_suffix(".json"))
+    def stem_of(result: dict) -> Path:
+        out = args.out or RESULTS / gpu_slug(result["environment"]["gpu"])
+        out.mkdir(parents=True, exist_ok=True)
+        return out / (args.name or ("suite_quick" if args.quick else "suite"))
+
+    def save(result: dict) -> Path:  # also after each worker group, so a killed run leaves its rows
+        path = stem_of(result).with_suffix(".json")
+        path.write_text(json.dumps(result, indent=1))
+        return path
+
+    result = run_suite(shapes, cases, skipped, types, args, checkpoint=save)
+    print("wrote", save(result))
+    stem = stem_of(result)
     for path in write_reports(result, stem):
         print("wrote", path)
     return 0
@@ -319,6 +325,10 @@ def cli() -> int:
     if sys.argv[1:2] == ["--cslt-child"]:
         _cslt_child(sys.argv[2:])
         return 0
+    if sys.argv[1:2] == ["--worker"]:  # one family group's timing (bench.run.run_group); the job on stdin
+        from .run import worker_main
+
+        return worker_main(json.loads(sys.stdin.read()))
     ap = argparse.ArgumentParser(prog="cutlass-nm bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(ap)
