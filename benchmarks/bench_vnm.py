@@ -1,0 +1,163 @@
+"""V:N:M (VENOM) SpMM on the GPU against cuBLAS dense fp16, timed in one run (issue 5).
+
+    python3 benchmarks/bench_vnm.py --out benchmarks/results/h100/vnm.json
+
+Every registered vnm_* family runs each row; vnm_sm90 also runs the configs in ``--sm90-configs`` (tile_m x tile_n
+x tile_k x stages x consumers) and reports each and the best. Our times include the per-call transpose of x
+(reported alone as ``transpose_ms``). Weights are random V:N:M weights (random 4 columns per block-group, random
+2:4 inside), rotated past L2 together with the inputs; CUDA-graph timing, median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+import cutlass_nm
+from cutlass_nm.bench.env import environment
+from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
+from cutlass_nm.families import FAMILIES, KernelTypes
+from cutlass_nm.formats.vnm import VNMWeight
+from cutlass_nm.kernels import get_kernel, precompile
+from cutlass_nm.patterns import Pattern
+
+PATTERNS = ["128:2:8", "128:2:16"]
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 4096, 4096), (2048, 11008, 4096), (2048, 4096, 11008),
+          (2048, 12288, 4096)]
+SM90_CONFIGS = ["128x256x64x4x2", "128x128x64x6x2", "128x128x128x4x2", "64x256x64x5x1", "64x128x128x5x1"]
+_PAIRS = torch.tensor([0 | 1 << 2, 0 | 2 << 2, 0 | 3 << 2, 1 | 2 << 2, 1 | 3 << 2, 2 | 3 << 2], dtype=torch.uint8)
+
+
+def random_vnm(n: int, k: int, pattern: str, dtype=torch.float16) -> VNMWeight:
+    """A random weight in the V:N:M format (no pruning search)."""
+    p = Pattern.parse(pattern)
+    g, b = -(-k // p.m), -(-n // p.v)
+    cols = torch.rand(b, g, p.m, device="cuda").argsort(-1)[..., :4].sort(-1).values.to(torch.uint8)
+    meta = _PAIRS.cuda()[torch.randint(0, 6, (n, g), device="cuda")]
+    values = torch.randn(n, 2 * g, device="cuda", dtype=dtype)
+    return VNMWeight(values, cols.contiguous(), meta.contiguous(), (n, k), p)
+
+
+def _clone(w: VNMWeight) -> VNMWeight:
+    return VNMWeight(w.values.clone(), w.columns.clone(), w.meta.clone(), w.shape, w.pattern)
+
+
+def sm90_configs(specs: list[str]) -> list:
+    cfg = FAMILIES["vnm_sm90"].Config
+    return [cfg(**dict(zip(("tile_m", "tile_n", "tile_k", "stages", "consumers"), map(int, s.split("x")),
+                           strict=True))) for s in specs]
+
+
+def kernels_for(pattern: str, m: int, n: int, k: int, configs: list) -> dict[str, object]:
+    """name -> launcher-like callable(x, w, y) for every vnm family (and each sm90 config)."""
+    types = KernelTypes("f16", "f16", False)
+    out: dict[str, object] = {}
+    for name in sorted(FAMILIES):
+        if not name.startswith("vnm_"):
+            continue
+        if name == "vnm_sm90":
+            v = Pattern.parse(pattern).v
+            for cfg in configs:
+                if v % cfg.tile_m == 0 and FAMILIES[name].check(cfg, _problem(m, n, k)) is None:
+                    tag = "x".join(str(x) for x in cfg.to_record().values())
+                    try:
+                        out[f"vnm_sm90[{tag}]"] = get_kernel((name, cfg, types))
+                    except Exception as exc:  # a failed build is reported, the row goes on
+                        print(f"skip {tag}: {exc}", flush=True)
+        else:
+            out[name] = None  # through cutlass_nm.matmul (its own heuristic)
+    return out
+
+
+def _problem(m: int, n: int, k: int):
+    from cutlass_nm.families import Problem
+
+    return Problem(m, n, k, KernelTypes("f16", "f16", False))
+
+
+def bench_row(pattern: str, m: int, n: int, k: int, configs: list) -> list[dict]:
+    first = random_vnm(n, k, pattern)
+    wbytes = first.values.numel() * 2 + first.meta.numel() + first.columns.numel()
+    copies = copies_to_rotate(wbytes + m * k * 2)
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
+    ws = [first] + [_clone(first) for _ in range(copies - 1)]
+    dense = first.to_dense()
+    dws = [dense] + [dense.clone() for _ in range(copies - 1)]
+    t_dense = time_rotating(lambda i: torch.nn.functional.linear(xs[i], dws[i]), copies).p50_ms
+    t_tr = time_rotating(lambda i: xs[i].t().contiguous(), copies).p50_ms
+    ref = xs[0].double() @ dense.double().T
+    dws.clear()
+    rows = []
+    for name, launcher in kernels_for(pattern, m, n, k, configs).items():
+        ys = [torch.empty(m, n, device="cuda", dtype=torch.float16) for _ in range(copies)]
+        if launcher is None:
+            def run(i, name=name, ys=ys):
+                return cutlass_nm.matmul(xs[i], ws[i], out=ys[i], family=name)
+        else:
+            def run(i, launcher=launcher, ys=ys):
+                return launcher(xs[i], ws[i], None, ys[i])
+        ys[0].fill_(float("nan"))
+        run(0)
+        err = ((ys[0].double() - ref).norm() / ref.norm()).item()
+        t = time_rotating(run, copies)
+        eff = 2 * m * n * k / (t.p50_ms * 1e-3) / 1e12
+        rows.append({"pattern": pattern, "m": m, "n": n, "k": k, "kernel": name, "median_ms": t.p50_ms,
+                     "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "cublas_ms": t_dense, "transpose_ms": t_tr,
+                     "speedup_vs_cublas": t_dense / t.p50_ms, "dense_equiv_TFLOPs": eff, "rel_err": err,
+                     "timing": t.method})
+        print(json.dumps(rows[-1]), flush=True)
+        ys.clear()
+    return rows
+
+
+def best_rows(rows: list[dict]) -> list[dict]:
+    """Per (pattern, shape, family): the fastest config."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["pattern"], r["m"], r["n"], r["k"], r["kernel"].split("[")[0])
+        if key not in best or r["median_ms"] < best[key]["median_ms"]:
+            best[key] = r
+    return list(best.values())
+
+
+def markdown(rows: list[dict], env: dict) -> str:
+    lines = [f"# V:N:M SpMM vs cuBLAS dense fp16 ({env.get('gpu', '')})", "",
+             "Best config per row; times include the per-call transpose of x; median of CUDA-graph replays, "
+             "inputs and weights rotated past L2.", "",
+             "| pattern | m | n | k | kernel | ms | cuBLAS ms | speedup | transpose ms | rel err |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in best_rows(rows):
+        lines.append(f"| {r['pattern']} | {r['m']} | {r['n']} | {r['k']} | {r['kernel']} | {r['median_ms']:.4f} | "
+                     f"{r['cublas_ms']:.4f} | {r['speedup_vs_cublas']:.2f}x | {r['transpose_ms']:.4f} | "
+                     f"{r['rel_err']:.1e} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--sm90-configs", nargs="*", default=SM90_CONFIGS)
+    ap.add_argument("--shapes", type=int, default=len(SHAPES), help="run only the first N shapes")
+    args = ap.parse_args()
+    configs = sm90_configs(args.sm90_configs) if "vnm_sm90" in FAMILIES else []
+    types = KernelTypes("f16", "f16", False)
+    failures = [r for r in precompile([("vnm_sm90", c, types) for c in configs]) if isinstance(r, Exception)]
+    for f in failures:
+        print("build failed:", f, flush=True)
+    rows = []
+    for m, n, k in SHAPES[: args.shapes]:
+        for pattern in PATTERNS:
+            rows.extend(bench_row(pattern, m, n, k, configs))
+    env = environment()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+        args.out.with_suffix(".md").write_text(markdown(rows, env))
+    print(markdown(rows, env))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+// cutlass_nm: V:N:M (VENOM) SpMM on Hopper Sparse Tensor Cores (wgmma.sp), C ABI launcher.
+// Generated from cutlass_nm/codegen/templates/vnm_sm90.cu.
+//
+// GEMM view: D(n x m, col-major = y row-major) = Wg(n x Kg, 2:4 over gathered columns) * Bg(Kg x m), where for
+// the V-block b of a CTA's rows, Bg[c, t] = xT[gidx[b, c], t] (xT = x transposed, padded_k x m_pad).
+// One CTA computes TM rows (inside one V-block) x TN tokens. Warp-specialized:
+//   * producer warpgroup: one thread issues the TMA loads of the compressed values A and the metadata E of a
+//     stage (CUTLASS's sparse-collective descriptors); all 128 threads gather the B rows of the stage with 16-byte
+//     cp.async (zero-filled past the gather row / token tail) into the swizzled MN-major layout wgmma reads, and
+//     arrive on the stage's full barrier when their copies land (cp.async.mbarrier.arrive.noinc);
+//   * consumer warpgroup(s): CUTLASS's sparse collective mma() (wgmma.sp from shared memory), then a predicated
+//     register epilogue (bias per row, conversion, tails in n and m).
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "cutlass/cutlass.h"
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/arch/reg_reconfig.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/pipeline/pipeline.hpp"
+#include "cutlass/numeric_conversion.h"
+#include "cutlass/util/packed_stride.hpp"
+
+namespace cnm_vnm {
+using namespace cute;
+
+using Element = ${element};
+using ElementOut = ${element_out};
+constexpr int kTileM = ${tile_m};
+constexpr int kTileN = ${tile_n};
+constexpr int kTileK = ${tile_k};
+constexpr int kStages = ${stages};
+constexpr int kConsumers = ${consumers};
+constexpr bool kHasBias = ${has_bias};
+
+constexpr int kThreads = 128 * (1 + kConsumers);
+using TileShape = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
+using Schedule = cute::conditional_t<kConsumers == 2, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                     cutlass::gemm::KernelTmaWarpSpecialized>;
+// A: K-major compressed 2:4 (CUTLASS layout); B: N-major (tokens contiguous), i.e. rows of xT.
+using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, Element, cutlass::layout::RowMajor, 16, Element,
+    cutlass::layout::RowMajor, 8, float, TileShape, Shape<_1, _1, _1>,
+    cutlass::gemm::collective::StageCount<kStages>, Schedule>::CollectiveOp;
+using TiledMma = typename Mainloop::TiledMma;
+using Pipeline = typename Mainloop::MainloopPipeline;
+using PipeState = typename Mainloop::PipelineState;
+using SparseConfig = typename Mainloop::SparseConfig;
+static_assert(size(TiledMma{}) == 128 * kConsumers, "one consumer warpgroup per MMA warpgroup");
+
+struct alignas(1024) SharedStorage {
+  typename Mainloop::TensorStorage tensors;
+  typename Mainloop::PipelineStorage pipeline;
+};
+
+struct Params {
+  typename Mainloop::Params mainloop;
+  const int* gidx;     // blocks x kg, -1 past the gathered columns
+  const Element* xt;   // padded_k x ldx
+  const Element* bias; // n, or null
+  ElementOut* y;       // m x n
+  int n, m, ldx, kg, tiles_per_block;
+};
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  uint32_t d = cute::cast_smem_ptr_to_uint(dst);
+  int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
+}
+
+__device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem, int m_tile, int n_tile) {
+  int tid = threadIdx.x;
+  auto const& ml = p.mainloop;
+  using X = Underscore;
+  Tensor mA = ml.tma_load_a.get_tma_tensor(ml.layout_a.shape());
+  Tensor mE = ml.tma_load_e.get_tma_tensor(ml.layout_e.shape());
+  Tensor gA = local_tile(mA, TileShape{}, make_coord(_, _, _), Step<_1, X, _1>{})(_, _, m_tile, _, 0);
+  Tensor gE = local_tile(mE, TileShape{}, make_coord(_, _, _), Step<_1, X, _1>{})(_, _, m_tile, _, 0);
+  Tensor sA = make_tensor(make_smem_ptr(smem.tensors.smem_A.begin()), typename Mainloop::SmemLayoutA{});
+  Tensor sE = make_tensor(make_smem_ptr(smem.tensors.smem_E.begin()), typename Mainloop::SmemLayoutE{});
+  Tensor sB = make_tensor(make_smem_ptr(smem.tensors.smem_B.begin()), typename Mainloop::SmemLayoutB{});
+  auto tma_a = ml.tma_load_a.get_slice(0);
+  auto tma_e = ml.tma_load_e.get_slice(0);
+  Tensor tAgA = tma_a.partition_S(gA);
+  Tensor tAsA = tma_a.partition_D(sA);
+  Tensor tEgE = tma_e.partition_S(gE);
+  Tensor tEsE = tma_e.partition_D(sE);
+
+  const int* gi = p.gidx + size_t(m_tile / p.tiles_per_block) * p.kg;
+  const int tok0 = n_tile * kTileN;
+  constexpr int kChunks = kTileN / 8;  // 16-byte chunks per gathered row
+  const int k_tiles = p.kg / kTileK;
+  PipeState write = cutlass::make_producer_start_state<Pipeline>();
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    pipeline.producer_acquire(write);
+    auto* bar = pipeline.producer_get_barrier(write);
+    int stage = write.index();
+    if (tid == 0) {
+      copy(ml.tma_load_a.with(*bar, 0), tAgA(_, _, _, kt), tAsA(_, _, _, stage));
+      copy(ml.tma_load_e.with(*bar, 0), tEgE(_, _, _, kt), tEsE(_, _, _, stage));
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = tid; c < kTileK * kChunks; c += 128) {
+      int kk = c / kChunks;
+      int tok = tok0 + (c % kChunks) * 8;
+      int row = __ldg(gi + kt * kTileK + kk);
+      bool valid = row >= 0 && tok < p.ldx;
+      const Element* src = valid ? p.xt + size_t(row) * p.ldx + tok : p.xt;
+      cp_async_16(&sB(tok - tok0, kk, stage), src, valid);
+    }
+    cutlass::arch::cpasync_barrier_arrive_noinc(reinterpret_cast<uint64_t const*>(bar));
+    ++write;
+  }
+}
+
+template <class Accum>
+__device__ void epilogue(Params const& p, Accum const& accum, int thread_idx, int m_tile, int n_tile) {
+  TiledMma tiled_mma;
+  auto thr = tiled_mma.get_thread_slice(thread_idx);
+  Tensor coords = thr.partition_C(make_identity_tensor(make_shape(Int<kTileM>{}, Int<kTileN>{})));
+  const int row0 = m_tile * kTileM, tok0 = n_tile * kTileN;
+  cutlass::NumericConverter<ElementOut, float> convert;
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < size(accum); ++i) {
+    int row = row0 + get<0>(coords(i));
+    int tok = tok0 + get<1>(coords(i));
+    if (row < p.n && tok < p.m) {
+      float v = accum(i);
+      if constexpr (kHasBias) v += float(p.bias[row]);
+      p.y[size_t(tok) * p.n + row] = convert(v);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ const Params p) {
+  extern __shared__ __align__(1024) char smem_raw[];
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  const int wg = threadIdx.x / 128;
+  const int m_tile = blockIdx.x, n_tile = blockIdx.y;
+
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = Mainloop::TmaTransactionBytesMK;
+  pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = 128 * kConsumers;
+  pp.num_producers = 129;  // the TMA thread's arrive.expect_tx + one cp.async arrival per producer thread
+  Pipeline pipeline(smem.pipeline, pp, Shape<_1, _1, _1>{});
+  __syncthreads();
+
+  if (wg == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<40>();
+    if (threadIdx.x == 0) {
+      cute::prefetch_tma_descriptor(p.mainloop.tma_load_a.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(p.mainloop.tma_load_e.get_tma_descriptor());
+    }
+    produce(p, pipeline, smem, m_tile, n_tile);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<232>();
+    const int thread_idx = threadIdx.x - 128;
+    TiledMma tiled_mma;
+    Tensor accum = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
+    Mainloop collective;
+    const int k_tiles = p.kg / kTileK;
+    PipeState read;
+    collective.mma(pipeline, read, accum, k_tiles, thread_idx, smem.tensors, p.mainloop);
+    collective.mma_tail(pipeline, read, k_tiles);
+    epilogue(p, accum, thread_idx, m_tile, n_tile);
+  }
+}
+}  // namespace cnm_vnm
+
+using namespace cnm_vnm;
+
+extern "C" {
+
+int cnm_abi_version() { return 2; }
+
+// Logical K columns of one metadata atom: the weight's sm90 layout must have been built for this.
+int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEAtom{})); }
+
+int cnm_smem_bytes() { return int(sizeof(SharedStorage)); }
+
+// y(m x n) = gather(x) * Wg^T. a: n x kg/2 values, e: sm90 metadata, gidx: blocks x kg, xt: padded_k x ldx
+// (ldx = m rounded up to 8). 0 on success, else 1000 + cudaError_t.
+int cnm_run(const void* a, const void* e, const int* gidx, const void* xt, void* y, const void* bias, int n, int m,
+            int ldx, int kg, int v, cudaStream_t stream) {
+  auto problem = cute::make_shape(n, ldx, kg, 1);
+  typename Mainloop::Arguments args{
+      static_cast<Element const*>(a), SparseConfig::fill_layoutA(problem), static_cast<Element const*>(xt),
+      cutlass::make_cute_packed_stride(typename Mainloop::StrideB{}, cute::make_shape(ldx, kg, 1)),
+      static_cast<typename Mainloop::ElementE const*>(e), SparseConfig::fill_layoutE(problem)};
+  Params p{Mainloop::to_underlying_arguments(problem, args, nullptr),
+           gidx,
+           static_cast<Element const*>(xt),
+           static_cast<Element const*>(bias),
+           static_cast<ElementOut*>(y),
+           n,
+           m,
+           ldx,
+           kg,
+           v / kTileM};
+  int smem = int(sizeof(SharedStorage));
+  cudaError_t err = cudaFuncSetAttribute(vnm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return 1000 + int(err);
+  dim3 grid((n + kTileM - 1) / kTileM, (m + kTileN - 1) / kTileN);
+  vnm_kernel<<<grid, kThreads, smem, stream>>>(p);
+  err = cudaGetLastError();
+  return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
+}  // extern "C"

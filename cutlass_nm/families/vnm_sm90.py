@@ -1,0 +1,146 @@
+"""V:N:M (VENOM) on Hopper Sparse Tensor Cores: wgmma.sp over the gathered 2:4 weight, B rows gathered per CTA.
+
+y = x·Wᵀ is, per V-block b of W's rows, ``x[:, gather_index[b]] · Wg[rows of b]ᵀ`` with Wg = ``w.gathered_24()``.
+The kernel (templates/vnm_sm90.cu) runs the GEMM Dᵀ = Wg · Bg with one CTA per (tile_m rows inside one V-block,
+tile_n tokens): A (compressed values) and E (metadata) by TMA with CUTLASS's sparse-collective descriptors, B by
+16-byte cp.async from xT (x transposed once per call, token-contiguous) at the rows the block's gather index names.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..errors import ShapeError
+from ..formats import Sparse24Weight, meta_sm90
+from ..formats.vnm import VNMWeight
+from .base import FamilyConfig, KernelTypes, Problem
+from .launch import check_status
+
+SMEM_BYTES = 232448  # sm90 opt-in shared memory per block
+MAX_ACC_PER_THREAD = 128  # fp32 accumulators per consumer thread before spilling
+K_ALIGN = 128  # gathered K is padded to this (a multiple of every tile_k), zero values / valid metadata
+ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "float"}
+PAD_NIBBLE = meta_sm90.PAD_BYTE & 0xF
+
+
+@dataclass(frozen=True, slots=True)
+class Config(FamilyConfig):
+    """CTA tile (tile_m rows of W inside one V-block, tile_n tokens, tile_k gathered columns), pipeline depth,
+    consumer warpgroups (2 split tile_m = 128 in halves)."""
+
+    tile_m: int = 64
+    tile_n: int = 128
+    tile_k: int = 64
+    stages: int = 4
+    consumers: int = 1
+
+    SPACE: ClassVar = {
+        "tile_m": (64, 128),
+        "tile_n": (64, 128, 256),
+        "tile_k": (64, 128),
+        "stages": (2, 3, 4, 5, 6, 7, 8),
+        "consumers": (1, 2),
+    }
+
+
+def smem_per_stage(cfg: Config) -> int:
+    """Compressed A (half of K, 16-bit), metadata (2 bits per kept value), gathered B (16-bit)."""
+    return cfg.tile_m * cfg.tile_k + cfg.tile_m * cfg.tile_k // 8 + cfg.tile_n * cfg.tile_k * 2
+
+
+def gathered_k(w: VNMWeight) -> int:
+    """The gathered K the kernels run: 4·groups padded to ``K_ALIGN``."""
+    return -(-4 * w.groups // K_ALIGN) * K_ALIGN
+
+
+def kernel_layout(w: VNMWeight, atom_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(values n x kg/2, sm90 metadata, gather index blocks x kg int32 with -1 past the gathered columns)."""
+    rows, kg = w.out_features, gathered_k(w)
+    g4 = 4 * w.groups
+    values = torch.zeros(rows, kg // 2, dtype=w.dtype, device=w.device)
+    values[:, : g4 // 2] = w.values
+    meta = torch.full((rows, kg // 4), PAD_NIBBLE, dtype=torch.uint8, device=w.device)
+    meta[:, : w.groups] = w.meta
+    e = meta_sm90.to_sm90(Sparse24Weight(values, meta, (rows, kg)), atom_k)
+    idx = w.gather_index()
+    gidx = torch.full((idx.shape[0], kg), -1, dtype=torch.int32, device=w.device)
+    gidx[:, :g4] = idx
+    return values, e, gidx.contiguous()
+
+
+class _VnmSm90Family:
+    name = "vnm_sm90"
+    arch = "sm_90a"
+    weight = VNMWeight
+    Config = Config
+
+    def space(self) -> dict[str, tuple]:
+        return Config.SPACE
+
+    def check(self, cfg: Config, problem: Problem) -> str | None:
+        if cfg.consumers == 2 and cfg.tile_m != 128:
+            return "two consumer warpgroups split tile_m in halves of 64: tile_m must be 128"
+        acc = cfg.tile_m * cfg.tile_n // (128 * cfg.consumers)
+        if acc > MAX_ACC_PER_THREAD:
+            return f"{cfg.tile_m}x{cfg.tile_n} over {cfg.consumers} warpgroup(s) needs {acc} > " \
+                   f"{MAX_ACC_PER_THREAD} accumulators per thread"
+        need = cfg.stages * smem_per_stage(cfg) + 1024
+        if need > SMEM_BYTES:
+            return f"{cfg.stages} stages of {smem_per_stage(cfg)} B do not fit in shared memory"
+        if problem.m < 1 or problem.n < 1 or problem.k < 1:
+            return "m, n, k must be >= 1"
+        return None
+
+    def source(self, cfg: Config, types: KernelTypes) -> str:
+        from ..codegen.cutlass_emit import template
+
+        c = Config.from_record(cfg.to_record())  # only validated ints reach the source
+        return template("vnm_sm90.cu").substitute(
+            element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
+            tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
+            has_bias="true" if types.bias else "false")
+
+    def heuristic(self, problem: Problem) -> Config:
+        """tile_m = 64 runs every V >= 64 (the Problem does not carry V)."""
+        if problem.m <= 64:
+            return Config(tile_m=64, tile_n=64, tile_k=128, stages=6)
+        return Config(tile_m=64, tile_n=256, tile_k=64, stages=5)
+
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
+        return _Launcher(lib, cfg)
+
+
+class _Launcher:
+    """A loaded vnm_sm90 kernel: ``launcher(x, w, bias, y)`` on torch's current stream."""
+
+    def __init__(self, lib: ctypes.CDLL, cfg: Config) -> None:
+        vp, i32 = ctypes.c_void_p, ctypes.c_int
+        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, vp]
+        lib.cnm_run.restype = i32
+        lib.cnm_meta_atom_k.restype = i32
+        self.run, self.cfg = lib.cnm_run, cfg
+        self.atom = lib.cnm_meta_atom_k()
+
+    def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+        """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
+        v = w.pattern.v
+        if v % self.cfg.tile_m:
+            raise ShapeError(f"vnm_sm90 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
+                             "(Hopper's sparse MMA tiles are 64 rows: V >= 64)")
+        m, k = x.shape
+        n = w.out_features
+        values, e, gidx = w.layout(("vnm_sm90", self.atom), lambda ww: kernel_layout(ww, self.atom))
+        ldx = -(-m // 8) * 8
+        xp = x if (ldx, w.padded_k) == (m, k) else torch.nn.functional.pad(x, (0, w.padded_k - k, 0, ldx - m))
+        xt = xp.t().contiguous()  # padded_k x ldx, tokens contiguous: the rows the kernel gathers
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), xt.data_ptr(), y.data_ptr(),
+                          None if bias is None else bias.data_ptr(), n, m, ldx, gidx.shape[1], v, stream)
+        check_status(status, FAMILY.name, (m, n, k))
+
+
+FAMILY = _VnmSm90Family()

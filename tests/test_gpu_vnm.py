@@ -1,0 +1,102 @@
+"""V:N:M kernels on the GPU against an fp64 reference: random inputs, poisoned outputs, tails, m = 1."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cutlass_nm
+from cutlass_nm import ShapeError
+
+pytestmark = pytest.mark.gpu
+
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+# (m, n, k): m = 1, tails in m, n and k (k not a multiple of M either), an aligned LLM-like one
+SHAPES = [(1, 256, 512), (7, 192, 250), (133, 320, 1000), (300, 640, 2056), (1024, 2048, 4096)]
+PATTERNS = ["128:2:8", "64:2:7", "128:2:10", "64:2:16"]
+
+
+def _families() -> list[str]:
+    if not torch.cuda.is_available():
+        return ["vnm_sm90"]
+    from cutlass_nm.families import FAMILIES
+
+    cap = torch.cuda.get_device_capability()
+    names = (["vnm_sm90"] if cap == (9, 0) else []) + (["vnm_sm80"] if cap >= (8, 0) else [])
+    return [n for n in names if n in FAMILIES]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _precompile_in_parallel():
+    """Build every kernel these tests reach at once, on all cores."""
+    if not torch.cuda.is_available():
+        return
+    from cutlass_nm.families import KernelTypes, Problem, get_family
+    from cutlass_nm.kernels import precompile
+
+    kids = set()
+    for name in _families():
+        fam = get_family(name)
+        for m, n, k in SHAPES:
+            for d in ("f16", "bf16"):
+                for b in (False, True):
+                    types = KernelTypes(d, d, b)
+                    kids.add((name, fam.heuristic(Problem(m, n, k, types)), types))
+        types = KernelTypes("bf16", "f32", True)
+        kids.add((name, fam.heuristic(Problem(96, 256, 512, types)), types))
+    failures = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
+    assert not failures, failures[0]
+
+
+def _case(m, n, k, pattern, dtype, seed, with_bias):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dtype, generator=g), pattern)
+    bias = torch.randn(n, device="cuda", dtype=dtype, generator=g) if with_bias else None
+    ref = x.double() @ w.to_dense().double().T
+    if bias is not None:
+        ref += bias.double()
+    return x, w, bias, ref
+
+
+def _rel_err(y, ref):
+    return ((y.double() - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.parametrize("family", _families())
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_matches_reference(family, dtype, pattern, shape, with_bias):
+    m, n, k = shape
+    x, w, bias, ref = _case(m, n, k, pattern, dtype, seed=hash((shape, pattern, with_bias)) % 2**31,
+                            with_bias=with_bias)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)  # poison
+    y = cutlass_nm.matmul(x, w, bias, out=out, family=family)
+    torch.cuda.synchronize()
+    assert y.data_ptr() == out.data_ptr()
+    assert torch.isfinite(y).all(), "unwritten (poisoned) or non-finite outputs"
+    assert _rel_err(y, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("family", _families())
+def test_f32_output(family):
+    x, w, bias, ref = _case(96, 256, 512, "128:2:8", torch.bfloat16, seed=3, with_bias=True)
+    out = torch.full((96, 256), float("nan"), device="cuda", dtype=torch.float32)
+    y = cutlass_nm.matmul(x, w, bias, out=out, family=family)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all() and _rel_err(y, ref) < TOL[torch.bfloat16]
+
+
+def test_default_dispatch_runs_vnm():
+    x, w, _, ref = _case(64, 256, 512, "128:2:8", torch.float16, seed=5, with_bias=False)
+    assert _rel_err(cutlass_nm.matmul(x, w), ref) < TOL[torch.float16]
+
+
+def test_sm90_rejects_v32():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("vnm_sm90 needs sm_90")
+    x, w, _, _ = _case(8, 64, 256, "32:2:8", torch.float16, seed=7, with_bias=False)
+    with pytest.raises(ShapeError, match="V % tile_m"):
+        cutlass_nm.matmul(x, w, family="vnm_sm90")
