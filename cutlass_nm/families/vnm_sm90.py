@@ -3,7 +3,8 @@
 y = x·Wᵀ is, per V-block b of W's rows, ``x[:, gather_index[b]] · Wg[rows of b]ᵀ`` with Wg = ``w.gathered_24()``.
 The kernel (templates/vnm_sm90.cu) runs the GEMM Dᵀ = Wg · Bg with one CTA per (tile_m rows inside one V-block,
 tile_n tokens): A (compressed values) and E (metadata) by TMA with CUTLASS's sparse-collective descriptors, B by
-16-byte cp.async from xT (x transposed once per call, token-contiguous) at the rows the block's gather index names.
+16-byte cp.async from xT (x transposed once per call by our own kernel, token-contiguous) at the rows the block's
+gather index names.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ class _Launcher:
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
-        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, vp]
+        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, vp]
         lib.cnm_run.restype = i32
         lib.cnm_meta_atom_k.restype = i32
         self.run, self.cfg = lib.cnm_run, cfg
@@ -135,11 +136,11 @@ class _Launcher:
         n = w.out_features
         values, e, gidx = w.layout(("vnm_sm90", self.atom), lambda ww: kernel_layout(ww, self.atom))
         ldx = -(-m // 8) * 8
-        xp = x if (ldx, w.padded_k) == (m, k) else torch.nn.functional.pad(x, (0, w.padded_k - k, 0, ldx - m))
-        xt = xp.t().contiguous()  # padded_k x ldx, tokens contiguous: the rows the kernel gathers
+        xt = torch.empty(w.padded_k, ldx, dtype=x.dtype, device=x.device)  # x transposed by the library
         stream = torch.cuda.current_stream(x.device).cuda_stream
-        status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), xt.data_ptr(), y.data_ptr(),
-                          None if bias is None else bias.data_ptr(), n, m, ldx, gidx.shape[1], v, stream)
+        status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), x.data_ptr(), xt.data_ptr(), y.data_ptr(),
+                          None if bias is None else bias.data_ptr(), n, m, k, w.padded_k, ldx, gidx.shape[1], v,
+                          stream)
         check_status(status, FAMILY.name, (m, n, k))
 
 

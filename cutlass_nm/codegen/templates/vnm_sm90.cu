@@ -53,6 +53,7 @@ static_assert(size(TiledMma{}) == 128 * kConsumers, "one consumer warpgroup per 
 struct alignas(1024) SharedStorage {
   typename Mainloop::TensorStorage tensors;
   typename Mainloop::PipelineStorage pipeline;
+  int gidx[2][kTileK];
 };
 
 struct Params {
@@ -88,12 +89,21 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
   Tensor tEgE = tma_e.partition_S(gE);
   Tensor tEsE = tma_e.partition_D(sE);
 
+  // The gather index of a k-tile is staged in shared memory (double-buffered), loaded one k-tile ahead by
+  // the first kTileK producer threads so its latency hides behind the previous tile's copies.
   const int* gi = p.gidx + size_t(m_tile / p.tiles_per_block) * p.kg;
   const int tok0 = n_tile * kTileN;
   constexpr int kChunks = kTileN / 8;  // 16-byte chunks per gathered row
   const int k_tiles = p.kg / kTileK;
+  int next_row = tid < kTileK ? __ldg(gi + tid) : 0;
   PipeState write = cutlass::make_producer_start_state<Pipeline>();
   for (int kt = 0; kt < k_tiles; ++kt) {
+    int* idx = smem.gidx[kt & 1];
+    if (tid < kTileK) {
+      idx[tid] = next_row;
+      if (kt + 1 < k_tiles) next_row = __ldg(gi + (kt + 1) * kTileK + tid);
+    }
+    cutlass::arch::NamedBarrier::sync(128, 1);
     pipeline.producer_acquire(write);
     auto* bar = pipeline.producer_get_barrier(write);
     int stage = write.index();
@@ -101,14 +111,15 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
       copy(ml.tma_load_a.with(*bar, 0), tAgA(_, _, _, kt), tAsA(_, _, _, stage));
       copy(ml.tma_load_e.with(*bar, 0), tEgE(_, _, _, kt), tEsE(_, _, _, stage));
     }
+    const int j = tid % kChunks;
+    const int tok = tok0 + j * 8;
+    const bool tok_ok = tok < p.ldx;
     CUTLASS_PRAGMA_UNROLL
-    for (int c = tid; c < kTileK * kChunks; c += 128) {
-      int kk = c / kChunks;
-      int tok = tok0 + (c % kChunks) * 8;
-      int row = __ldg(gi + kt * kTileK + kk);
-      bool valid = row >= 0 && tok < p.ldx;
+    for (int kk = tid / kChunks; kk < kTileK; kk += 128 / kChunks) {
+      int row = idx[kk];
+      bool valid = tok_ok && row >= 0;
       const Element* src = valid ? p.xt + size_t(row) * p.ldx + tok : p.xt;
-      cp_async_16(&sB(tok - tok0, kk, stage), src, valid);
+      cp_async_16(&sB(j * 8, kk, stage), src, valid);
     }
     cutlass::arch::cpasync_barrier_arrive_noinc(reinterpret_cast<uint64_t const*>(bar));
     ++write;
@@ -130,6 +141,36 @@ __device__ void epilogue(Params const& p, Accum const& accum, int thread_idx, in
       float v = accum(i);
       if constexpr (kHasBias) v += float(p.bias[row]);
       p.y[size_t(tok) * p.n + row] = convert(v);
+    }
+  }
+}
+
+// xt(padded_k x ldx) = x(m x k)^T, zero past m and k: the token-contiguous rows the GEMM gathers.
+constexpr int kTr = 64;
+__global__ void __launch_bounds__(256) transpose_kernel(const Element* __restrict__ x, Element* __restrict__ xt,
+                                                        int m, int k, int padded_k, int ldx) {
+  __shared__ alignas(16) Element tile[kTr][kTr + 8];  // [k][token]
+  const int t0 = blockIdx.x * kTr, k0 = blockIdx.y * kTr;
+  const bool vec = k % 8 == 0;
+  for (int i = threadIdx.x; i < kTr * kTr / 8; i += 256) {
+    int r = i / (kTr / 8), c = (i % (kTr / 8)) * 8;  // token r, k offset c
+    int t = t0 + r, kc = k0 + c;
+    alignas(16) Element v[8];
+    if (vec && t < m && kc < k) {
+      *reinterpret_cast<uint4*>(v) = __ldg(reinterpret_cast<const uint4*>(x + size_t(t) * k + kc));
+    } else {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < 8; ++j) v[j] = (t < m && kc + j < k) ? x[size_t(t) * k + kc + j] : Element(0.f);
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < 8; ++j) tile[c + j][r] = v[j];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kTr * kTr / 8; i += 256) {
+    int r = i / (kTr / 8), c = (i % (kTr / 8)) * 8;  // k row r, token offset c
+    int kr = k0 + r, t = t0 + c;
+    if (kr < padded_k && t < ldx) {
+      *reinterpret_cast<uint4*>(xt + size_t(kr) * ldx + t) = *reinterpret_cast<const uint4*>(&tile[r][c]);
     }
   }
 }
@@ -182,10 +223,13 @@ int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEA
 
 int cnm_smem_bytes() { return int(sizeof(SharedStorage)); }
 
-// y(m x n) = gather(x) * Wg^T. a: n x kg/2 values, e: sm90 metadata, gidx: blocks x kg, xt: padded_k x ldx
-// (ldx = m rounded up to 8). 0 on success, else 1000 + cudaError_t.
-int cnm_run(const void* a, const void* e, const int* gidx, const void* xt, void* y, const void* bias, int n, int m,
-            int ldx, int kg, int v, cudaStream_t stream) {
+// y(m x n) = gather(x) * Wg^T. a: n x kg/2 values, e: sm90 metadata, gidx: blocks x kg, x: m x k, xt: scratch of
+// padded_k x ldx (ldx = m rounded up to 8), filled here. 0 on success, else 1000 + cudaError_t.
+int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* xt, void* y, const void* bias, int n,
+            int m, int k, int padded_k, int ldx, int kg, int v, cudaStream_t stream) {
+  dim3 tgrid((ldx + kTr - 1) / kTr, (padded_k + kTr - 1) / kTr);
+  transpose_kernel<<<tgrid, 256, 0, stream>>>(static_cast<Element const*>(x), static_cast<Element*>(xt), m, k,
+                                              padded_k, ldx);
   auto problem = cute::make_shape(n, ldx, kg, 1);
   typename Mainloop::Arguments args{
       static_cast<Element const*>(a), SparseConfig::fill_layoutA(problem), static_cast<Element const*>(xt),
@@ -201,12 +245,16 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* xt, void*
            ldx,
            kg,
            v / kTileM};
+  static int smem_set = 0;
   int smem = int(sizeof(SharedStorage));
-  cudaError_t err = cudaFuncSetAttribute(vnm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err != cudaSuccess) return 1000 + int(err);
+  if (!smem_set) {
+    cudaError_t err = cudaFuncSetAttribute(vnm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return 1000 + int(err);
+    smem_set = 1;
+  }
   dim3 grid((n + kTileM - 1) / kTileM, (m + kTileN - 1) / kTileN);
   vnm_kernel<<<grid, kThreads, smem, stream>>>(p);
-  err = cudaGetLastError();
+  cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? 0 : 1000 + int(err);
 }
 
