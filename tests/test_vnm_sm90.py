@@ -85,3 +85,30 @@ def test_kernel_layout_computes_the_product(pattern, shape):
     v = w.pattern.v
     y = torch.cat([xp[:, idx[r // v]] @ dense[r:r + v].T for r in range(0, n, v)], 1)
     torch.testing.assert_close(y, x @ w.to_dense().double().T)
+
+
+class _FakeFn:
+    argtypes = restype = None
+
+    def __call__(self, *args):
+        return 64
+
+
+def test_tile_m_128_hands_v64_weights_to_its_tile_m_64_twin(monkeypatch):
+    from cutlass_nm import kernels
+    from cutlass_nm.families import vnm_sm90
+
+    calls = []
+    monkeypatch.setattr(kernels, "get_kernel", lambda kid: lambda *a: calls.append(kid))
+    lib = type("Lib", (), {"cnm_run": _FakeFn(), "cnm_meta_atom_k": _FakeFn()})()
+    cfg = FAM.heuristic(Problem(2048, 4096, 4096, F16))
+    assert cfg.tile_m == 128
+    launcher = vnm_sm90._Launcher(lib, cfg, F16)
+    w, _ = cutlass_nm.prune(torch.randn(128, 256), "64:2:8")
+    launcher(torch.randn(4, 256), w, None, torch.empty(4, 128))
+    (kid,) = calls
+    assert kid[0] == "vnm_sm90" and kid[1].tile_m == 64 and kid[1].consumers == 1 and kid[2] == F16
+    assert FAM.check(kid[1], Problem(4, 128, 256, F16)) is None
+    w32, _ = cutlass_nm.prune(torch.randn(64, 256), "32:2:8")
+    with pytest.raises(cutlass_nm.ShapeError, match="V % tile_m"):
+        launcher(torch.randn(4, 256), w32, None, torch.empty(4, 64))

@@ -106,30 +106,45 @@ class _VnmSm90Family:
             has_bias="true" if types.bias else "false")
 
     def heuristic(self, problem: Problem) -> Config:
-        """tile_m = 64 runs every V >= 64 (the Problem does not carry V)."""
+        """From benchmarks/results/h100/vnm.json: 128x256x64, 5 stages, 2 consumers was the fastest config on
+        every V=128 shape measured (m >= 2048); V = 64 weights run its tile_m = 64 fallback (the Problem does not
+        carry V). Small m: a 64-token tile."""
         if problem.m <= 64:
             return Config(tile_m=64, tile_n=64, tile_k=128, stages=6)
-        return Config(tile_m=64, tile_n=256, tile_k=64, stages=5)
+        return Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2)
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
-        return _Launcher(lib, cfg)
+        return _Launcher(lib, cfg, types)
+
+
+def fallback_config(cfg: Config, problem: Problem) -> Config:
+    """The tile_m = 64 config a tile_m = 128 kernel hands V = 64 weights to: the same tile on one consumer
+    warpgroup where that fits, else 64x256x64, 5 stages."""
+    same = Config(tile_m=64, tile_n=cfg.tile_n, tile_k=cfg.tile_k, stages=cfg.stages, consumers=1)
+    return same if FAMILY.check(same, problem) is None else Config(tile_m=64, tile_n=256, tile_k=64, stages=5)
 
 
 class _Launcher:
     """A loaded vnm_sm90 kernel: ``launcher(x, w, bias, y)`` on torch's current stream."""
 
-    def __init__(self, lib: ctypes.CDLL, cfg: Config) -> None:
+    def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
         lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, vp]
         lib.cnm_run.restype = i32
         lib.cnm_meta_atom_k.restype = i32
-        self.run, self.cfg = lib.cnm_run, cfg
+        self.run, self.cfg, self.types = lib.cnm_run, cfg, types
         self.atom = lib.cnm_meta_atom_k()
 
     def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
         v = w.pattern.v
         if v % self.cfg.tile_m:
+            if v % 64 == 0:  # a V = 64 weight under a tile_m = 128 kernel: its tile_m = 64 twin runs it
+                from ..kernels import get_kernel
+
+                problem = Problem(x.shape[0], w.out_features, x.shape[1], self.types)
+                get_kernel((FAMILY.name, fallback_config(self.cfg, problem), self.types))(x, w, bias, y)
+                return
             raise ShapeError(f"vnm_sm90 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
                              "(Hopper's sparse MMA tiles are 64 rows: V >= 64)")
         m, k = x.shape
