@@ -29,11 +29,17 @@ def _shape(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
-def _kernel_ids(shapes, families, dtype: str, bias: bool):
+def _kernel_ids(shapes, families, dtype: str, bias: bool, all_types: bool = False):
+    """The (family, heuristic config, types) ids for the shapes; ``all_types``: every input dtype, output
+    (input dtype or f32) and bias choice, i.e. whatever a model may ask for."""
     from .families import KernelTypes, Problem, get_family
 
-    types = KernelTypes(dtype, dtype, bias)
-    return sorted({(f, get_family(f).heuristic(Problem(*s, types)), types) for s in shapes for f in families}, key=str)
+    if all_types:
+        variants = [KernelTypes(d, o, b) for d in ("f16", "bf16") for o in (d, "f32") for b in (False, True)]
+    else:
+        variants = [KernelTypes(dtype, dtype, bias)]
+    return sorted({(f, get_family(f).heuristic(Problem(*s, t)), t) for s in shapes for f in families for t in variants},
+                  key=str)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -46,7 +52,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         console.print("[red]give --shape M,N,K or --model NAME")
         return 2
 
-    kids = _kernel_ids(args.shape, args.family, args.dtype, args.bias)
+    kids = _kernel_ids(args.shape, args.family, args.dtype, args.bias, getattr(args, "all_types", False))
     t0 = time.time()
     note = "a new sm90 kernel takes 1-2 min on one core"
     with console.status(f"compiling {len(kids)} kernel(s) on {args.jobs or 'all'} cores ({note})"):
@@ -237,6 +243,8 @@ def _problem_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .families import FAMILIES
+
     parser = argparse.ArgumentParser(prog="cutlass-nm", description="N:M-sparse GEMM kernels emitted with CUTLASS.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("check", help="compile this machine's 2:4 kernels and verify them on its GPU")
@@ -244,8 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_check)
     p = sub.add_parser("build", help="precompile the kernels matmul picks for given shapes")
     _problem_args(p)
-    p.add_argument("--family", action="append", choices=["sptc24_sm90", "sptc24_sm80"],
+    p.add_argument("--family", action="append", choices=sorted(FAMILIES),
                    help="kernel family (repeatable; default: sptc24_sm90)")
+    p.add_argument("--all-types", action="store_true",
+                   help="every dtype (f16, bf16) x output (same, f32) x bias variant, not just --dtype/--bias")
     p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: all cores)")
     p.set_defaults(fn=cmd_build)
     p = sub.add_parser("cache", help="show the kernel cache folder")
