@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gpu_cases import case, rel_err
 
 import cutlass_nm
 from cutlass_nm import InputError, ShapeError
@@ -15,6 +16,10 @@ pytestmark = pytest.mark.gpu
 # shape, none a multiple of any tile in m; sm90 also takes k % 64 == 16 and n % 32 == 8, tested below.
 SHAPES = [(1, 256, 512), (7, 288, 384), (129, 544, 1088), (300, 1056, 2112), (1024, 4096, 4096)]
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+
+def _case(m, n, k, dtype, seed, with_bias):
+    return case(m, n, k, "2:4", dtype, seed, with_bias)
 
 
 def _families() -> list[str]:
@@ -45,21 +50,6 @@ def _precompile_in_parallel():
     assert not failures, failures[0]
 
 
-def _case(m, n, k, dtype, seed, with_bias):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
-    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dtype, generator=g), "2:4")
-    bias = torch.randn(n, device="cuda", dtype=dtype, generator=g) if with_bias else None
-    ref = x.double() @ w.to_dense().double().T
-    if bias is not None:
-        ref += bias.double()
-    return x, w, bias, ref
-
-
-def _rel_err(y, ref):
-    return ((y.double() - ref).norm() / ref.norm()).item()
-
-
 @pytest.mark.parametrize("family", _families())
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -72,7 +62,7 @@ def test_matches_reference(family, dtype, shape, with_bias):
     torch.cuda.synchronize()
     assert y.data_ptr() == out.data_ptr()
     assert torch.isfinite(y).all(), "unwritten (poisoned) or non-finite outputs"
-    assert _rel_err(y, ref) < TOL[dtype]
+    assert rel_err(y, ref) < TOL[dtype]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -83,7 +73,7 @@ def test_sm90_k_tails(dtype, shape):
     x, w, bias, ref = _case(*shape, dtype, seed=11, with_bias=True)
     out = torch.full(shape[:1] + shape[1:2], float("nan"), device="cuda", dtype=dtype)
     y = cutlass_nm.matmul(x, w, bias, out=out, family="sptc24_sm90")
-    assert torch.isfinite(y).all() and _rel_err(y, ref) < TOL[dtype]
+    assert torch.isfinite(y).all() and rel_err(y, ref) < TOL[dtype]
 
 
 @pytest.mark.parametrize("family", _families())
@@ -91,14 +81,14 @@ def test_fp32_output_and_batched_input(family):
     x, w, bias, ref = _case(96, 544, 1088, torch.bfloat16, seed=3, with_bias=True)
     y = cutlass_nm.matmul(x.reshape(4, 24, 1088), w, bias, out_dtype=torch.float32, family=family)
     assert y.shape == (4, 24, 544) and y.dtype == torch.float32
-    assert _rel_err(y.reshape(96, 544), ref) < TOL[torch.bfloat16]
+    assert rel_err(y.reshape(96, 544), ref) < TOL[torch.bfloat16]
 
 
 @pytest.mark.parametrize("family", _families())
 def test_heuristic_configs_of_both_m_regimes(family):
     for m in (16, 4096):
         x, w, _, ref = _case(m, 1024, 1024, torch.float16, seed=m, with_bias=False)
-        assert _rel_err(cutlass_nm.matmul(x, w, family=family), ref) < TOL[torch.float16]
+        assert rel_err(cutlass_nm.matmul(x, w, family=family), ref) < TOL[torch.float16]
 
 
 def test_gpu_error_paths():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gpu_cases import case as _case
+from gpu_cases import rel_err
 
 import cutlass_nm
 from cutlass_nm import ShapeError
@@ -53,21 +55,6 @@ def _precompile_in_parallel():
     assert not failures, failures[0]
 
 
-def _case(m, n, k, pattern, dtype, seed, with_bias):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
-    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dtype, generator=g), pattern)
-    bias = torch.randn(n, device="cuda", dtype=dtype, generator=g) if with_bias else None
-    ref = x.double() @ w.to_dense().double().T
-    if bias is not None:
-        ref += bias.double()
-    return x, w, bias, ref
-
-
-def _rel_err(y, ref):
-    return ((y.double() - ref).norm() / ref.norm()).item()
-
-
 @pytest.mark.parametrize("family", _families())
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("pattern", PATTERNS)
@@ -82,7 +69,7 @@ def test_matches_reference(family, dtype, pattern, shape, with_bias):
     torch.cuda.synchronize()
     assert y.data_ptr() == out.data_ptr()
     assert torch.isfinite(y).all(), "unwritten (poisoned) or non-finite outputs"
-    assert _rel_err(y, ref) < TOL[dtype]
+    assert rel_err(y, ref) < TOL[dtype]
 
 
 @pytest.mark.parametrize("family", _families())
@@ -91,12 +78,12 @@ def test_f32_output(family):
     out = torch.full((96, 256), float("nan"), device="cuda", dtype=torch.float32)
     y = cutlass_nm.matmul(x, w, bias, out=out, family=family)
     torch.cuda.synchronize()
-    assert torch.isfinite(y).all() and _rel_err(y, ref) < TOL[torch.bfloat16]
+    assert torch.isfinite(y).all() and rel_err(y, ref) < TOL[torch.bfloat16]
 
 
 def test_default_dispatch_runs_vnm():
     x, w, _, ref = _case(64, 256, 512, "128:2:8", torch.float16, seed=5, with_bias=False)
-    assert _rel_err(cutlass_nm.matmul(x, w), ref) < TOL[torch.float16]
+    assert rel_err(cutlass_nm.matmul(x, w), ref) < TOL[torch.float16]
 
 
 def test_sm90_rejects_v32():
