@@ -2,7 +2,8 @@
 
 The parent sends (family, config record, types, shape, reps); the worker builds inputs once per
 problem, checks the kernel against an fp64 reference on its first run, then times it (CUDA-graph
-replays over inputs rotated past L2). A dead or silent worker is replaced.
+replays over inputs rotated past L2) and, when asked and NVML is there, reads the energy counter around
+a loop of the same replays (joules per call, average watts, SM clock). A dead or silent worker is replaced.
 """
 
 from __future__ import annotations
@@ -19,17 +20,20 @@ def _serve(conn) -> None:  # runs in the worker process
     import torch
 
     import cutlass_nm
+    from cutlass_nm.bench.energy import energy_rotating, open_meter
     from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
     from cutlass_nm.families import KernelTypes, get_family
     from cutlass_nm.families.launch import torch_dtype
     from cutlass_nm.kernels import get_kernel
 
     cache: dict = {}
+    meter: list = []  # opened on the first request for energy
     while True:
         msg = conn.recv()
         if msg is None:
             return
-        family, record, types, (m, n, k), reps = msg
+        family, record, types, (m, n, k), reps, *rest = msg
+        energy_ms = rest[0] if rest else 0.0
         try:
             types = KernelTypes(*types)
             cfg = get_family(family).Config.from_record(record)
@@ -58,8 +62,16 @@ def _serve(conn) -> None:  # runs in the worker process
                 return kern(xs[i], ws[i], None, ys[i])
 
             t = time_rotating(run, copies, reps=reps, warmup_ms=50.0)
-            conn.send({"status": "ok", "p20_ms": t.p20_ms, "p50_ms": t.p50_ms, "p80_ms": t.p80_ms,
-                       "iterations": reps, "rel_err": err})
+            res = {"status": "ok", "p20_ms": t.p20_ms, "p50_ms": t.p50_ms, "p80_ms": t.p80_ms,
+                   "iterations": reps, "rel_err": err}
+            if energy_ms > 0:
+                if not meter:
+                    meter.append(open_meter(torch.cuda.current_device()))
+                if meter[0] is not None:
+                    e = energy_rotating(run, copies, meter[0], energy_ms)
+                    res.update(joules=e.joules_per_call, avg_power_w=e.avg_power_w, sm_clock_mhz=e.sm_clock_mhz,
+                               energy_window_ms=e.window_ms)
+            conn.send(res)
         except Exception as exc:  # reported to the parent as this trial's failure
             conn.send({"status": "runtime_error", "error": f"{exc.__class__.__name__}: {exc}"[:500],
                        "trace": traceback.format_exc()[-2000:]})
@@ -86,10 +98,12 @@ class MeasureWorker:
             self._proc.join(5)
         self._proc = self._conn = None
 
-    def measure(self, family: str, cfg: Any, types: Any, shape: tuple[int, int, int], reps: int = 50) -> dict:
+    def measure(self, family: str, cfg: Any, types: Any, shape: tuple[int, int, int], reps: int = 50,
+                energy_ms: float = 0.0) -> dict:
+        """Time ``cfg`` on ``shape``; with ``energy_ms`` > 0 also its energy over a loop that long."""
         if self._proc is None or not self._proc.is_alive():
             self._start()
-        msg = (family, cfg.to_record(), (types.dtype, types.out_dtype, types.bias), shape, reps)
+        msg = (family, cfg.to_record(), (types.dtype, types.out_dtype, types.bias), shape, reps, energy_ms)
         try:
             self._conn.send(msg)
             if not self._conn.poll(self.timeout_s):
