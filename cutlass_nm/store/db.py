@@ -60,8 +60,9 @@ def make_engine(url: str | None = None) -> Engine:
 
 
 def is_current(engine: Engine) -> bool:
-    """True when the schema is at the newest migration (its newest table exists)."""
-    return "claims" in inspect(engine).get_table_names()
+    """True when the schema is at the newest migration (its newest table and column exist)."""
+    insp = inspect(engine)
+    return "claims" in insp.get_table_names() and "objective" in {c["name"] for c in insp.get_columns("winners")}
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

@@ -62,6 +62,9 @@ class Measurement(_ProblemKey, Base):
     p20_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     p50_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     p80_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    joules: Mapped[float | None] = mapped_column(Float, nullable=True)  # per call (NVML energy counter)
+    avg_power_w: Mapped[float | None] = mapped_column(Float, nullable=True)
+    sm_clock_mhz: Mapped[float | None] = mapped_column(Float, nullable=True)
     iterations: Mapped[int] = mapped_column(Integer, default=0)
     host: Mapped[str] = mapped_column(String(128))
     study: Mapped[str | None] = mapped_column(String(128), nullable=True)
@@ -83,14 +86,16 @@ class Claim(Base):
 
 
 class Winner(_ProblemKey, Base):
-    """The fastest ok measurement per (environment, problem)."""
+    """The best ok measurement per (environment, problem, objective): least time, joules or joules x ms."""
 
     __tablename__ = "winners"
     __table_args__ = (UniqueConstraint("environment_id", "family", "pattern", "m_bucket", "n", "k", "dtype",
-                                       "out_dtype", "layout", "bias", "alignment", name="uq_winner"),)
+                                       "out_dtype", "layout", "bias", "alignment", "objective", name="uq_winner"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     environment_id: Mapped[int] = mapped_column(ForeignKey("environments.id"), index=True)
     config: Mapped[dict] = mapped_column(JSON)
     p50_ms: Mapped[float] = mapped_column(Float)
+    objective: Mapped[str] = mapped_column(String(8), default="time", server_default="time")
+    score: Mapped[float | None] = mapped_column(Float, nullable=True)  # the objective's value
     measurement_uid: Mapped[str] = mapped_column(String(36))

@@ -24,6 +24,17 @@ from .validate import RecordError, validate_measurement
 log = logging.getLogger("cutlass_nm.store")
 FORMAT = "cutlass_nm.tuning/1"
 PROBLEM_COLUMNS = ("family", "pattern", "m_bucket", "n", "k", "dtype", "out_dtype", "layout", "bias", "alignment")
+ENERGY_COLUMNS = ("joules", "avg_power_w", "sm_clock_mhz")
+OBJECTIVES = ("time", "energy", "edp")  # a winner is kept for each; "pareto" tuning feeds all three
+
+
+def objective_score(objective: str, p50_ms: float, joules: float | None) -> float | None:
+    """What ``objective`` minimizes: ms, joules per call, or joules x ms (energy-delay); None without energy."""
+    if objective == "time":
+        return p50_ms
+    if joules is None:
+        return None
+    return joules if objective == "energy" else joules * p50_ms
 
 
 class Store:
@@ -57,10 +68,14 @@ class Store:
     def record(self, env: EnvFields, key: ProblemKey, m: int, config: Any, status: str = "ok", *,
                p20_ms: float | None = None, p50_ms: float | None = None, p80_ms: float | None = None,
                iterations: int = 0, study: str | None = None, trial: int | None = None,
-               host: str | None = None, uid: str | None = None, created_at: str | None = None) -> str:
-        """Store one measurement (any status) and, if it is the fastest ok one for its problem, the winner."""
+               host: str | None = None, uid: str | None = None, created_at: str | None = None,
+               joules: float | None = None, avg_power_w: float | None = None, sm_clock_mhz: float | None = None
+               ) -> str:
+        """Store one measurement (any status) and, where it is the best ok one for its problem under an objective
+        (time; with energy also energy and EDP), that objective's winner."""
         rec = {**key.to_dict(), "environment": env.to_dict(), "m": m, "config": config.to_record(),
                "status": status, "p20_ms": p20_ms, "p50_ms": p50_ms, "p80_ms": p80_ms, "iterations": iterations,
+               "joules": joules, "avg_power_w": avg_power_w, "sm_clock_mhz": sm_clock_mhz,
                "study": study, "trial": trial, "host": host or socket.gethostname(), "uid": uid or str(uuid.uuid4()),
                "created_at": created_at or datetime.datetime.now(datetime.timezone.utc).isoformat()}
         self._write([validate_measurement(rec)])
@@ -78,18 +93,21 @@ class Store:
                     uid=r["uid"], environment_id=env_id, **key, m=r["m"], config=cfg,
                     config_key=json.dumps(cfg, sort_keys=True), status=r["status"], p20_ms=r["p20_ms"],
                     p50_ms=r["p50_ms"], p80_ms=r["p80_ms"], iterations=r["iterations"], host=r["host"],
-                    study=r["study"], trial=r["trial"],
+                    study=r["study"], trial=r["trial"], **{c: r.get(c) for c in ENERGY_COLUMNS},
                     created_at=datetime.datetime.fromisoformat(r["created_at"]))
                     .on_conflict_do_nothing().returning(Measurement.id))
                 new += len(res.fetchall())  # rowcount is not portable for ON CONFLICT DO NOTHING
-                if r["status"] == "ok":
+                for objective in OBJECTIVES if r["status"] == "ok" else ():
+                    score = objective_score(objective, r["p50_ms"], r.get("joules"))
+                    if score is None:
+                        continue
                     ins = self._insert(Winner).values(environment_id=env_id, **key, config=cfg, p50_ms=r["p50_ms"],
-                                                      measurement_uid=r["uid"])
+                                                      objective=objective, score=score, measurement_uid=r["uid"])
                     conn.execute(ins.on_conflict_do_update(
-                        index_elements=["environment_id", *PROBLEM_COLUMNS],
+                        index_elements=["environment_id", *PROBLEM_COLUMNS, "objective"],
                         set_={"config": ins.excluded.config, "p50_ms": ins.excluded.p50_ms,
-                              "measurement_uid": ins.excluded.measurement_uid},
-                        where=Winner.p50_ms > ins.excluded.p50_ms))
+                              "score": ins.excluded.score, "measurement_uid": ins.excluded.measurement_uid},
+                        where=Winner.score > ins.excluded.score))
         return new
 
     def claim(self, study: str, config: Any) -> bool:
@@ -102,9 +120,11 @@ class Store:
             return bool(res.fetchall())
 
     # -- reading ------------------------------------------------------------------------------
-    def winners(self, hard_key: str | None = None) -> list[tuple[Environment, Winner]]:
+    def winners(self, hard_key: str | None = None, objective: str = "time") -> list[tuple[Environment, Winner]]:
+        """Winners under ``objective`` (time by default), optionally of one hard environment."""
         with Session(self.engine) as s:
             q = select(Environment, Winner).join(Winner, Winner.environment_id == Environment.id)
+            q = q.where(Winner.objective == objective)
             if hard_key:
                 q = q.where(Environment.hard_key == hard_key)
             return [(e, w) for e, w in s.execute(q).all()]
@@ -132,6 +152,7 @@ class Store:
             rec.update(environment=env_fields.to_dict(), hard_key=env.hard_key, m=m.m, config=m.config,
                        status=m.status, p20_ms=m.p20_ms, p50_ms=m.p50_ms, p80_ms=m.p80_ms, iterations=m.iterations,
                        host=m.host, study=m.study, trial=m.trial, uid=m.uid, created_at=m.created_at.isoformat())
+            rec.update({c: getattr(m, c) for c in ENERGY_COLUMNS if getattr(m, c) is not None})
             out.write(json.dumps(rec) + "\n")
         return len(rows)
 

@@ -52,6 +52,19 @@ def _time(rec: dict, key: str) -> float | None:
     return float(v)
 
 
+def _nonneg(rec: dict, key: str) -> float | None:
+    """An optional finite, non-negative number (energy, power, clock)."""
+    v = rec.get(key)
+    if v is None:
+        return None
+    if type(v) not in (int, float) or not math.isfinite(v) or v < 0:
+        raise RecordError(f"{key}={v!r} is not a finite non-negative number")
+    return float(v)
+
+
+ENERGY_FIELDS = ("joules", "avg_power_w", "sm_clock_mhz")
+
+
 def validate_environment(rec: Any) -> EnvFields:
     if not isinstance(rec, dict):
         raise RecordError("environment must be an object")
@@ -109,7 +122,8 @@ def validate_measurement(rec: Any) -> dict:
     uid = _str(rec, "uid")
     if len(uid) != 36:
         raise RecordError("uid must be a 36-character UUID")
-    return {"environment": env, "key": key, "config": cfg, "status": status, **times, "uid": uid,
+    energy = {f: _nonneg(rec, f) for f in ENERGY_FIELDS}
+    return {"environment": env, "key": key, "config": cfg, "status": status, **times, **energy, "uid": uid,
             "m": _int(rec, "m", 1, MAX_DIM), "iterations": _int(rec, "iterations", 0, 1 << 31),
             "host": _str(rec, "host"), "study": _str(rec, "study", nullable=True),
             "trial": None if rec.get("trial") is None else _int(rec, "trial", 0, 1 << 31),
