@@ -217,7 +217,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         for m, n, k in sorted(set(shapes)):
             problem = Problem(m, n, k, KernelTypes(args.dtype, args.dtype, args.bias))
             res = tune_problem(problem, n_trials=args.trials, timeout_s=args.timeout, storage=args.storage,
-                               db_url=args.db, jobs=args.jobs, fixed=_fixed(args.fix),
+                               db_url=args.db, jobs=args.jobs, fixed=_fixed(args.fix), objective=args.objective,
                                progress=lambda msg: (bar.advance(task), bar.update(task, description=msg[:70])))
             table.add_row(f"{m} x {n} x {k}", str(res.trials), str(res.measured), str(res.pruned), str(res.failed),
                           f"{res.best_ms:.4f}" if res.best_ms else "—",
@@ -290,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", help="tuning DB URL (default: $CUTLASS_NM_DB or the user cache's SQLite)")
     p.add_argument("--fix", action="append", help="pin a parameter, e.g. --fix stages=0; repeatable")
     p.add_argument("--jobs", type=int, help="parallel nvcc processes (default: all cores)")
+    p.add_argument("--objective", default="time", choices=("time", "energy", "edp", "pareto"),
+                   help="minimize time (default), energy per call (NVML), energy x time, or both (Pareto study)")
     p.set_defaults(fn=cmd_tune)
     p = sub.add_parser("bench", help="time every family against cuBLAS and cuSPARSELt (seed shape sets, reports)")
     from .bench.suite import add_arguments as bench_arguments

@@ -4,12 +4,17 @@ Order: exact key -> same environment, nearest m bucket (then nearest n, k) -> an
 differs only in soft fields (driver, torch), with one warning -> ``None`` (the family's heuristic).
 The winners of this machine's hard environment (per family: each family's templates have their own hash)
 are read once, on the first lookup; answers are memoized per problem, so a repeated lookup is one dict access.
+
+Policy: winners by time unless the ``objective`` argument or ``$CUTLASS_NM_OBJECTIVE`` says "energy" or "edp";
+a problem with no winner under that objective at its shape or a near one (never measured with energy) gets its
+time winner. An unknown value in the environment variable warns and means "time" (dispatch never breaks).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import warnings
 from typing import Any
 
@@ -19,17 +24,38 @@ from .validate import RecordError, validate_config, validate_problem
 
 log = logging.getLogger("cutlass_nm.store")
 _SHAPE_FREE = ("family", "pattern", "dtype", "out_dtype", "layout", "bias", "alignment")
+POLICIES = ("time", "energy", "edp")
+
+
+def dispatch_objective(objective: str | None = None) -> str:
+    """The objective dispatch follows: the argument, else ``$CUTLASS_NM_OBJECTIVE``, else "time"."""
+    if objective is not None:
+        if objective not in POLICIES:
+            from ..errors import InputError
+
+            raise InputError(f"objective {objective!r} is not one of {POLICIES}")
+        return objective
+    value = os.environ.get("CUTLASS_NM_OBJECTIVE", "").strip().lower() or "time"
+    if value not in POLICIES:
+        warnings.warn(f"cutlass_nm: CUTLASS_NM_OBJECTIVE={value!r} is not one of {POLICIES}; using 'time'",
+                      RuntimeWarning, stacklevel=2)
+        return "time"
+    return value
 
 
 class TunedSelector:
     """A ``dispatch.Selector`` backed by a tuning database (install with ``cutlass_nm.use_tuning_db``)."""
 
-    def __init__(self, url: str | None = None, env: EnvFields | None = None, quiet_if_missing: bool = False) -> None:
-        """``env`` pins the fingerprint (tests); by default each family's is ``current_environment(family)``."""
+    def __init__(self, url: str | None = None, env: EnvFields | None = None, quiet_if_missing: bool = False,
+                 objective: str | None = None) -> None:
+        """``env`` pins the fingerprint (tests); by default each family's is ``current_environment(family)``.
+        ``objective``: see :func:`dispatch_objective` (read once, here)."""
         self.url = url
+        self.objective = dispatch_objective(objective)
         self.quiet_if_missing = quiet_if_missing  # no DB file yet is normal before any tuning
         self._env = env
-        self._table: dict[ProblemKey, tuple[Any, bool]] | None = None  # key -> (config, same soft env)
+        self._table: dict[ProblemKey, tuple[Any, bool]] | None = None  # key -> (config, same soft env); by time
+        self._by_objective: dict[ProblemKey, tuple[Any, bool]] = {}  # the same under an energy objective
         self._memo: dict[tuple[str, Problem], Any] = {}
         self._warned: set[str] = set()
 
@@ -38,7 +64,10 @@ class TunedSelector:
         if memo_key in self._memo:
             return self._memo[memo_key]
         table = self._load()
-        cfg = self._choose(table, ProblemKey.of(family.name, problem)) if table else None
+        key = ProblemKey.of(family.name, problem)
+        cfg = self._choose(self._by_objective, key) if self._by_objective else None
+        if cfg is None and table:
+            cfg = self._choose(table, key)
         self._memo[memo_key] = cfg
         return cfg
 
@@ -62,11 +91,21 @@ class TunedSelector:
 
             envs = {name: self._env or current_environment(name) for name in FAMILIES}
             store = Store(self.url, create=False)
-            rows = [row for key in {e.hard_key for e in envs.values()} for row in store.winners(hard_key=key)]
+            hard_keys = {e.hard_key for e in envs.values()}
+            rows = [row for key in hard_keys for row in store.winners(hard_key=key)]
+            if self.objective != "time":
+                self._by_objective = self._tabulate(
+                    [row for key in hard_keys for row in store.winners(hard_key=key, objective=self.objective)], envs)
         except Exception as exc:  # missing, locked, corrupt or unreachable: fall back, once
             self._warn_once("db", f"cutlass_nm: tuning DB {redact(self.url or default_url())} unusable "
                                   f"({exc.__class__.__name__}: {str(exc)[:120]}); using heuristic configs")
             return self._table
+        self._table = self._tabulate(rows, envs)
+        return self._table
+
+    @staticmethod
+    def _tabulate(rows: list, envs: dict[str, EnvFields]) -> dict[ProblemKey, tuple[Any, bool]]:
+        table: dict[ProblemKey, tuple[Any, bool]] = {}
         for env_row, w in rows:
             try:
                 key = validate_problem({c: getattr(w, c) for c in ProblemKey.__dataclass_fields__})
@@ -78,9 +117,9 @@ class TunedSelector:
             if env is None or env_row.hard_key != env.hard_key:  # measured with another family's templates
                 continue
             same_soft = env_row.soft_key == env.soft_key
-            if key not in self._table or same_soft:
-                self._table[key] = (cfg, same_soft)
-        return self._table
+            if key not in table or same_soft:
+                table[key] = (cfg, same_soft)
+        return table
 
     def _choose(self, table: dict[ProblemKey, tuple[Any, bool]], key: ProblemKey) -> Any:
         hit = table.get(key)
@@ -103,10 +142,11 @@ class TunedSelector:
         return cfg
 
 
-def use_tuning_db(url: str | None = None) -> TunedSelector:
-    """Make ``matmul`` consult the tuning database at ``url`` (default ``$CUTLASS_NM_DB`` / user cache)."""
+def use_tuning_db(url: str | None = None, objective: str | None = None) -> TunedSelector:
+    """Make ``matmul`` consult the tuning database at ``url`` (default ``$CUTLASS_NM_DB`` / user cache), choosing
+    winners by ``objective`` (default ``$CUTLASS_NM_OBJECTIVE`` or "time")."""
     from ..dispatch import set_selector
 
-    selector = TunedSelector(url)
+    selector = TunedSelector(url, objective=objective)
     set_selector(selector)
     return selector

@@ -121,13 +121,27 @@ class Store:
 
     # -- reading ------------------------------------------------------------------------------
     def winners(self, hard_key: str | None = None, objective: str = "time") -> list[tuple[Environment, Winner]]:
-        """Winners under ``objective`` (time by default), optionally of one hard environment."""
+        """Winners under ``objective`` (time by default), optionally of one hard environment. A database not yet
+        upgraded to 0003 (opened with ``create=False``) has time winners only."""
+        if not is_current(self.engine):
+            return self._old_winners(hard_key) if objective == "time" else []
         with Session(self.engine) as s:
             q = select(Environment, Winner).join(Winner, Winner.environment_id == Environment.id)
             q = q.where(Winner.objective == objective)
             if hard_key:
                 q = q.where(Environment.hard_key == hard_key)
             return [(e, w) for e, w in s.execute(q).all()]
+
+    def _old_winners(self, hard_key: str | None) -> list[tuple[Environment, Any]]:
+        """Winners of a pre-0003 schema, read without the columns it lacks."""
+        from sqlalchemy import MetaData, Table
+
+        table = Table("winners", MetaData(), autoload_with=self.engine)
+        with Session(self.engine) as s:
+            q = select(Environment, table).join(table, table.c.environment_id == Environment.id)
+            if hard_key:
+                q = q.where(Environment.hard_key == hard_key)
+            return [(row[0], row) for row in s.execute(q).all()]
 
     def measurements(self, **filters: Any) -> list[tuple[Environment, Measurement]]:
         with Session(self.engine) as s:

@@ -6,6 +6,11 @@ config is invalid are pruned before any compile; a valid config is claimed in th
 two tuners, on one host or many, measure the same config of a study), compiled in a thread pool
 ahead of the GPU, measured in an isolated worker process, told back, and recorded. The best few
 are re-timed serially before the winner is recorded.
+
+``objective`` picks what a trial's value is: "time" (median ms), "energy" (joules per call from NVML),
+"edp" (joules x ms), or "pareto" (a two-objective study: time and energy). Every measurement with energy
+updates the DB's winner for each objective; energy objectives warm-start from the energy model when the DB
+holds enough energy measurements of the family, else from the roofline.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from .space import all_configs, space_of, suggest
 
 Measure = Callable[[Any], dict]  # config -> {"status", "p50_ms", ...}
 Build = Callable[[Any], object]  # config -> compiled artifact (or raises BuildError)
+OBJECTIVES = ("time", "energy", "edp", "pareto")
+ENERGY_MS = 200.0  # NVML counter window per energy measurement
 
 
 @dataclass
@@ -39,13 +46,34 @@ class TuneResult:
     failed: int
     seconds: float
     history: list[dict] = field(default_factory=list)
+    objective: str = "time"
+    best_joules: float | None = None
+    pareto: list[dict] = field(default_factory=list)  # the non-dominated (config, p50_ms, joules), pareto only
 
 
-def study_name(family: str, problem: Problem, env: EnvFields) -> str:
+def trial_values(objective: str, res: dict) -> float | tuple[float, float] | None:
+    """The value(s) Optuna minimizes for a measured result; None when energy is needed but missing."""
+    ms, joules = res.get("p50_ms"), res.get("joules")
+    if objective == "time":
+        return ms
+    if joules is None:
+        return None
+    return {"energy": joules, "edp": joules * ms, "pareto": (ms, joules)}[objective]
+
+
+def pareto_front(points: list[dict]) -> list[dict]:
+    """The points no other point beats in both p50_ms and joules, fastest first."""
+    front = [p for p in points if not any(q["p50_ms"] <= p["p50_ms"] and q["joules"] <= p["joules"]
+                                          and (q["p50_ms"], q["joules"]) != (p["p50_ms"], p["joules"])
+                                          for q in points)]
+    return sorted(front, key=lambda p: p["p50_ms"])
+
+
+def study_name(family: str, problem: Problem, env: EnvFields, objective: str = "time") -> str:
     key = ProblemKey.of(family, problem)
     t = problem.types
     return (f"{family}:{key.pattern}:m{problem.m}:n{problem.n}:k{problem.k}:{t.dtype}>{t.out_dtype}"
-            f":{'bias' if t.bias else 'nobias'}:{env.hard_key[:12]}")
+            f":{'bias' if t.bias else 'nobias'}:{env.hard_key[:12]}" + ("" if objective == "time" else f":{objective}"))
 
 
 def _default_build(family_name: str, types: KernelTypes) -> Build:
@@ -60,7 +88,26 @@ def _default_build(family_name: str, types: KernelTypes) -> Build:
     return build
 
 
-def _nearest_winners(store: Any, env: EnvFields, family: str, problem: Problem, count: int) -> list[Any]:
+def _warm_ranking(store: Any, env: EnvFields, fam: Any, problem: Problem, fixed: dict[str, Any] | None,
+                  objective: str, min_samples: int = 10) -> list[Any]:
+    """Valid configs best first: by the energy model fitted on the DB's energy measurements of this family and
+    hardware (energy objectives, when there are ``min_samples``), else by the roofline time estimate."""
+    configs = all_configs(fam, problem, fixed)
+    if objective != "time":
+        from . import energymodel
+
+        samples = [energymodel.Sample(m.m, m.n, m.k, m.config, m.p50_ms, m.joules)
+                   for e, m in store.measurements(family=fam.name, status="ok")
+                   if e.hard_key == env.hard_key and m.joules and m.p50_ms]
+        if len(samples) >= min_samples:
+            model = energymodel.EnergyModel.fit(samples)
+            return energymodel.rank(model, configs, problem, "edp" if objective == "edp" else "energy",
+                                    env.sm_count)
+    return perfmodel.rank(configs, problem, env.sm_count)
+
+
+def _nearest_winners(store: Any, env: EnvFields, family: str, problem: Problem, count: int,
+                     objective: str = "time") -> list[Any]:
     """Winners of the nearest tuned shapes on this environment (warm-start candidates)."""
     import math
 
@@ -68,7 +115,7 @@ def _nearest_winners(store: Any, env: EnvFields, family: str, problem: Problem, 
 
     key = ProblemKey.of(family, problem)
     scored = []
-    for _, w in store.winners(hard_key=env.hard_key):
+    for _, w in store.winners(hard_key=env.hard_key, objective=objective):
         if (w.family, w.dtype, w.out_dtype, w.bias) != (family, key.dtype, key.out_dtype, key.bias):
             continue
         try:
@@ -90,15 +137,16 @@ def optuna_storage(url: str | None) -> optuna.storages.BaseStorage | str | None:
     return url
 
 
-def _open_study(name: str, storage: str | None, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+def _open_study(name: str, storage: str | None, sampler: optuna.samplers.BaseSampler, objectives: int = 1
+                ) -> optuna.Study:
     """Create or join a study; several processes starting at once race on the storage's first setup."""
     from sqlalchemy.exc import SQLAlchemyError
 
     storage = optuna_storage(storage)
     for attempt in range(5):
         try:
-            return optuna.create_study(study_name=name, storage=storage, direction="minimize", sampler=sampler,
-                                       load_if_exists=True)
+            return optuna.create_study(study_name=name, storage=storage, directions=["minimize"] * objectives,
+                                       sampler=sampler, load_if_exists=True)
         except (SQLAlchemyError, optuna.exceptions.DuplicatedStudyError):
             if attempt == 4:
                 raise
@@ -110,10 +158,16 @@ def tune_problem(problem: Problem, *, family: str = "sptc24_sm90", n_trials: int
                  timeout_s: float | None = None, storage: str | None = None, db_url: str | None = None,
                  env: EnvFields | None = None, measure: Measure | None = None, build: Build | None = None,
                  jobs: int | None = None, warm_start: int = 8, retime_top: int = 3, seed: int | None = None,
-                 fixed: dict[str, Any] | None = None, progress: Callable[[str], None] | None = None) -> TuneResult:
-    """Tune one problem; returns the best config found (also recorded as the DB winner)."""
+                 fixed: dict[str, Any] | None = None, progress: Callable[[str], None] | None = None,
+                 objective: str = "time") -> TuneResult:
+    """Tune one problem for ``objective``; returns the best config found (also recorded as the DB winner).
+    With "pareto" the best is the fastest point of the front and ``pareto`` lists the front."""
+    from ..errors import InputError
     from ..store.store import Store
 
+    if objective not in OBJECTIVES:
+        raise InputError(f"objective {objective!r} is not one of {OBJECTIVES}")
+    energy_ms = 0.0 if objective == "time" else ENERGY_MS
     fam = get_family(family)
     store = Store(db_url)
     worker = None
@@ -127,16 +181,18 @@ def tune_problem(problem: Problem, *, family: str = "sptc24_sm90", n_trials: int
         worker = MeasureWorker()
 
         def measure(cfg: Any, reps: int = 50) -> dict:
-            return worker.measure(family, cfg, problem.types, (problem.m, problem.n, problem.k), reps)
+            return worker.measure(family, cfg, problem.types, (problem.m, problem.n, problem.k), reps, energy_ms)
 
     build = build or _default_build(family, problem.types)
-    name = study_name(family, problem, env)
+    name = study_name(family, problem, env, objective)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(1, n_trials // 4)))
-    study = _open_study(name, storage, sampler)
+    startup = min(10, max(1, n_trials // 4))
+    sampler = (optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(20, n_trials // 2)))
+               if objective == "pareto" else optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup))
+    study = _open_study(name, storage, sampler, 2 if objective == "pareto" else 1)
     if warm_start and not study.trials:
-        starts = _nearest_winners(store, env, family, problem, 2)
-        starts += perfmodel.rank(all_configs(fam, problem, fixed), problem, env.sm_count)[:warm_start]
+        starts = _nearest_winners(store, env, family, problem, 2, "energy" if energy_ms else "time")
+        starts += _warm_ranking(store, env, fam, problem, fixed, objective)[:warm_start]
         allowed = space_of(fam, fixed)
         for cfg in starts:
             if all(getattr(cfg, k) in v for k, v in allowed.items()):
@@ -154,17 +210,22 @@ def tune_problem(problem: Problem, *, family: str = "sptc24_sm90", n_trials: int
     def finish(trial: optuna.trial.Trial, cfg: Any, res: dict) -> None:
         status = res.get("status", "runtime_error")
         store.record(env, key, problem.m, cfg, status, p20_ms=res.get("p20_ms"), p50_ms=res.get("p50_ms"),
-                     p80_ms=res.get("p80_ms"), iterations=res.get("iterations", 0), study=name, trial=trial.number)
+                     p80_ms=res.get("p80_ms"), iterations=res.get("iterations", 0), study=name, trial=trial.number,
+                     **_energy(res))
         history.append({"trial": trial.number, "config": cfg.to_record(), **res})
-        if status == "ok":
-            study.tell(trial, res["p50_ms"])
+        values = trial_values(objective, res) if status == "ok" else None
+        if status == "ok" and values is None:
+            status, res = "no_energy", {**res, "error": "no energy reading (pynvml missing or no energy counter)"}
+        if values is not None:
+            study.tell(trial, values)
             stats["measured"] += 1
         else:
             trial.set_user_attr("error", str(res.get("error", status))[:300])
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             stats["failed"] += 1
         if progress:
-            best = min((h["p50_ms"] for h in history if h.get("status") == "ok"), default=None)
+            best = min((v for h in history if h.get("status") == "ok"
+                        and isinstance(v := trial_values(objective, h), float)), default=None)
             progress(f"trial {trial.number}: {status} {res.get('p50_ms') or ''} | best {best}")
 
     try:
@@ -192,26 +253,36 @@ def tune_problem(problem: Problem, *, family: str = "sptc24_sm90", n_trials: int
                     continue
                 finish(trial, cfg, measure(cfg))
         # re-time the best few serially before trusting a winner
-        ok = sorted((h for h in history if h.get("status") == "ok"), key=lambda h: h["p50_ms"])[:retime_top]
-        best_cfg, best_ms = None, None
+        scalar = "time" if objective == "pareto" else objective
+        scored = [h for h in history if h.get("status") == "ok" and trial_values(scalar, h) is not None]
+        ok = sorted(scored, key=lambda h: trial_values(scalar, h))[:retime_top]
+        best_cfg, best_ms, best_joules, best_value = None, None, None, None
         for h in ok:
             cfg = fam.Config.from_record(h["config"])
             res = measure(cfg)
-            if res.get("status") == "ok":
+            if res.get("status") == "ok" and trial_values(scalar, res) is not None:
                 store.record(env, key, problem.m, cfg, "ok", p20_ms=res["p20_ms"], p50_ms=res["p50_ms"],
-                             p80_ms=res["p80_ms"], iterations=res.get("iterations", 0), study=f"{name}:retime")
-                if best_ms is None or res["p50_ms"] < best_ms:
-                    best_cfg, best_ms = cfg, res["p50_ms"]
+                             p80_ms=res["p80_ms"], iterations=res.get("iterations", 0), study=f"{name}:retime",
+                             **_energy(res))
+                value = trial_values(scalar, res)
+                if best_value is None or value < best_value:
+                    best_cfg, best_ms, best_joules, best_value = cfg, res["p50_ms"], res.get("joules"), value
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         if worker is not None:
             worker.close()
+    front = pareto_front([{"config": h["config"], "p50_ms": h["p50_ms"], "joules": h["joules"]} for h in history
+                          if h.get("status") == "ok" and h.get("joules") is not None]) if objective == "pareto" else []
     return TuneResult(problem, best_cfg, best_ms, stats["asked"], stats["measured"], stats["pruned"],
-                      stats["failed"], time.time() - t0, history)
+                      stats["failed"], time.time() - t0, history, objective, best_joules, front)
+
+
+def _energy(res: dict) -> dict:
+    return {f: res.get(f) for f in ("joules", "avg_power_w", "sm_clock_mhz")}
 
 
 def tune(problems: list[tuple[int, int, int]], *, dtype: str = "f16", bias: bool = False, **kwargs: Any
          ) -> list[TuneResult]:
-    """Tune several (m, n, k) problems in turn; kwargs go to :func:`tune_problem`."""
+    """Tune several (m, n, k) problems in turn; kwargs (``objective=`` included) go to :func:`tune_problem`."""
     types = KernelTypes(dtype, dtype, bias)
     return [tune_problem(Problem(m, n, k, types), **kwargs) for m, n, k in problems]
