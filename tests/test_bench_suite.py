@@ -357,3 +357,16 @@ def test_run_suite_orchestration(monkeypatch, tmp_path):
                                                              (1, "nm_decode_heuristic")]
     assert result["rows"][2]["speedup_vs_cublas"] == pytest.approx(2.0)
     assert result["skipped"] == [{"m": 2, "n": 64, "k": 64, "family": "baselines", "reason": "--budget-s reached"}]
+
+
+def test_worker_process_protocol():
+    """The real worker process through run._worker: job on stdin, SKIP lines back, exit status."""
+    from cutlass_nm.bench import run
+
+    job = {"dtype": "f16", "reps": 1, "warmup": 1.0, "sgemm": True, "baselines": True, "deadline": 0,
+           "shapes": [[1, 64, 64, "a"]], "cases": []}
+    lines, rc, tail = run._worker(job, deadline=0.0)  # past its deadline: still the grace time to say so
+    assert (lines, rc) == ([("SKIP", [1, 64, 64])], 0)
+    job = {**job, "dtype": "int8"}  # a worker that fails says why
+    lines, rc, tail = run._worker(job, deadline=float("inf"))
+    assert lines == [] and rc != 0 and "int8" in tail

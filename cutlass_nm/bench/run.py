@@ -169,6 +169,9 @@ def run_group(group: str, shapes: list[Shape], cases: list[Case], spec: dict, de
         shapes = [s for s in shapes if any(c.shape == s for c in cases)]
     rows: list[dict] = []
     todo, faults = list(shapes), 0
+    if time.time() > deadline:  # the budget is spent: start no worker at all
+        skipped += [{"m": s.m, "n": s.n, "k": s.k, "family": group, "reason": "--budget-s reached"} for s in todo]
+        return rows
     while todo:
         mnks = {s.mnk for s in todo}
         job = {**spec, "deadline": min(deadline, 1e12), "shapes": [[s.m, s.n, s.k, s.name] for s in todo],
@@ -225,7 +228,7 @@ def _worker(job: dict, deadline: float, grace_s: float = 90.0) -> tuple[list[tup
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         timer = None
         if deadline != float("inf"):
-            timer = threading.Timer(max(1.0, deadline - time.time() + grace_s), proc.kill)
+            timer = threading.Timer(max(0.0, deadline - time.time()) + grace_s, proc.kill)
             timer.start()
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(json.dumps(job))
