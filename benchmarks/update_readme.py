@@ -4,7 +4,8 @@
     python3 benchmarks/update_readme.py --check  # exit 1 if README.md is out of date (a CPU test runs this)
 
 Each table sits between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->`` markers. The ``suite``
-section (``cutlass-nm bench``'s headline table and speedup plot, from results/h100/suite.json) is optional:
+section (``cutlass-nm bench``'s headline table and speedup plot, from results/h100/suite.json, else
+suite_quick.json) is optional:
 it is filled where README.md has its markers; rewriting (not --check) also redraws the suite's PNGs.
 """
 
@@ -34,7 +35,9 @@ def tuner_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-SUITE = RESULTS / "h100" / "suite.json"
+# the full run's JSON where committed, else the --quick run's
+SUITE = next((p for p in (RESULTS / "h100" / "suite.json", RESULTS / "h100" / "suite_quick.json") if p.exists()),
+             RESULTS / "h100" / "suite.json")
 
 
 def suite_section(result: dict) -> str:
