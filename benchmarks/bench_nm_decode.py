@@ -3,7 +3,9 @@ bandwidth, and speedup over cuBLAS dense fp16 at the same m, all timed in one ru
 
     python3 benchmarks/bench_nm_decode.py --out benchmarks/results/h100/nm_decode.json
 
-Effective bandwidth = (compressed values + indices as stored + x + y bytes) / time.
+Effective bandwidth = (compressed values + indices as the kernel streams them + x + y bytes) / time.
+V:N:M rows run twice: on the decode path (read as element-wise 2:M, 1 index byte per value) and on the
+dispatch default (the Sparse Tensor Core family).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import cutlass_nm
 from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 
-PATTERNS = ["2:4", "1:4", "2:8", "1:8", "3:7", "5:16", "16:32", "8:32", "4:32"]
+PATTERNS = ["2:4", "1:4", "2:8", "1:8", "3:7", "5:16", "16:32", "8:32", "4:32", "128:2:8", "128:2:16"]
 SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (8192, 8192)]
 TOKENS = [1, 4, 16]
 
@@ -31,25 +33,35 @@ def copy_bandwidth() -> float:
     return 2 * a.numel() / (t.p50_ms * 1e-3)
 
 
-def bench_pattern(pattern: str, m: int, n: int, k: int, xs: list, t_dense: float, bw: float, vector: int) -> dict:
+def streamed_bytes(w, family: str | None) -> int:
+    """Bytes of weight the kernel reads: values plus its index/metadata form."""
+    if isinstance(w, cutlass_nm.NMWeight) or family == "nm_decode":
+        return w.values.numel() * 3  # one uint8 index per value (V:N:M read as 2:M)
+    extra = w.columns.numel() if isinstance(w, cutlass_nm.VNMWeight) else 0
+    return w.values.numel() * 2 + w.meta.numel() + extra
+
+
+def bench_pattern(pattern: str, m: int, n: int, k: int, xs: list, t_dense: float, bw: float, vector: int,
+                  family: str | None = None) -> dict:
     """One (pattern, m, n, k) row; weights are rotated past L2 like the inputs."""
-    opts = {} if pattern == "2:4" else {"vector": vector}
+    p = cutlass_nm.Pattern.parse(pattern)
+    opts = {} if p.is_24 or p.is_vnm else {"vector": vector}
     first = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern, **opts)[0]
-    idx_bytes = first.indices.numel() if hasattr(first, "indices") else first.meta.numel()
-    weight_bytes = first.values.numel() * 2 + idx_bytes
+    weight_bytes = streamed_bytes(first, family)
     copies = copies_to_rotate(weight_bytes)
     ws = [first] + [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern, **opts)[0]
                     for _ in range(copies - 1)]
 
     def run(i: int, ws=ws, xs=xs):
-        return cutlass_nm.matmul(xs[i % len(xs)], ws[i])
+        return cutlass_nm.matmul(xs[i % len(xs)], ws[i], family=family)
 
     y = run(0)
     ref = xs[0].double() @ first.to_dense().double().T
     err = ((y.double() - ref).norm() / ref.norm()).item()
     t = time_rotating(run, copies)
     moved = weight_bytes + m * k * 2 + m * n * 2
-    return {"n": n, "k": k, "m": m, "pattern": pattern, "vector": vector, "median_ms": t.p50_ms, "p20_ms": t.p20_ms,
+    return {"n": n, "k": k, "m": m, "pattern": pattern, "vector": vector, "family": family or "default",
+            "median_ms": t.p50_ms, "p20_ms": t.p20_ms,
             "p80_ms": t.p80_ms, "cublas_ms": t_dense, "speedup_vs_cublas": t_dense / t.p50_ms,
             "effective_GBps": moved / (t.p50_ms * 1e-3) / 1e9, "fraction_of_copy_bw": moved / (t.p50_ms * 1e-3) / bw,
             "rel_err": err}
@@ -71,8 +83,10 @@ def main() -> None:
             t_dense = time_rotating(lambda i, xs=xs, ws=ws: torch.mm(xs[i], ws[i].T), copies).p50_ms
             del ws
             for pattern in PATTERNS:
-                rows.append(bench_pattern(pattern, m, n, k, xs, t_dense, bw, args.vector))
-                print(json.dumps(rows[-1]), flush=True)
+                families = ["nm_decode", None] if cutlass_nm.Pattern.parse(pattern).is_vnm else [None]
+                for family in families:
+                    rows.append(bench_pattern(pattern, m, n, k, xs, t_dense, bw, args.vector, family))
+                    print(json.dumps(rows[-1]), flush=True)
             del xs
 
     if args.out:

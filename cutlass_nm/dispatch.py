@@ -25,7 +25,7 @@ from .kernels import get_kernel
 Selector = Callable[[Family, Problem], Any]  # returns a Config, or None to use the heuristic
 _selector: Selector | None = None
 _RESOLVED: dict[tuple, Callable] = {}
-_IN_DTYPES = (torch.float16, torch.bfloat16)
+_IN_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # f32: general N:M on CUDA cores (nm_simt) only
 
 
 def set_selector(selector: Selector | None) -> None:
@@ -61,7 +61,7 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
     """y = x · Wᵀ (+ bias), the ``nn.Linear`` convention, with W compressed 2:4 or V:N:M (Sparse Tensor
     Cores) or general N:M (CUDA cores).
 
-    x is ``(..., k)`` fp16/bf16 on a CUDA device; the result is ``(..., n)`` in ``out_dtype``
+    x is ``(..., k)`` fp16/bf16 (or fp32 with a general N:M weight: CUDA cores) on a CUDA device; the result is ``(..., n)`` in ``out_dtype``
     (default: x's dtype), written into ``out`` when given. ``family`` forces a kernel family.
     """
     out_dtype = out_dtype or (out.dtype if out is not None else x.dtype)
@@ -87,7 +87,7 @@ def _check(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None) -> Non
     if not isinstance(x, torch.Tensor):
         raise InputError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in _IN_DTYPES:
-        raise InputError(f"x must be float16 or bfloat16, got {x.dtype}")
+        raise InputError(f"x must be float16, bfloat16 or float32 (N:M weights only), got {x.dtype}")
     if x.dtype != w.dtype:
         raise InputError(f"dtype mismatch: x is {x.dtype}, the weight is {w.dtype}")
     if x.dim() < 1 or x.shape[-1] != w.in_features:
@@ -122,10 +122,11 @@ def _check_out(out: torch.Tensor | None, shape: tuple, dtype: torch.dtype, devic
     return out
 
 
-def default_family(device: torch.device, kind: type = Sparse24Weight, m: int = 1) -> str:
-    """The family that runs a ``kind`` weight at ``m`` tokens on this GPU when none is forced."""
+def default_family(device: torch.device, kind: type = Sparse24Weight, m: int = 1,
+                   dtype: torch.dtype = torch.float16) -> str:
+    """The family that runs a ``kind`` weight at ``m`` tokens of ``dtype`` on this GPU when none is forced."""
     if kind is NMWeight:
-        return "nm_decode" if m <= DECODE_MAX_M else "nm_simt"
+        return "nm_decode" if m <= DECODE_MAX_M and dtype != torch.float32 else "nm_simt"
     major, minor = device_info(device).capability
     prefix = "vnm" if kind is VNMWeight else "sptc24"
     if (major, minor) == (9, 0):
@@ -138,12 +139,12 @@ def default_family(device: torch.device, kind: type = Sparse24Weight, m: int = 1
 def _resolve(key: tuple) -> Callable:
     """Slow path, once per problem: choose family and config, compile or load, remember."""
     m, n, k, dtype, out_dtype, has_bias, device, family_name, kind = key
-    family_name = family_name or default_family(device, kind, m)
+    family_name = family_name or default_family(device, kind, m, dtype)
     if family_name not in FAMILIES:
         raise ShapeError(f"no kernel family {family_name!r} is built into this version for {kind.__name__} "
                          f"weights at m={m}; known families: {sorted(FAMILIES)}")
     family = get_family(family_name)
-    if not issubclass(kind, family.weight):
+    if not issubclass(kind, (family.weight, *getattr(family, "also_runs", ()))):
         raise ShapeError(f"{family.name} runs {family.weight.__name__} weights, got a {kind.__name__}")
     problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias))
     cfg = (_selector or _default_selector())(family, problem)

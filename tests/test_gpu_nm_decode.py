@@ -36,4 +36,29 @@ def test_decode_fp32_out_and_m_limit():
     ref = x.double() @ w.to_dense().double().T
     assert y.dtype == torch.float32 and ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
     with pytest.raises(cutlass_nm.ShapeError, match="m <= 16"):
-        cutlass_nm.matmul(torch.randn(17, 512, device="cuda", dtype=torch.float16), w)
+        cutlass_nm.matmul(torch.randn(17, 512, device="cuda", dtype=torch.float16), w, family="nm_decode")
+
+
+@pytest.mark.parametrize("pattern", ["64:2:8", "128:2:7", "32:2:10", "128:2:16"])
+@pytest.mark.parametrize("m", [1, 5, 16])
+def test_decode_runs_vnm_weights(pattern, m):
+    """A V:N:M weight read as element-wise 2:M by the decode path (forced), tails in n and k."""
+    n, k = 520, 1003
+    g = torch.Generator(device="cuda").manual_seed(11)
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=g)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), pattern)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    y = cutlass_nm.matmul(x, w, out=out, family="nm_decode")
+    ref = x.double() @ w.to_dense().double().T
+    assert torch.isfinite(y).all()
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
+
+
+@pytest.mark.parametrize("n,k", [(4096, 4096), (11008, 4096), (64, 16384)])
+def test_decode_split_k_clusters(n, k):
+    """Shapes whose plan splits k over a cluster of CTAs (and one with a single row block)."""
+    x = torch.randn(3, k, device="cuda", dtype=torch.float16)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), "2:8", vector=1)
+    y = cutlass_nm.matmul(x, w)
+    ref = x.double() @ w.to_dense().double().T
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3

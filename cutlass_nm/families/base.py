@@ -2,8 +2,8 @@
 
 A family module exports ``FAMILY``, an object with:
 
-* ``name``, ``arch``, ``weight`` (the compressed-weight type it runs) and ``Config`` (a frozen
-  dataclass of ints and enum strings);
+* ``name``, ``arch``, ``weight`` (the compressed-weight type it runs; optionally ``also_runs``, a tuple
+  of other weight types it takes when forced) and ``Config`` (a frozen dataclass of ints and enum strings);
 * ``space()``: every config parameter and its allowed values (what the tuner searches);
 * ``check(cfg, problem)``: ``None`` if the config can run the problem, else the reason;
 * ``source(cfg, types)``: the full CUDA translation unit (CUTLASS-emitted kernel + our C ABI);
@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Protocol
 from ..errors import ConfigError
 
 DTYPE_NAMES = ("f16", "bf16", "f32")
+HALF_DTYPES = ("f16", "bf16")  # the input types of the tensor-core families (and the decode path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +32,7 @@ class KernelTypes:
     bias: bool
 
     def __post_init__(self) -> None:
-        if self.dtype not in ("f16", "bf16") or self.out_dtype not in DTYPE_NAMES:
+        if self.dtype not in DTYPE_NAMES or self.out_dtype not in DTYPE_NAMES:
             raise ConfigError(f"unsupported kernel types {self.dtype}->{self.out_dtype}")
         if not isinstance(self.bias, bool):
             raise ConfigError("bias must be a bool")
@@ -45,6 +46,13 @@ class Problem:
     n: int
     k: int
     types: KernelTypes
+
+
+def half_inputs_only(types: KernelTypes) -> str | None:
+    """The reason a family that takes fp16/bf16 inputs only cannot run ``types`` (f32 x: CUDA-core nm_simt)."""
+    if types.dtype not in HALF_DTYPES:
+        return f"input dtype {types.dtype} is not supported (fp16/bf16 only; fp32 x runs on the nm_simt family)"
+    return None
 
 
 class FamilyConfig:

@@ -1,79 +1,124 @@
-"""General N:M decode on CUDA cores: m = 1-16 tokens, a warp streams a weight row at memory speed.
+"""General N:M decode on CUDA cores: m = 1-16 tokens, weights streamed at memory speed.
 
 Our own kernel (codegen/templates/nm_decode.cu): there is nothing in CUTLASS for a gather-by-index
 GEMV. N, M and the index-sharing vector are launch arguments, so one binary serves every pattern.
+A CTA owns ``warps * rows`` weight rows; a cluster of ``split`` CTAs splits their nonzeros along k (split-K
+reduced through distributed shared memory), so small n still fills the GPU. Each CTA stages the x columns
+its k-range touches in shared memory, token-contiguous, in pieces that fit ``SMEM_BUDGET``.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
+from ..errors import ShapeError
 from ..formats.nm import NMWeight, decode_layout
-from .base import FamilyConfig, KernelTypes, Problem
-from .launch import check_status
+from ..formats.vnm import VNMWeight
+from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
+from .launch import check_status, device_info
 
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16"}
+SMEM_BUDGET = 96 * 1024  # per CTA: two CTAs fit an SM's shared memory
+MAX_ACCUMULATORS = 64  # fp32 sums per thread (rows x max_tokens) before registers spill
+MAX_SPLIT = 8  # portable cluster size
+CTAS_PER_SM = 2  # split-K until the grid has this many CTAs per SM
 
 
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
-    """Tokens handled per launch (accumulators per thread) and warps (rows) per block."""
+    """Tokens handled per launch (accumulators per thread), warps per CTA and weight rows per warp."""
 
     max_tokens: int = 16
     warps: int = 4
+    rows: int = 1
 
-    SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8)}
+    SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8)}
+
+
+@functools.lru_cache(maxsize=4096)
+def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int, clusters: bool = True
+         ) -> tuple[int, int, int]:
+    """(split, piece, smem_bytes) for a launch: split-K (a cluster, sm_90+) until the grid fills ``CTAS_PER_SM``
+    CTAs per SM (each CTA keeping >= 32 chunks of 8 nonzeros per row), and x pieces of ``piece`` chunks that
+    fit the budget."""
+    block_rows = cfg.warps * cfg.rows
+    chunks = stride // 8
+    blocks = -(-n // block_rows)
+    split = 1
+    while clusters and split < MAX_SPLIT and blocks * split < CTAS_PER_SM * sm_count and chunks >= 64 * split:
+        split *= 2
+    red = block_rows * cfg.max_tokens * 4
+    per_cta = -(-chunks // split)
+    need = ((8 * per_cta - 1) // keep + 2) * group  # x columns one CTA's k-range touches
+    cap = min(need, (SMEM_BUDGET - red) // (2 * cfg.max_tokens))
+    piece = min(per_cta, (cap // group - 1) * keep // 8)
+    if piece < 1:
+        raise ShapeError(f"nm_decode: a group of {group} columns does not fit the shared-memory budget")
+    return split, piece, red + cap * 2 * cfg.max_tokens
 
 
 class _DecodeFamily:
     name = "nm_decode"
     arch = "sm_80"
     weight = NMWeight
+    also_runs = (VNMWeight,)  # read as element-wise 2:M, when forced with family="nm_decode"
     Config = Config
 
     def space(self) -> dict[str, tuple]:
         return Config.SPACE
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
+        if (reason := half_inputs_only(problem.types)) is not None:
+            return reason
         if problem.m > cfg.max_tokens:
             return f"m={problem.m} exceeds this config's max_tokens={cfg.max_tokens} (the decode path takes m <= 16)"
         if problem.types.out_dtype not in ("f32", problem.types.dtype):
             return "output must be the input dtype or f32"
+        if cfg.rows * cfg.max_tokens > MAX_ACCUMULATORS:
+            return f"rows x max_tokens = {cfg.rows * cfg.max_tokens} accumulators per thread > {MAX_ACCUMULATORS}"
         return None
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
         from ..codegen.cutlass_emit import template
 
         return template("nm_decode.cu").substitute(element=ELEMENTS[types.dtype], max_tokens=int(cfg.max_tokens),
-                                                   warps=int(cfg.warps))
+                                                   warps=int(cfg.warps), rows=int(cfg.rows))
 
     def heuristic(self, problem: Problem) -> Config:
+        """More rows per CTA as m grows: each CTA re-reads x from L2, so its rows must outweigh x's bytes."""
         tokens = next(t for t in Config.SPACE["max_tokens"] if t >= min(problem.m, 16))
-        return Config(max_tokens=tokens, warps=4)
+        warps = {1: 4, 2: 4, 4: 8, 8: 8, 16: 16}[tokens]
+        return Config(max_tokens=tokens, warps=warps, rows=4)
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
-        return _Launcher(lib, types)
+        return _Launcher(lib, cfg, types)
 
 
 class _Launcher:
-    def __init__(self, lib: ctypes.CDLL, types: KernelTypes) -> None:
+    def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
-        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, i32, vp]
+        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp] + [i32] * 11 + [vp]
         lib.cnm_run.restype = i32
         self.run = lib.cnm_run
+        self.cfg = cfg
         self.out_kind = 1 if types.out_dtype == "f32" else 0
 
     def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         m, k = x.shape
+        n, keep, group = w.out_features, w.pattern.n, w.pattern.m
+        vector = w.vector if isinstance(w, NMWeight) else 1
         values, indices, stride = w.layout(("decode",), decode_layout)
+        info = device_info(x.device)
+        split, piece, smem = plan(self.cfg, n, stride, keep, group, info.sm_count, info.capability >= (9, 0))
         stream = torch.cuda.current_stream(x.device).cuda_stream
         status = self.run(x.data_ptr(), values.data_ptr(), indices.data_ptr(),
-                          None if bias is None else bias.data_ptr(), y.data_ptr(), m, w.out_features, k,
-                          w.pattern.n, w.pattern.m, w.vector, stride, self.out_kind, stream)
+                          None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, keep, group, vector,
+                          stride, split, piece, smem, self.out_kind, stream)
         check_status(status, FAMILY.name, (m, w.out_features, k))
 
 

@@ -104,12 +104,15 @@ def compress_nm(w: torch.Tensor, pattern: str | Pattern, vector: int = 32, *, pr
                     pattern, vector)
 
 
-def decode_layout(w: NMWeight) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Values and indices with each row padded (zeros) to a multiple of 8 nonzeros, for 16-byte loads."""
+def decode_layout(w: CompressedWeight) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Values and indices with each row padded (zeros) to a multiple of 8 nonzeros, for 16-byte loads.
+
+    Takes an N:M weight, or a V:N:M weight read as element-wise 2:M (its per-row column offsets)."""
+    indices = w.indices if isinstance(w, NMWeight) else w.row_columns()
     nnz = w.values.shape[1]
     stride = -(-nnz // 8) * 8
     values = torch.zeros(w.values.shape[0], stride, dtype=w.dtype, device=w.device)
     values[:, :nnz] = w.values
-    indices = torch.zeros(w.indices.shape[0], stride, dtype=torch.uint8, device=w.device)
-    indices[:, :nnz] = w.indices
-    return values, indices, stride
+    padded = torch.zeros(indices.shape[0], stride, dtype=torch.uint8, device=w.device)
+    padded[:, :nnz] = indices
+    return values, padded, stride

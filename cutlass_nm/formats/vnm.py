@@ -43,10 +43,7 @@ class VNMWeight(CompressedWeight):
     def to_dense(self) -> torch.Tensor:
         rows, k = self.shape
         v, m, g = self.pattern.v, self.pattern.m, self.groups
-        block_cols = self.columns.long().repeat_interleave(v, dim=0)[:rows]  # rows x G x 4
-        nib = self.meta.long()
-        pos = torch.stack((nib & 3, (nib >> 2) & 3), dim=-1)  # rows x G x 2, within the 4
-        cols = block_cols.gather(-1, pos)  # rows x G x 2, within the group of M
+        cols = self.row_columns().long().reshape(rows, g, 2)  # within the group of M
         out = torch.zeros(rows, g, m, dtype=self.dtype, device=self.values.device)
         out.scatter_(-1, cols, self.values.reshape(rows, g, 2))
         return out.reshape(rows, g * m)[:, :k]
@@ -61,6 +58,15 @@ class VNMWeight(CompressedWeight):
         ``4g + j`` of a V-block reads, i.e. ``g·M + columns[block, g, j]``; ascending along each row."""
         g = torch.arange(self.groups, device=self.columns.device, dtype=torch.int32)
         return (g[None, :, None] * self.pattern.m + self.columns.int()).reshape(self.columns.shape[0], -1)
+
+    def row_columns(self) -> torch.Tensor:
+        """uint8 ``rows x 2G``: each kept value's column offset within its group of M, i.e. this weight read
+        as element-wise 2:M (what the CUDA-core decode path streams)."""
+        rows = self.shape[0]
+        block_cols = self.columns.repeat_interleave(self.pattern.v, dim=0)[:rows].long()  # rows x G x 4
+        nib = self.meta.long()
+        pos = torch.stack((nib & 3, (nib >> 2) & 3), dim=-1)
+        return block_cols.gather(-1, pos).reshape(rows, -1).to(torch.uint8)
 
     @property
     def padded_k(self) -> int:

@@ -1,92 +1,243 @@
 // cutlass_nm: memory-bound N:M SpMM for decoding (m <= ${max_tokens} tokens) on CUDA cores, C ABI launcher.
 // Generated from cutlass_nm/codegen/templates/nm_decode.cu. y(m x n) = x(m x k) * W^T (+ bias), W in the
 // general N:M format (formats/nm.py) with each row's nonzeros padded to a multiple of 8:
-//   values  [n][stride]             the kept weights of row r, group by group (N per group of M)
+//   values  [n][stride]                 the kept weights of row r, group by group (N per group of M)
 //   indices [ceil(n / vector)][stride]  uint8 offset within the group, shared by `vector` consecutive rows
-// One warp streams one row with 16-byte loads (8 values, 8 indices per lane per step); x stays in L1/L2.
+//
+// Grid (split, row blocks); a cluster of `split` CTAs shares one block of kWarps * kRows rows and splits its
+// nonzeros (in chunks of 8) along k. Each CTA stages the x columns its k-range touches in shared memory,
+// token-contiguous (xs[col][token]), so one 16-byte load gives 8 tokens of a column. Lane l of a warp streams
+// chunks l, l + 32, ... of its kRows rows with 16-byte value loads (8-byte index loads, once for all rows when
+// they share indices), and keeps kRows x kMaxTokens fp32 sums. Warp shuffles, then the cluster (distributed
+// shared memory), reduce them; rank 0 adds the bias and writes y.
 #include <cstdint>
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
 namespace {
+namespace cg = cooperative_groups;
 using Element = ${element};
 constexpr int kMaxTokens = ${max_tokens};
 constexpr int kWarps = ${warps};
+constexpr int kRows = ${rows};  // rows per warp
+constexpr int kBlockRows = kWarps * kRows;
 
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float2 to_float2(uint32_t u, __half) {
+  __half2 h; *reinterpret_cast<uint32_t*>(&h) = u; return __half22float2(h);
+}
+__device__ __forceinline__ float2 to_float2(uint32_t u, __nv_bfloat16) {
+  __nv_bfloat162 h; *reinterpret_cast<uint32_t*>(&h) = u; return __bfloat1622float2(h);
+}
 __device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
+
+// The kMaxTokens tokens of one staged column, as floats.
+__device__ __forceinline__ void load_column(const Element* col, float (&xv)[kMaxTokens]) {
+  if constexpr (kMaxTokens == 1) {
+    xv[0] = to_float(col[0]);
+  } else if constexpr (kMaxTokens == 2) {
+    float2 f = to_float2(*reinterpret_cast<const uint32_t*>(col), Element());
+    xv[0] = f.x; xv[1] = f.y;
+  } else if constexpr (kMaxTokens == 4) {
+    uint2 u = *reinterpret_cast<const uint2*>(col);
+    float2 a = to_float2(u.x, Element()), b = to_float2(u.y, Element());
+    xv[0] = a.x; xv[1] = a.y; xv[2] = b.x; xv[3] = b.y;
+  } else {
+#pragma unroll
+    for (int q = 0; q < kMaxTokens / 8; ++q) {
+      uint4 u = reinterpret_cast<const uint4*>(col)[q];
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        float2 f = to_float2(w[h], Element());
+        xv[q * 8 + 2 * h] = f.x; xv[q * 8 + 2 * h + 1] = f.y;
+      }
+    }
+  }
+}
+
+// Columns [c0, c0 + ncols) of x into xs[col][token]; zeros past k and past m (padding values may point there).
+__device__ __forceinline__ void stage_x(const Element* __restrict__ x, Element* xs, int m, int k, int c0, int ncols) {
+  for (int c = threadIdx.x; c < ncols; c += blockDim.x) {
+    __align__(16) Element v[kMaxTokens];
+    const int col = c0 + c;
+#pragma unroll
+    for (int t = 0; t < kMaxTokens; ++t) {
+      v[t] = (t < m && col < k) ? x[static_cast<int64_t>(t) * k + col] : Element(0.f);
+    }
+    if constexpr (kMaxTokens >= 8) {
+#pragma unroll
+      for (int q = 0; q < kMaxTokens / 8; ++q) {
+        reinterpret_cast<uint4*>(xs + c * kMaxTokens)[q] = reinterpret_cast<const uint4*>(v)[q];
+      }
+    } else {
+#pragma unroll
+      for (int t = 0; t < kMaxTokens; ++t) xs[c * kMaxTokens + t] = v[t];
+    }
+  }
+}
 
 template <class Out>
 __global__ void __launch_bounds__(kWarps * 32)
 nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ values,
                  const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
-                 int m, int n, int k, int keep, int group, int vector, int stride) {
-  const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  if (row >= n) return;
-  const Element* vrow = values + static_cast<int64_t>(row) * stride;
-  const uint8_t* irow = indices + static_cast<int64_t>(row / vector) * stride;
-  float acc[kMaxTokens];
+                 int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* red = reinterpret_cast<float*>(smem);                                   // [kBlockRows][kMaxTokens]
+  Element* xs = reinterpret_cast<Element*>(smem + kBlockRows * kMaxTokens * sizeof(float));
+  const int split = gridDim.x, s = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row0 = blockIdx.y * kBlockRows + warp * kRows;
+  const bool shared_idx = vector % kRows == 0;  // a warp's rows start at a multiple of kRows
+  const int chunks = stride / 8;
+  const int cb = static_cast<int>(static_cast<int64_t>(chunks) * s / split);
+  const int ce = static_cast<int>(static_cast<int64_t>(chunks) * (s + 1) / split);
+
+  float acc[kRows][kMaxTokens];
 #pragma unroll
-  for (int t = 0; t < kMaxTokens; ++t) acc[t] = 0.f;
-  for (int j0 = lane * 8; j0 < stride; j0 += 32 * 8) {
-    const uint4 vv = *reinterpret_cast<const uint4*>(vrow + j0);      // 8 values
-    const uint2 ii = *reinterpret_cast<const uint2*>(irow + j0);      // 8 offsets
-    const Element* v8 = reinterpret_cast<const Element*>(&vv);
-    const uint8_t* i8 = reinterpret_cast<const uint8_t*>(&ii);
-    int g = j0 / keep, r = j0 - g * keep;
+  for (int r = 0; r < kRows; ++r)
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      int col = g * group + i8[e];
-      col = col < k ? col : k - 1;  // padding (value 0) may point past k
-      const float w = to_float(v8[e]);
+    for (int t = 0; t < kMaxTokens; ++t) acc[r][t] = 0.f;
+
+  for (int p0 = cb; p0 < ce; p0 += piece) {
+    const int p1 = min(p0 + piece, ce);
+    const int g0 = p0 * 8 / keep, g1 = (p1 * 8 - 1) / keep;  // groups this piece touches
+    const int c0 = g0 * group;
+    __syncthreads();  // the previous piece's columns are no longer read
+    stage_x(x, xs, m, k, c0, (g1 - g0 + 1) * group);
+    __syncthreads();
+    for (int c = p0 + lane; c < p1; c += 32) {
+      const int j0 = c * 8;
+      uint4 vv[kRows];
+      uint2 ii[kRows];
 #pragma unroll
-      for (int t = 0; t < kMaxTokens; ++t) {
-        if (t < m) acc[t] += w * to_float(__ldg(x + static_cast<int64_t>(t) * k + col));
+      for (int r = 0; r < kRows; ++r) {
+        const int row = min(row0 + r, n - 1);  // rows past n compute garbage that is never stored
+        vv[r] = *reinterpret_cast<const uint4*>(values + static_cast<int64_t>(row) * stride + j0);
+        if (r == 0 || !shared_idx) {
+          ii[r] = *reinterpret_cast<const uint2*>(indices + static_cast<int64_t>(row / vector) * stride + j0);
+        } else {
+          ii[r] = ii[0];
+        }
       }
-      if (++r == keep) { r = 0; ++g; }
+      int g = j0 / keep, q = j0 - g * keep;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int col0 = g * group - c0;
+        if (shared_idx) {
+          float xv[kMaxTokens];
+          load_column(xs + (col0 + reinterpret_cast<const uint8_t*>(&ii[0])[e]) * kMaxTokens, xv);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            const float w = to_float(reinterpret_cast<const Element*>(&vv[r])[e]);
+#pragma unroll
+            for (int t = 0; t < kMaxTokens; ++t) acc[r][t] = fmaf(w, xv[t], acc[r][t]);
+          }
+        } else {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            float xv[kMaxTokens];
+            load_column(xs + (col0 + reinterpret_cast<const uint8_t*>(&ii[r])[e]) * kMaxTokens, xv);
+            const float w = to_float(reinterpret_cast<const Element*>(&vv[r])[e]);
+#pragma unroll
+            for (int t = 0; t < kMaxTokens; ++t) acc[r][t] = fmaf(w, xv[t], acc[r][t]);
+          }
+        }
+        if (++q == keep) { q = 0; ++g; }
+      }
     }
   }
+
 #pragma unroll
-  for (int t = 0; t < kMaxTokens; ++t) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);
-  }
-  if (lane == 0) {
-    const float b = bias ? to_float(bias[row]) : 0.f;
+  for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int t = 0; t < kMaxTokens; ++t) {
-      if (t < m) store(y + static_cast<int64_t>(t) * n + row, acc[t] + b);
+      float v = acc[r][t];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      if (lane == 0) red[(warp * kRows + r) * kMaxTokens + t] = v;
+    }
+#if __CUDA_ARCH__ >= 900  // split > 1 (a cluster) is only launched on sm_90+
+  cg::cluster_group cluster = cg::this_cluster();
+  if (split > 1) cluster.sync(); else __syncthreads();
+#else
+  __syncthreads();
+#endif
+  if (s == 0) {
+    for (int i = threadIdx.x; i < kBlockRows * kMaxTokens; i += blockDim.x) {
+      const int r = i / kMaxTokens, t = i - r * kMaxTokens, row = blockIdx.y * kBlockRows + r;
+      if (t >= m || row >= n) continue;
+      float v = red[i];
+#if __CUDA_ARCH__ >= 900
+      for (int q = 1; q < split; ++q) v += cluster.map_shared_rank(red, q)[i];
+#endif
+      if (bias) v += to_float(bias[row]);
+      store(y + static_cast<int64_t>(t) * n + row, v);
     }
   }
+#if __CUDA_ARCH__ >= 900
+  if (split > 1) cluster.sync();  // peers' shared memory stays alive until rank 0 has read it
+#endif
 }
 }  // namespace
 
 extern "C" {
 
-int cnm_abi_version() { return 1; }
+int cnm_abi_version() { return 2; }
 
-// out_kind: 0 = same type as the input, 1 = float. 0 on success, else 1000 + cudaError_t (or 2: bad args).
+int cnm_block_rows() { return kBlockRows; }
+
+// split: CTAs per cluster along k (1-8); piece: chunks of 8 nonzeros per staged x piece; smem_bytes: dynamic
+// shared memory (reduction buffer + staged columns). out_kind: 0 = input type, 1 = float.
+// 0 on success, else 1000 + cudaError_t (or 2: bad args).
 int cnm_run(const void* x, const void* values, const void* indices, const void* bias, void* y, int m, int n, int k,
-            int keep, int group, int vector, int stride, int out_kind, cudaStream_t stream) {
-  if (m < 1 || m > kMaxTokens || stride % 8 || keep < 1 || group < keep || vector < 1) return 2;
-  dim3 block(kWarps * 32), grid((n + kWarps - 1) / kWarps);
+            int keep, int group, int vector, int stride, int split, int piece, int smem_bytes, int out_kind,
+            cudaStream_t stream) {
+  if (m < 1 || m > kMaxTokens || stride % 8 || keep < 1 || group < keep || group > 256 || vector < 1 || split < 1 ||
+      split > 8 || piece < 1) {
+    return 2;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(split, (n + kBlockRows - 1) / kBlockRows);
+  cfg.blockDim = dim3(kWarps * 32);
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = split;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = split > 1 ? 1 : 0;  // clusters need sm_90; the host asks for split > 1 only there
   auto xs = static_cast<const Element*>(x);
   auto vs = static_cast<const Element*>(values);
   auto is = static_cast<const uint8_t*>(indices);
   auto bs = static_cast<const Element*>(bias);
-  if (out_kind == 1) {
-    nm_decode_kernel<float><<<grid, block, 0, stream>>>(xs, vs, is, bs, static_cast<float*>(y), m, n, k, keep, group,
-                                                         vector, stride);
-  } else {
-    nm_decode_kernel<Element><<<grid, block, 0, stream>>>(xs, vs, is, bs, static_cast<Element*>(y), m, n, k, keep,
-                                                           group, vector, stride);
+  static int smem_set[2] = {0, 0};  // the opt-in is a function attribute: set once per size increase
+  cudaError_t err = cudaSuccess;
+  if (smem_bytes > smem_set[out_kind == 1]) {
+    err = out_kind == 1 ? cudaFuncSetAttribute(nm_decode_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               smem_bytes)
+                        : cudaFuncSetAttribute(nm_decode_kernel<Element>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+    if (err != cudaSuccess) return 1000 + int(err);
+    smem_set[out_kind == 1] = smem_bytes;
   }
-  cudaError_t err = cudaGetLastError();
+  if (out_kind == 1) {
+    auto kern = nm_decode_kernel<float>;
+    err = cudaLaunchKernelEx(&cfg, kern, xs, vs, is, bs, static_cast<float*>(y), m, n, k, keep, group, vector, stride,
+                             piece);
+  } else {
+    auto kern = nm_decode_kernel<Element>;
+    err = cudaLaunchKernelEx(&cfg, kern, xs, vs, is, bs, static_cast<Element*>(y), m, n, k, keep, group, vector,
+                             stride, piece);
+  }
+  if (err == cudaSuccess) err = cudaGetLastError();
   return err == cudaSuccess ? 0 : 1000 + int(err);
 }
 

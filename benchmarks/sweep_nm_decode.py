@@ -1,0 +1,70 @@
+"""Sweep the decode family's configs (warps, rows per warp) per token count on the GPU, against cuBLAS fp16
+timed in the same run: the data behind ``nm_decode``'s heuristic.
+
+    python3 benchmarks/sweep_nm_decode.py --out benchmarks/results/h100/nm_decode_sweep.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from pathlib import Path
+
+import torch
+
+import cutlass_nm
+from cutlass_nm.bench.env import environment
+from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
+from cutlass_nm.dispatch import set_selector
+from cutlass_nm.families import KernelTypes, get_family
+from cutlass_nm.kernels import precompile
+
+SHAPES = [(4096, 4096), (11008, 4096), (8192, 8192)]
+PATTERNS = ["2:8", "16:32"]
+TOKENS = [1, 4, 8, 16]
+
+
+def configs(tokens: int) -> list:
+    fam = get_family("nm_decode")
+    out = []
+    for warps, rows in itertools.product((4, 8, 16), (1, 2, 4, 8)):
+        cfg = fam.Config(max_tokens=tokens, warps=warps, rows=rows)
+        if rows * tokens <= 64:
+            out.append(cfg)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    types = KernelTypes("f16", "f16", False)
+    precompile([("nm_decode", c, types) for t in TOKENS for c in configs(t)])
+    rows = []
+    for (n, k), m in itertools.product(SHAPES, TOKENS):
+        copies = copies_to_rotate(n * k * 2)
+        xs = [torch.randn(m, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
+        dense = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
+        t_dense = time_rotating(lambda i, xs=xs, ws=dense: torch.mm(xs[i], ws[i].T), copies).p50_ms
+        del dense
+        for pattern in PATTERNS:
+            ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern, vector=1)[0]
+                  for _ in range(copies)]
+            for cfg in configs(m):
+                set_selector(lambda fam, prob, cfg=cfg: cfg)
+                t = time_rotating(lambda i, xs=xs, ws=ws: cutlass_nm.matmul(xs[i], ws[i]), copies, reps=50,
+                                  warmup_ms=50)
+                rows.append({"n": n, "k": k, "m": m, "pattern": pattern, "config": cfg.to_record(),
+                             "median_ms": t.p50_ms, "cublas_ms": t_dense, "speedup_vs_cublas": t_dense / t.p50_ms})
+            best = min((r for r in rows if (r["n"], r["k"], r["m"], r["pattern"]) == (n, k, m, pattern)),
+                       key=lambda r: r["median_ms"])
+            print(json.dumps(best), flush=True)
+            del ws
+    set_selector(None)
+    if args.out:
+        args.out.write_text(json.dumps({"environment": environment(), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

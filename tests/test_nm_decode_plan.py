@@ -1,0 +1,30 @@
+"""The decode family's launch plan (CPU): split-K within a cluster, x pieces that fit shared memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from cutlass_nm.families.nm_decode import MAX_SPLIT, SMEM_BUDGET, Config, plan
+
+
+@pytest.mark.parametrize("n,k,keep,group", [(4096, 4096, 2, 8), (11008, 4096, 16, 32), (1000, 1003, 7, 64),
+                                            (64, 16384, 1, 8), (4096, 11008, 3, 7), (520, 1003, 2, 128)])
+@pytest.mark.parametrize("cfg", [Config(1, 4, 4), Config(4, 8, 4), Config(16, 16, 4), Config(16, 4, 1)])
+def test_plan_pieces_fit_and_cover(n, k, keep, group, cfg):
+    nnz = -(-k // group) * keep
+    stride = -(-nnz // 8) * 8
+    split, piece, smem = plan(cfg, n, stride, keep, group, 132)
+    assert 1 <= split <= MAX_SPLIT and smem <= SMEM_BUDGET
+    chunks = stride // 8
+    red = cfg.warps * cfg.rows * cfg.max_tokens * 4
+    for s in range(split):  # every piece's x columns fit the staged buffer, as the kernel computes them
+        cb, ce = chunks * s // split, chunks * (s + 1) // split
+        for p0 in range(cb, ce, piece):
+            p1 = min(p0 + piece, ce)
+            cols = ((p1 * 8 - 1) // keep - p0 * 8 // keep + 1) * group
+            assert red + cols * 2 * cfg.max_tokens <= smem
+
+
+def test_plan_splits_only_with_clusters():
+    assert plan(Config(1, 4, 4), 4096, 1024, 2, 8, 132)[0] > 1
+    assert plan(Config(1, 4, 4), 4096, 1024, 2, 8, 132, clusters=False)[0] == 1
