@@ -16,6 +16,7 @@ import torch
 
 from .errors import InputError, ShapeError
 from .families import FAMILIES, Family, KernelTypes, Problem, get_family
+from .families.base import HALF_DTYPES
 from .families.launch import device_info, dtype_name
 from .formats import Sparse24Weight
 from .formats.nm import NMWeight
@@ -61,8 +62,9 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
     """y = x · Wᵀ (+ bias), the ``nn.Linear`` convention, with W compressed 2:4 or V:N:M (Sparse Tensor
     Cores) or general N:M (CUDA cores).
 
-    x is ``(..., k)`` fp16/bf16 (or fp32 with a general N:M weight: CUDA cores) on a CUDA device; the result is ``(..., n)`` in ``out_dtype``
-    (default: x's dtype), written into ``out`` when given. ``family`` forces a kernel family.
+    x is ``(..., k)`` fp16/bf16 (or fp32 with a general N:M weight: CUDA cores) on a CUDA device; the result
+    is ``(..., n)`` in ``out_dtype`` (default: x's dtype), written into ``out`` when given. ``family`` forces a
+    kernel family.
     """
     out_dtype = out_dtype or (out.dtype if out is not None else x.dtype)
     _check(x, w, bias)
@@ -88,6 +90,9 @@ def _check(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None) -> Non
         raise InputError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in _IN_DTYPES:
         raise InputError(f"x must be float16, bfloat16 or float32 (N:M weights only), got {x.dtype}")
+    if x.dtype == torch.float32 and not isinstance(w, NMWeight):
+        raise InputError(f"x must be float16 or bfloat16 for a {type(w).__name__} (Tensor Cores); float32 runs "
+                         "with general N:M weights (cutlass_nm.prune(w, 'N:M') of an fp32 weight, CUDA cores)")
     if x.dtype != w.dtype:
         raise InputError(f"dtype mismatch: x is {x.dtype}, the weight is {w.dtype}")
     if x.dim() < 1 or x.shape[-1] != w.in_features:
@@ -146,6 +151,9 @@ def _resolve(key: tuple) -> Callable:
     family = get_family(family_name)
     if not issubclass(kind, (family.weight, *getattr(family, "also_runs", ()))):
         raise ShapeError(f"{family.name} runs {family.weight.__name__} weights, got a {kind.__name__}")
+    if dtype_name(dtype) not in getattr(family, "input_dtypes", HALF_DTYPES):  # f32: the CUDA-core family only
+        raise InputError(f"{family.name} takes {'/'.join(getattr(family, 'input_dtypes', HALF_DTYPES))} inputs, "
+                         f"got {dtype}")
     problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias))
     cfg = (_selector or _default_selector())(family, problem)
     if cfg is None or family.check(cfg, problem) is not None:

@@ -15,7 +15,7 @@ from typing import ClassVar
 import torch
 
 from ..formats import Sparse24Weight, meta_sm80
-from .base import FamilyConfig, KernelTypes, Problem
+from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status, torch_dtype, workspace
 
 SMEM_BYTES = 166912  # A100 opt-in shared memory per block: the family targets sm_80
@@ -65,6 +65,8 @@ class _Sm80Family:
         return Config.SPACE
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
+        if (reason := half_inputs_only(problem.types)) is not None:
+            return reason
         if _SHAPES.get((cfg.tile_m, cfg.tile_n, cfg.tile_k)) != (cfg.warp_m, cfg.warp_n):
             tile = f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k}"
             return f"tile {tile} with warp {cfg.warp_m}x{cfg.warp_n} is not instantiable"

@@ -9,7 +9,7 @@ from typing import ClassVar
 import torch
 
 from ..formats import Sparse24Weight, meta_sm90
-from .base import FamilyConfig, KernelTypes, Problem
+from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status, device_info, workspace
 
 SMEM_BYTES = 232448  # sm90 opt-in shared memory per block
@@ -76,6 +76,8 @@ class _Sm90Family:
         return Config.SPACE
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
+        if (reason := half_inputs_only(problem.types)) is not None:
+            return reason
         wgs = 2 if cfg.schedule == "cooperative" else 1
         if cfg.schedule == "cooperative" and cfg.tile_m < 128:
             return "cooperative splits tile M across two warpgroups: tile_m must be >= 128"

@@ -18,7 +18,7 @@ import torch
 from ..errors import ShapeError
 from ..formats import Sparse24Weight, meta_sm90
 from ..formats.vnm import VNMWeight
-from .base import FamilyConfig, KernelTypes, Problem
+from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status
 
 SMEM_BYTES = 232448  # sm90 opt-in shared memory per block
@@ -83,6 +83,8 @@ class _VnmSm90Family:
         return Config.SPACE
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
+        if (reason := half_inputs_only(problem.types)) is not None:
+            return reason
         if cfg.consumers == 2 and cfg.tile_m != 128:
             return "two consumer warpgroups split tile_m in halves of 64: tile_m must be 128"
         acc = cfg.tile_m * cfg.tile_n // (128 * cfg.consumers)

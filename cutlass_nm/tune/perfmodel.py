@@ -35,7 +35,9 @@ def ideal_ms(m: int, n: int, k: int, density: float, weight_bytes: float, engine
 
 
 def estimate_ms(cfg: Any, problem: Any, sm_count: int = 132) -> float:
-    """Estimated time of one launch in ms (for ranking only)."""
+    """Estimated time of one launch in ms (for ranking only); a config with its own model (nm_simt) uses it."""
+    if hasattr(cfg, "estimate_ms"):
+        return cfg.estimate_ms(problem, sm_count)
     m, n, k = problem.m, problem.n, problem.k
     tiles_m, tiles_n = math.ceil(n / cfg.tile_m), math.ceil(m / cfg.tile_n)
     tiles = tiles_m * tiles_n

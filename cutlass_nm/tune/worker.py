@@ -13,14 +13,15 @@ import multiprocessing as mp
 import traceback
 from typing import Any
 
-TOLERANCE = {"f16": 2e-3, "bf16": 1e-2}
+TOLERANCE = {"f16": 2e-3, "bf16": 1e-2, "f32": 1e-5}
 
 
 def _serve(conn) -> None:  # runs in the worker process
     import torch
 
-    import cutlass_nm
     from cutlass_nm.bench.energy import energy_rotating, open_meter
+    from cutlass_nm.bench.run import make_weight
+    from cutlass_nm.bench.suite import weight_kind
     from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
     from cutlass_nm.families import KernelTypes, get_family
     from cutlass_nm.families.launch import torch_dtype
@@ -44,7 +45,8 @@ def _serve(conn) -> None:  # runs in the worker process
                 copies = copies_to_rotate((m * k + n * k) * 2)
                 g = torch.Generator(device="cuda").manual_seed(1234)
                 xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=g) for _ in range(copies)]
-                ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dt, generator=g))[0]
+                kind = weight_kind(get_family(family)) or "24"  # 2:4, in the family's weight format
+                ws = [make_weight(torch.randn(n, k, device="cuda", dtype=dt, generator=g), "2:4", kind)
                       for _ in range(copies)]
                 ref = xs[0].double() @ ws[0].to_dense().double().T
                 ys = [torch.empty(m, n, device="cuda", dtype=torch_dtype(types.out_dtype)) for _ in range(copies)]
