@@ -2,10 +2,12 @@
 
     python3 benchmarks/bench_vnm.py --out benchmarks/results/h100/vnm.json
 
-Every registered vnm_* family runs each row; vnm_sm90 also runs the configs in ``--sm90-configs`` (tile_m x tile_n
-x tile_k x stages x consumers) and reports each and the best. Our times include the per-call transpose of x
-(reported alone as ``transpose_ms``). Weights are random V:N:M weights (random 4 columns per block-group, random
-2:4 inside), rotated past L2 together with the inputs; CUDA-graph timing, median.
+Every registered vnm_* family (or those in ``--families``) runs each row; vnm_sm90 also runs the configs in
+``--sm90-configs`` (tile_m x tile_n x tile_k x stages x consumers), vnm_sm80 those in ``--sm80-configs`` (tile_m x
+tile_n x tile_k x warp_m x warp_n x stages x swizzle; none: its heuristic through matmul), each reported and the
+best. Our times include the per-call transpose of x (reported alone as ``transpose_ms``). Weights are random V:N:M
+weights (random 4 columns per block-group, random 2:4 inside), rotated past L2 together with the inputs; CUDA-graph
+timing, median.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ PATTERNS = ["128:2:8", "128:2:16"]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 4096, 4096), (2048, 11008, 4096), (2048, 4096, 11008),
           (2048, 12288, 4096)]
 SM90_CONFIGS = ["128x256x64x5x2", "128x256x64x4x2", "128x128x64x6x2"]
+SM80_CONFIGS: list[str] = []
 _PAIRS = torch.tensor([0 | 1 << 2, 0 | 2 << 2, 0 | 3 << 2, 1 | 2 << 2, 1 | 3 << 2, 2 | 3 << 2], dtype=torch.uint8)
 
 
@@ -45,26 +48,33 @@ def _clone(w: VNMWeight) -> VNMWeight:
     return VNMWeight(w.values.clone(), w.columns.clone(), w.meta.clone(), w.shape, w.pattern)
 
 
+def family_configs(name: str, specs: list[str]) -> list:
+    """Configs of a family from 'AxBx...' specs, its Config fields in order."""
+    cfg = FAMILIES[name].Config
+    return [cfg.from_record(dict(zip(cfg.SPACE, map(int, s.split("x")), strict=True))) for s in specs]
+
+
 def sm90_configs(specs: list[str]) -> list:
-    cfg = FAMILIES["vnm_sm90"].Config
-    return [cfg(**dict(zip(("tile_m", "tile_n", "tile_k", "stages", "consumers"), map(int, s.split("x")),
-                           strict=True))) for s in specs]
+    return family_configs("vnm_sm90", specs)
 
 
-def kernels_for(pattern: str, m: int, n: int, k: int, configs: list) -> dict[str, object]:
-    """name -> launcher-like callable(x, w, y) for every vnm family (and each sm90 config)."""
+def kernels_for(pattern: str, m: int, n: int, k: int, configs: list | dict[str, list],
+                families: list[str] | None = None) -> dict[str, object]:
+    """name -> launcher-like callable(x, w, y) for every vnm family (and each of its configs in ``configs``, a
+    list for vnm_sm90 or a dict family -> configs); None means through matmul with the family's heuristic."""
     types = KernelTypes("f16", "f16", False)
+    configs = configs if isinstance(configs, dict) else {"vnm_sm90": configs}
     out: dict[str, object] = {}
     for name in sorted(FAMILIES):
-        if not name.startswith("vnm_"):
+        if not name.startswith("vnm_") or (families is not None and name not in families):
             continue
-        if name == "vnm_sm90":
+        if configs.get(name):
             v = Pattern.parse(pattern).v
-            for cfg in configs:
+            for cfg in configs[name]:
                 if v % cfg.tile_m == 0 and FAMILIES[name].check(cfg, _problem(m, n, k)) is None:
                     tag = "x".join(str(x) for x in cfg.to_record().values())
                     try:
-                        out[f"vnm_sm90[{tag}]"] = get_kernel((name, cfg, types))
+                        out[f"{name}[{tag}]"] = get_kernel((name, cfg, types))
                     except Exception as exc:  # a failed build is reported, the row goes on
                         print(f"skip {tag}: {exc}", flush=True)
         else:
@@ -78,7 +88,8 @@ def _problem(m: int, n: int, k: int):
     return Problem(m, n, k, KernelTypes("f16", "f16", False))
 
 
-def bench_row(pattern: str, m: int, n: int, k: int, configs: list) -> list[dict]:
+def bench_row(pattern: str, m: int, n: int, k: int, configs: list | dict[str, list],
+              families: list[str] | None = None) -> list[dict]:
     first = random_vnm(n, k, pattern)
     wbytes = first.values.numel() * 2 + first.meta.numel() + first.columns.numel()
     copies = copies_to_rotate(wbytes + m * k * 2)
@@ -91,7 +102,7 @@ def bench_row(pattern: str, m: int, n: int, k: int, configs: list) -> list[dict]
     ref = xs[0].double() @ dense.double().T
     dws.clear()
     rows = []
-    for name, launcher in kernels_for(pattern, m, n, k, configs).items():
+    for name, launcher in kernels_for(pattern, m, n, k, configs, families).items():
         ys = [torch.empty(m, n, device="cuda", dtype=torch.float16) for _ in range(copies)]
         if launcher is None:
             def run(i, name=name, ys=ys):
@@ -140,17 +151,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--sm90-configs", nargs="*", default=SM90_CONFIGS)
+    ap.add_argument("--sm80-configs", nargs="*", default=SM80_CONFIGS)
+    ap.add_argument("--families", nargs="*", help="vnm families to run (default: every registered one)")
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="run only the first N shapes")
     args = ap.parse_args()
-    configs = sm90_configs(args.sm90_configs) if "vnm_sm90" in FAMILIES else []
+    wanted = [f for f in ("vnm_sm90", "vnm_sm80") if f in FAMILIES and (args.families is None or f in args.families)]
+    specs = {"vnm_sm90": args.sm90_configs, "vnm_sm80": args.sm80_configs}
+    configs = {f: family_configs(f, specs[f]) for f in wanted}
     types = KernelTypes("f16", "f16", False)
-    failures = [r for r in precompile([("vnm_sm90", c, types) for c in configs]) if isinstance(r, Exception)]
+    kids = [(f, c, types) for f in wanted for c in configs[f]]
+    failures = [r for r in precompile(kids) if isinstance(r, Exception)]
     for f in failures:
         print("build failed:", f, flush=True)
     rows = []
     for m, n, k in SHAPES[: args.shapes]:
         for pattern in PATTERNS:
-            rows.extend(bench_row(pattern, m, n, k, configs))
+            rows.extend(bench_row(pattern, m, n, k, configs, args.families))
     env = environment()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

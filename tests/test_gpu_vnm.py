@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from gpu_cases import case as _case
@@ -25,7 +27,8 @@ def _families() -> list[str]:
 
     cap = torch.cuda.get_device_capability()
     names = (["vnm_sm90"] if cap == (9, 0) else []) + (["vnm_sm80"] if cap >= (8, 0) else [])
-    return [n for n in names if n in FAMILIES]
+    only = os.environ.get("CUTLASS_NM_TEST_FAMILIES")  # e.g. "vnm_sm80": test (and build) only these
+    return [n for n in names if n in FAMILIES and (not only or n in only.split(","))]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -34,6 +37,7 @@ def _precompile_in_parallel():
     if not torch.cuda.is_available():
         return
     from cutlass_nm.families import KernelTypes, Problem, get_family
+    from cutlass_nm.families.vnm_sm80 import fallback_config as sm80_fallback
     from cutlass_nm.families.vnm_sm90 import fallback_config
     from cutlass_nm.kernels import precompile
 
@@ -49,6 +53,8 @@ def _precompile_in_parallel():
                     kids.add((name, cfg, types))
                     if name == "vnm_sm90" and cfg.tile_m == 128:  # V = 64 weights run its tile_m = 64 twin
                         kids.add((name, fallback_config(cfg, p), types))
+                    if name == "vnm_sm80" and cfg.tile_m == 128:
+                        kids.add((name, sm80_fallback(cfg), types))
         types = KernelTypes("bf16", "f32", True)
         kids.add((name, fam.heuristic(Problem(96, 256, 512, types)), types))
     failures = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]

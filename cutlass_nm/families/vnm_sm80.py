@@ -1,0 +1,168 @@
+"""V:N:M (VENOM) on Ampere Sparse Tensor Cores: mma.sp m16n8k32 over the gathered 2:4 weight; runs on sm_80+.
+
+y = x·Wᵀ is, per V-block b of W's rows, ``x[:, gather_index[b]] · Wg[rows of b]ᵀ`` with Wg = ``w.gathered_24()``.
+The kernel (templates/vnm_sm80.cu) runs Dᵀ = Wg · Bg with one CTA per (tile_m rows inside one V-block, tile_n
+tokens) on CUTLASS 2.x's sparse multistage mainloop (cp.async stages, mma.sp, sm80 metadata iterator); B is read
+from xT (x transposed once per call, token-contiguous rows) by CUTLASS's predicated tile iterator in gather mode,
+whose K coordinate goes through the CTA's V-block row of the gather index. The epilogue writes y row-major
+directly (bias, conversion, tails). Gathered K is padded to ``K_ALIGN`` with zero values, valid metadata and
+index entries that point at a zero row appended to xT.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..errors import ShapeError
+from ..formats import Sparse24Weight, meta_sm80
+from ..formats.vnm import VNMWeight
+from .base import FamilyConfig, KernelTypes, Problem
+from .launch import check_status
+
+SMEM_BYTES = 166912  # A100 opt-in shared memory per block: the family targets sm_80 (and runs on sm_90)
+K_ALIGN = 128  # gathered K padded to this: a multiple of every tile_k and of the metadata's column padding
+ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "float"}
+PAD_NIBBLE = meta_sm80.PAD_U16 & 0xF
+# (tile_m, tile_n, tile_k) -> (warp_m, warp_n): CUTLASS's instantiated 16-bit sparse shapes with tile_m | V
+# (64 or 128).
+SHAPES: dict[tuple[int, int, int], tuple[int, int]] = {
+    (64, 64, 64): (32, 32), (64, 128, 64): (32, 64), (64, 256, 64): (64, 64), (128, 64, 64): (64, 32),
+    (128, 128, 64): (64, 64), (128, 256, 64): (64, 64), (64, 64, 128): (32, 32), (64, 128, 128): (32, 64),
+    (128, 64, 128): (64, 32), (128, 128, 128): (64, 32),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Config(FamilyConfig):
+    """CTA tile (tile_m rows of W inside one V-block, tile_n tokens, tile_k gathered columns), warp tile,
+    cp.async stages, threadblock swizzle (CUTLASS's identity swizzle width)."""
+
+    tile_m: int = 64
+    tile_n: int = 128
+    tile_k: int = 64
+    warp_m: int = 32
+    warp_n: int = 64
+    stages: int = 4
+    swizzle: int = 1
+
+    SPACE: ClassVar = {
+        "tile_m": (64, 128),
+        "tile_n": (64, 128, 256),
+        "tile_k": (64, 128),
+        "warp_m": (32, 64),
+        "warp_n": (32, 64),
+        "stages": (2, 3, 4, 5, 6),
+        "swizzle": (1, 2, 4, 8),
+    }
+
+
+def smem_per_stage(cfg: Config) -> int:
+    """Compressed A (half of K, 16-bit), metadata (2 bits per kept value), gathered B (16-bit)."""
+    return cfg.tile_m * cfg.tile_k + cfg.tile_m * cfg.tile_k // 8 + cfg.tile_n * cfg.tile_k * 2
+
+
+def gathered_k(w: VNMWeight) -> int:
+    """The gathered K the kernels run: 4·groups padded to ``K_ALIGN``."""
+    return -(-4 * w.groups // K_ALIGN) * K_ALIGN
+
+
+def kernel_layout(w: VNMWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """(values n x kg/2, sm80 metadata, gather index blocks x kg int32, metadata rows). Index entries past the
+    gathered columns name row ``padded_k`` of xT, which the kernel fills with zeros."""
+    rows, kg = w.out_features, gathered_k(w)
+    g4 = 4 * w.groups
+    values = torch.zeros(rows, kg // 2, dtype=w.dtype, device=w.device)
+    values[:, : g4 // 2] = w.values
+    meta = torch.full((rows, kg // 4), PAD_NIBBLE, dtype=torch.uint8, device=w.device)
+    meta[:, : w.groups] = w.meta
+    e = meta_sm80.to_sm80(Sparse24Weight(values, meta, (rows, kg)))
+    idx = w.gather_index()
+    gidx = torch.full((idx.shape[0], kg), w.padded_k, dtype=torch.int32, device=w.device)
+    gidx[:, :g4] = idx
+    return values, e, gidx.contiguous(), meta_sm80.padded_shape(rows, kg)[0]
+
+
+class _VnmSm80Family:
+    name = "vnm_sm80"
+    arch = "sm_80"
+    weight = VNMWeight
+    Config = Config
+
+    def space(self) -> dict[str, tuple]:
+        return Config.SPACE
+
+    def check(self, cfg: Config, problem: Problem) -> str | None:
+        if SHAPES.get((cfg.tile_m, cfg.tile_n, cfg.tile_k)) != (cfg.warp_m, cfg.warp_n):
+            return f"tile {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k} with warp {cfg.warp_m}x{cfg.warp_n} is not " \
+                   "instantiated"
+        if cfg.stages * smem_per_stage(cfg) > SMEM_BYTES:
+            return f"{cfg.stages} stages of {smem_per_stage(cfg)} B exceed {SMEM_BYTES} B of shared memory"
+        if problem.m < 1 or problem.n < 1 or problem.k < 1:
+            return "m, n, k must be >= 1"
+        return None
+
+    def source(self, cfg: Config, types: KernelTypes) -> str:
+        from ..codegen.cutlass_emit import template
+
+        c = Config.from_record(cfg.to_record())  # only validated ints reach the source
+        return template("vnm_sm80.cu").substitute(
+            element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
+            tile_n=int(c.tile_n), tile_k=int(c.tile_k), warp_m=int(c.warp_m), warp_n=int(c.warp_n),
+            stages=int(c.stages), swizzle=int(c.swizzle), has_bias="true" if types.bias else "false")
+
+    def heuristic(self, problem: Problem) -> Config:
+        """Small m: a 64-token tile; else 128 rows x 128 tokens (V = 64 weights run its tile_m = 64 twin)."""
+        if problem.m <= 64:
+            return Config(tile_m=64, tile_n=64, tile_k=128, warp_m=32, warp_n=32, stages=4)
+        return Config(tile_m=128, tile_n=128, tile_k=64, warp_m=64, warp_n=64, stages=4)
+
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
+        return _Launcher(lib, cfg, types)
+
+
+def fallback_config(cfg: Config) -> Config:
+    """The tile_m = 64 config a tile_m = 128 kernel hands V = 64 weights to (same tile_n, tile_k, stages)."""
+    for (tm, tn, tk), (wm, wn) in SHAPES.items():
+        if tm == 64 and tn == cfg.tile_n and tk == cfg.tile_k:
+            return Config(tile_m=64, tile_n=tn, tile_k=tk, warp_m=wm, warp_n=wn, stages=cfg.stages,
+                          swizzle=cfg.swizzle)
+    raise AssertionError("every tile_n/tile_k pair has a tile_m = 64 shape")
+
+
+class _Launcher:
+    """A loaded vnm_sm80 kernel: ``launcher(x, w, bias, y)`` on torch's current stream."""
+
+    def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
+        vp, i32 = ctypes.c_void_p, ctypes.c_int
+        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, i32, vp]
+        lib.cnm_run.restype = i32
+        self.run, self.cfg, self.types = lib.cnm_run, cfg, types
+
+    def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+        """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
+        v = w.pattern.v
+        if v % self.cfg.tile_m:
+            if v % 64 == 0:  # a V = 64 weight under a tile_m = 128 kernel: its tile_m = 64 twin runs it
+                from ..kernels import get_kernel
+
+                get_kernel((FAMILY.name, fallback_config(self.cfg), self.types))(x, w, bias, y)
+                return
+            raise ShapeError(f"vnm_sm80 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
+                             "(its CTA tiles are 64 or 128 rows: V >= 64)")
+        m, k = x.shape
+        n = w.out_features
+        values, e, gidx, e_rows = w.layout(("vnm_sm80",), kernel_layout)
+        ldx = -(-m // 8) * 8
+        xt = torch.empty(w.padded_k + 1, ldx, dtype=x.dtype, device=x.device)  # x transposed + a zero row
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), x.data_ptr(), xt.data_ptr(), y.data_ptr(),
+                          None if bias is None else bias.data_ptr(), n, m, k, w.padded_k, ldx, gidx.shape[1], e_rows,
+                          v, stream)
+        check_status(status, FAMILY.name, (m, n, k))
+
+
+FAMILY = _VnmSm80Family()

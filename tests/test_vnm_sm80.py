@@ -1,0 +1,125 @@
+"""vnm_sm80 without a GPU: config space and validity, emitted source, hostile records, the kernel layout."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import cutlass_nm
+from cutlass_nm import ConfigError
+from cutlass_nm.families import FAMILIES, KernelTypes, Problem, get_family
+from cutlass_nm.families.vnm_sm80 import SHAPES, Config, fallback_config, gathered_k, kernel_layout
+from cutlass_nm.formats import Sparse24Weight, meta_sm80
+
+FAM = get_family("vnm_sm80")
+F16 = KernelTypes("f16", "f16", False)
+
+
+def test_registered_for_vnm_weights():
+    assert FAMILIES["vnm_sm80"] is FAM
+    assert FAM.weight is cutlass_nm.formats.vnm.VNMWeight and FAM.arch == "sm_80"
+
+
+def test_space_validity():
+    p = Problem(2048, 4096, 4096, F16)
+    points = [Config(**dict(zip(Config.SPACE, v, strict=True))) for v in itertools.product(*Config.SPACE.values())]
+    valid = [c for c in points if FAM.check(c, p) is None]
+    assert valid and all(SHAPES[(c.tile_m, c.tile_n, c.tile_k)] == (c.warp_m, c.warp_n) for c in valid)
+    assert {c.tile_m for c in valid} == {64, 128}
+    assert "not instantiated" in FAM.check(Config(tile_m=128, tile_n=128, tile_k=64, warp_m=32, warp_n=32), p)
+    assert "shared memory" in FAM.check(Config(tile_m=128, tile_n=256, tile_k=64, warp_m=64, warp_n=64, stages=4), p)
+    assert FAM.check(Config(tile_m=128, tile_n=256, tile_k=64, warp_m=64, warp_n=64, stages=3), p) is None
+    for m in (1, 64, 4096):
+        q = Problem(m, 4096, 4096, F16)
+        assert FAM.check(FAM.heuristic(q), q) is None
+
+
+def test_every_tile_has_a_tile_m_64_twin():
+    p = Problem(2048, 4096, 4096, F16)
+    for (tm, tn, tk), (wm, wn) in SHAPES.items():
+        cfg = Config(tile_m=tm, tile_n=tn, tile_k=tk, warp_m=wm, warp_n=wn, stages=3)
+        twin = fallback_config(cfg)
+        assert twin.tile_m == 64 and twin.tile_n == tn and FAM.check(twin, p) is None
+
+
+@pytest.mark.parametrize("types", [F16, KernelTypes("bf16", "f32", True)])
+def test_source_interpolates_only_validated_values(types):
+    cfg = Config(tile_m=128, tile_n=256, tile_k=64, warp_m=64, warp_n=64, stages=3, swizzle=4)
+    src = FAM.source(cfg, types)
+    assert "${" not in src
+    assert "constexpr int kTileM = 128;" in src and "constexpr int kTileN = 256;" in src
+    assert "constexpr int kStages = 3;" in src and "GemmIdentityThreadblockSwizzle<4>" in src
+    assert ("constexpr bool kHasBias = true;" in src) == types.bias
+    assert "using ElementOut = float;" in src if types.out_dtype == "f32" else "cutlass::half_t;" in src
+
+
+@pytest.mark.parametrize("record", [
+    {"tile_m": "64); system(\"x\"); (", "tile_n": 128},
+    {"tile_m": 96},
+    {"tile_m": True},
+    {"tile_n": 128.0},
+    {"stages": 7},
+    {"swizzle": "2"},
+    {"tile_k": 64, "consumers": 1},
+    {},
+    [("tile_m", 64)],
+])
+def test_from_record_rejects_hostile_records(record):
+    with pytest.raises(ConfigError):
+        Config.from_record(record)
+
+
+def test_from_record_roundtrip():
+    cfg = Config(tile_m=128, tile_n=64, tile_k=128, warp_m=64, warp_n=32, stages=3, swizzle=8)
+    assert Config.from_record(cfg.to_record()) == cfg
+
+
+@pytest.mark.parametrize("pattern,shape", [("64:2:8", (130, 200)), ("128:2:7", (256, 101)), ("64:2:16", (64, 64)),
+                                           ("128:2:10", (300, 333))])
+def test_kernel_layout_computes_the_product(pattern, shape):
+    """The padded gathered weight, applied per V-block to xT (plus its zero row) gathered by the padded index,
+    equals x·Wᵀ: what the kernel computes."""
+    n, k = shape
+    g = torch.Generator().manual_seed(0)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, generator=g), pattern)
+    x = torch.randn(5, k, generator=g, dtype=torch.float64)
+    values, e, gidx, e_rows = kernel_layout(w)
+    kg = gathered_k(w)
+    assert kg % 128 == 0 and values.shape == (n, kg // 2) and gidx.shape == (-(-n // w.pattern.v), kg)
+    assert (e_rows, kg // 16) == meta_sm80.padded_shape(n, kg) and e.numel() == e_rows * kg // 16
+    assert int(gidx.min()) >= 0 and int(gidx.max()) == w.padded_k  # padding names the zero row
+    meta = meta_sm80.from_sm80(e, n, kg)
+    dense = Sparse24Weight(values, meta, (n, kg)).to_dense().double()
+    xt = torch.zeros(w.padded_k + 1, 5, dtype=x.dtype)
+    xt[:k] = x.T
+    v = w.pattern.v
+    y = torch.cat([(dense[r:r + v] @ xt[gidx[r // v].long()]).T for r in range(0, n, v)], 1)
+    torch.testing.assert_close(y, x @ w.to_dense().double().T)
+
+
+class _FakeFn:
+    argtypes = restype = None
+
+    def __call__(self, *args):
+        return 0
+
+
+def test_tile_m_128_hands_v64_weights_to_its_twin(monkeypatch):
+    from cutlass_nm import kernels
+    from cutlass_nm.families import vnm_sm80
+
+    calls = []
+    monkeypatch.setattr(kernels, "get_kernel", lambda kid: lambda *a: calls.append(kid))
+    lib = type("Lib", (), {"cnm_run": _FakeFn()})()
+    cfg = FAM.heuristic(Problem(2048, 4096, 4096, F16))
+    assert cfg.tile_m == 128
+    launcher = vnm_sm80._Launcher(lib, cfg, F16)
+    w, _ = cutlass_nm.prune(torch.randn(128, 256), "64:2:8")
+    launcher(torch.randn(4, 256), w, None, torch.empty(4, 128))
+    (kid,) = calls
+    assert kid[0] == "vnm_sm80" and kid[1].tile_m == 64 and kid[2] == F16
+    w32, _ = cutlass_nm.prune(torch.randn(64, 256), "32:2:8")
+    with pytest.raises(cutlass_nm.ShapeError, match="V % tile_m"):
+        launcher(torch.randn(4, 256), w32, None, torch.empty(4, 64))
