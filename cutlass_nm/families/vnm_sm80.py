@@ -20,7 +20,7 @@ import torch
 from ..errors import ShapeError
 from ..formats import Sparse24Weight, meta_sm80
 from ..formats.vnm import VNMWeight
-from .base import FamilyConfig, KernelTypes, Problem
+from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status
 
 SMEM_BYTES = 166912  # A100 opt-in shared memory per block: the family targets sm_80 (and runs on sm_90)
@@ -96,6 +96,8 @@ class _VnmSm80Family:
         return Config.SPACE
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
+        if (reason := half_inputs_only(problem.types)) is not None:
+            return reason
         if SHAPES.get((cfg.tile_m, cfg.tile_n, cfg.tile_k)) != (cfg.warp_m, cfg.warp_n):
             return f"tile {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k} with warp {cfg.warp_m}x{cfg.warp_n} is not " \
                    "instantiated"
