@@ -6,9 +6,10 @@
 //
 // Grid (split, row blocks); a cluster of `split` CTAs shares one block of kWarps * kRows rows and splits its
 // nonzeros (in chunks of 8) along k. Each CTA stages the x columns its k-range touches in shared memory,
-// token-contiguous (xs[col][token]), so one 16-byte load gives 8 tokens of a column. Lane l of a warp streams
+// token-contiguous in fp32 (xs[col][token]), so one 16-byte load gives 4 tokens of a column. Lane l of a warp streams
 // chunks l, l + 32, ... of its kRows rows with 16-byte value loads (8-byte index loads, once for all rows when
-// they share indices), and keeps kRows x kMaxTokens fp32 sums. Warp shuffles, then the cluster (distributed
+// they share indices), one chunk ahead in registers (the first issued before x is staged), and keeps
+// kRows x kMaxTokens fp32 sums. Warp shuffles, then the cluster (distributed
 // shared memory), reduce them; rank 0 adds the bias and writes y.
 #include <cstdint>
 #include <cooperative_groups.h>
@@ -36,48 +37,59 @@ __device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn
 __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 
-// The kMaxTokens tokens of one staged column, as floats.
-__device__ __forceinline__ void load_column(const Element* col, float (&xv)[kMaxTokens]) {
-  if constexpr (kMaxTokens == 1) {
-    xv[0] = to_float(col[0]);
-  } else if constexpr (kMaxTokens == 2) {
-    float2 f = to_float2(*reinterpret_cast<const uint32_t*>(col), Element());
-    xv[0] = f.x; xv[1] = f.y;
-  } else if constexpr (kMaxTokens == 4) {
-    uint2 u = *reinterpret_cast<const uint2*>(col);
-    float2 a = to_float2(u.x, Element()), b = to_float2(u.y, Element());
-    xv[0] = a.x; xv[1] = a.y; xv[2] = b.x; xv[3] = b.y;
+// The kMaxTokens tokens of one staged column (fp32, 16-byte aligned when kMaxTokens >= 4).
+__device__ __forceinline__ void load_column(const float* col, float (&xv)[kMaxTokens]) {
+  if constexpr (kMaxTokens >= 4) {
+#pragma unroll
+    for (int q = 0; q < kMaxTokens / 4; ++q) {
+      const float4 f = reinterpret_cast<const float4*>(col)[q];
+      xv[4 * q] = f.x; xv[4 * q + 1] = f.y; xv[4 * q + 2] = f.z; xv[4 * q + 3] = f.w;
+    }
   } else {
 #pragma unroll
-    for (int q = 0; q < kMaxTokens / 8; ++q) {
-      uint4 u = reinterpret_cast<const uint4*>(col)[q];
-      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        float2 f = to_float2(w[h], Element());
-        xv[q * 8 + 2 * h] = f.x; xv[q * 8 + 2 * h + 1] = f.y;
-      }
-    }
+    for (int t = 0; t < kMaxTokens; ++t) xv[t] = col[t];
   }
 }
 
-// Columns [c0, c0 + ncols) of x into xs[col][token]; zeros past k and past m (padding values may point there).
-__device__ __forceinline__ void stage_x(const Element* __restrict__ x, Element* xs, int m, int k, int c0, int ncols) {
+// Columns [c0, c0 + ncols) of x into xs[col][token] as fp32 (no conversions in the inner loop); zeros past k
+// and past m (padding values may point there).
+__device__ __forceinline__ void stage_x(const Element* __restrict__ x, float* xs, int m, int k, int c0, int ncols) {
   for (int c = threadIdx.x; c < ncols; c += blockDim.x) {
-    __align__(16) Element v[kMaxTokens];
+    __align__(16) float v[kMaxTokens];
     const int col = c0 + c;
 #pragma unroll
     for (int t = 0; t < kMaxTokens; ++t) {
-      v[t] = (t < m && col < k) ? x[static_cast<int64_t>(t) * k + col] : Element(0.f);
+      v[t] = (t < m && col < k) ? to_float(x[static_cast<int64_t>(t) * k + col]) : 0.f;
     }
-    if constexpr (kMaxTokens >= 8) {
+    if constexpr (kMaxTokens >= 4) {
 #pragma unroll
-      for (int q = 0; q < kMaxTokens / 8; ++q) {
-        reinterpret_cast<uint4*>(xs + c * kMaxTokens)[q] = reinterpret_cast<const uint4*>(v)[q];
+      for (int q = 0; q < kMaxTokens / 4; ++q) {
+        reinterpret_cast<float4*>(xs + c * kMaxTokens)[q] = reinterpret_cast<const float4*>(v)[q];
       }
     } else {
 #pragma unroll
       for (int t = 0; t < kMaxTokens; ++t) xs[c * kMaxTokens + t] = v[t];
+    }
+  }
+}
+
+// One lane's weights for one chunk of 8 nonzeros of its kRows rows.
+struct Chunk {
+  uint4 v[kRows];
+  uint2 i[kRows];
+};
+
+__device__ __forceinline__ void load_chunk(Chunk& ch, const Element* __restrict__ values,
+                                           const uint8_t* __restrict__ indices, int row0, int n, int vector,
+                                           int stride, bool shared_idx, int j0) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int row = min(row0 + r, n - 1);  // rows past n compute garbage that is never stored
+    ch.v[r] = *reinterpret_cast<const uint4*>(values + static_cast<int64_t>(row) * stride + j0);
+    if (r == 0 || !shared_idx) {
+      ch.i[r] = *reinterpret_cast<const uint2*>(indices + static_cast<int64_t>(row / vector) * stride + j0);
+    } else {
+      ch.i[r] = ch.i[0];
     }
   }
 }
@@ -89,7 +101,7 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
                  int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);                                   // [kBlockRows][kMaxTokens]
-  Element* xs = reinterpret_cast<Element*>(smem + kBlockRows * kMaxTokens * sizeof(float));
+  float* xs = reinterpret_cast<float*>(smem + kBlockRows * kMaxTokens * sizeof(float));
   const int split = gridDim.x, s = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = blockIdx.y * kBlockRows + warp * kRows;
@@ -108,33 +120,26 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
     const int p1 = min(p0 + piece, ce);
     const int g0 = p0 * 8 / keep, g1 = (p1 * 8 - 1) / keep;  // groups this piece touches
     const int c0 = g0 * group;
+    Chunk cur;
+    int c = p0 + lane;
+    if (c < p1) load_chunk(cur, values, indices, row0, n, vector, stride, shared_idx, c * 8);  // before staging
     __syncthreads();  // the previous piece's columns are no longer read
     stage_x(x, xs, m, k, c0, (g1 - g0 + 1) * group);
     __syncthreads();
-    for (int c = p0 + lane; c < p1; c += 32) {
+    for (; c < p1; c += 32) {
+      Chunk next;  // one chunk ahead in registers
+      if (c + 32 < p1) load_chunk(next, values, indices, row0, n, vector, stride, shared_idx, (c + 32) * 8);
       const int j0 = c * 8;
-      uint4 vv[kRows];
-      uint2 ii[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int row = min(row0 + r, n - 1);  // rows past n compute garbage that is never stored
-        vv[r] = *reinterpret_cast<const uint4*>(values + static_cast<int64_t>(row) * stride + j0);
-        if (r == 0 || !shared_idx) {
-          ii[r] = *reinterpret_cast<const uint2*>(indices + static_cast<int64_t>(row / vector) * stride + j0);
-        } else {
-          ii[r] = ii[0];
-        }
-      }
       int g = j0 / keep, q = j0 - g * keep;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int col0 = g * group - c0;
         if (shared_idx) {
           float xv[kMaxTokens];
-          load_column(xs + (col0 + reinterpret_cast<const uint8_t*>(&ii[0])[e]) * kMaxTokens, xv);
+          load_column(xs + (col0 + reinterpret_cast<const uint8_t*>(&cur.i[0])[e]) * kMaxTokens, xv);
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
-            const float w = to_float(reinterpret_cast<const Element*>(&vv[r])[e]);
+            const float w = to_float(reinterpret_cast<const Element*>(&cur.v[r])[e]);
 #pragma unroll
             for (int t = 0; t < kMaxTokens; ++t) acc[r][t] = fmaf(w, xv[t], acc[r][t]);
           }
@@ -142,14 +147,15 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             float xv[kMaxTokens];
-            load_column(xs + (col0 + reinterpret_cast<const uint8_t*>(&ii[r])[e]) * kMaxTokens, xv);
-            const float w = to_float(reinterpret_cast<const Element*>(&vv[r])[e]);
+            load_column(xs + (col0 + reinterpret_cast<const uint8_t*>(&cur.i[r])[e]) * kMaxTokens, xv);
+            const float w = to_float(reinterpret_cast<const Element*>(&cur.v[r])[e]);
 #pragma unroll
             for (int t = 0; t < kMaxTokens; ++t) acc[r][t] = fmaf(w, xv[t], acc[r][t]);
           }
         }
         if (++q == keep) { q = 0; ++g; }
       }
+      cur = next;
     }
   }
 
