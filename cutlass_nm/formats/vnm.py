@@ -42,7 +42,7 @@ class VNMWeight(CompressedWeight):
 
     def to_dense(self) -> torch.Tensor:
         rows, k = self.shape
-        v, m, g = self.pattern.v, self.pattern.m, self.groups
+        m, g = self.pattern.m, self.groups
         cols = self.row_columns().long().reshape(rows, g, 2)  # within the group of M
         out = torch.zeros(rows, g, m, dtype=self.dtype, device=self.values.device)
         out.scatter_(-1, cols, self.values.reshape(rows, g, 2))
