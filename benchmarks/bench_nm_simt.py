@@ -1,0 +1,216 @@
+"""nm_simt (general N:M on CUDA cores) against cuBLAS SGEMM with TF32 off, on NM-SpMM's LLaMA shape set (issue 6's
+fp32 acceptance), plus fp16-input rows against cuBLAS fp16 for reference; every ratio is timed in the same run.
+
+    python3 benchmarks/bench_nm_simt.py --out benchmarks/results/h100/nm_simt.json
+    python3 benchmarks/bench_nm_simt.py --quick          # 2 shapes x 4 patterns
+
+Per (shape, pattern) every config of the sweep (SWEEP x split-K choices, filtered by the family's check) is
+timed and the fastest kept: those rows say ``tuned_by_sweep: true`` and carry the config; the heuristic config
+is timed too (``impl: nm_simt_heuristic``). All kernels are compiled in parallel first. The relative error of
+the reported config is checked against an fp64 reference on the first 64 tokens.
+Ideal speedup over dense is M/N; ``pct_of_ideal`` = speedup over SGEMM / (M/N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from cutlass_nm.bench.env import environment
+from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
+from cutlass_nm.families import KernelTypes, Problem
+from cutlass_nm.families.nm_simt import FAMILY, Config
+from cutlass_nm.formats.nm import compress_nm
+from cutlass_nm.kernels import get_kernel, precompile
+from cutlass_nm.patterns import Pattern
+
+LLAMA_NK = ((4096, 4096), (12288, 4096), (11008, 4096), (4096, 11008))
+TOKENS = (256, 512, 1024, 2048, 4096)
+PATTERNS = ("16:32", "2:4", "12:32", "8:32", "1:4", "2:8", "4:32", "1:8")
+# base configs of the sweep; each is also tried with split-K 2 and 4 where the tiles do not fill the GPU
+SWEEP = (Config(), Config(block_rows=256), Config(k_cols=64),
+         Config(block_rows=256, block_tokens=64, k_cols=64), Config(block_rows=128, block_tokens=256,
+                                                                    thread_tokens=16, k_cols=32, stages=3))
+TYPES = {"f32": KernelTypes("f32", "f32", False), "f16": KernelTypes("f16", "f16", False)}
+SMS = 132
+
+
+def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, ...]) -> list[Config]:
+    """The sweep's valid configs for a problem, with split-K variants where the CTAs cover under 2 waves."""
+    out: list[Config] = []
+    p = Problem(m, n, k, types)
+    for base in sweep:
+        tiles = -(-n // base.block_rows) * -(-m // base.block_tokens)
+        for split in (1, 2, 4):
+            if split > 1 and tiles * split > 4 * SMS:
+                break
+            cfg = Config(**{**base.to_record(), "split_k": split})
+            if FAMILY.check(cfg, p) is None and cfg not in out:
+                out.append(cfg)
+    heur = FAMILY.heuristic(p)
+    return out + ([heur] if heur not in out else [])
+
+
+def rel_err(kern, x: torch.Tensor, w, y: torch.Tensor) -> float:
+    """Relative error of the first 64 tokens against fp64."""
+    rows = min(64, x.shape[0])
+    y.fill_(float("nan"))
+    kern(x, w, None, y)
+    ref = x[:rows].double() @ w.to_dense().double().T
+    return ((y[:rows].double() - ref).norm() / ref.norm()).item()
+
+
+def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...], dtypes: tuple[str, ...],
+             sweep: tuple[Config, ...], reps: int) -> list[dict]:
+    rows: list[dict] = []
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for dname in dtypes:
+        dt = torch.float32 if dname == "f32" else torch.float16
+        types = TYPES[dname]
+        dense_copies = copies_to_rotate(n * k * dt.itemsize)
+        wd = [torch.randn(n, k, device="cuda", dtype=dt, generator=g) for _ in range(dense_copies)]
+        for pattern in patterns:
+            p = Pattern.parse(pattern)
+            w0 = compress_nm(wd[0], p, 32, prune=True)
+            wbytes = w0.values.numel() * 4 + w0.indices.numel()
+            wcopies = copies_to_rotate(wbytes)
+            ws = [w0] + [compress_nm(wd[i % dense_copies], p, 32, prune=True) for i in range(1, wcopies)]
+            for m in tokens:
+                xcopies = copies_to_rotate(m * k * dt.itemsize + n * k * dt.itemsize)
+                xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=g) for _ in range(xcopies)]
+                base = {"m": m, "n": n, "k": k, "dtype": dname}
+                key = (m, n, k, dname)
+                if key not in _DENSE:  # the dense baseline once per shape and dtype
+                    ys = [torch.empty(m, n, device="cuda", dtype=dt) for _ in range(max(xcopies, dense_copies))]
+                    copies = max(xcopies, dense_copies)
+                    t = time_rotating(lambda i, xs=xs, ys=ys, wd=wd: torch.mm(xs[i % len(xs)], wd[i % len(wd)].T,
+                                                                              out=ys[i]), copies, reps=reps,
+                                      warmup_ms=50)
+                    _DENSE[key] = t.p50_ms
+                    impl = "cublas_sgemm_tf32_off" if dname == "f32" else "cublas_fp16"
+                    rows.append({**base, "impl": impl, "median_ms": t.p50_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
+                                 "tflops": 2 * m * n * k / t.p50_ms / 1e9})
+                    print(json.dumps(rows[-1]), flush=True)
+                dense_ms = _DENSE[key]
+                copies = max(xcopies, wcopies)
+                ys = [torch.empty(m, n, device="cuda", dtype=dt) for _ in range(copies)]
+                timed = []
+                heur = FAMILY.heuristic(Problem(m, n, k, types))
+                for cfg in candidates(m, n, k, types, sweep):
+                    kern = get_kernel((FAMILY.name, cfg, types))
+                    try:
+                        t = time_rotating(lambda i, kern=kern, xs=xs, ws=ws, ys=ys: kern(xs[i % len(xs)],
+                                          ws[i % len(ws)], None, ys[i]), copies, reps=reps, warmup_ms=20)
+                    except Exception as exc:  # a config the GPU refuses (shared memory) is skipped
+                        print(f"  skip {cfg}: {exc}", flush=True)
+                        continue
+                    timed.append((t, cfg, kern))
+                if not timed:
+                    print(f"  no config ran {m}x{n}x{k} {pattern} {dname}", flush=True)
+                    continue
+                best_t, best_cfg, best_kern = min(timed, key=lambda r: r[0].p50_ms)
+                heur_t = next((r[0] for r in timed if r[1] == heur), None)
+                for label, t, cfg, kern in (("nm_simt_tuned", best_t, best_cfg, best_kern),):
+                    err = rel_err(kern, xs[0], ws[0], ys[0])
+                    speedup = dense_ms / t.p50_ms
+                    rows.append({**base, "impl": label, "pattern": pattern, "sparsity": p.sparsity,
+                                 "ideal_speedup": p.m / p.n, "median_ms": t.p50_ms, "p20_ms": t.p20_ms,
+                                 "p80_ms": t.p80_ms, "dense_ms": dense_ms,
+                                 f"speedup_vs_{'sgemm' if dname == 'f32' else 'cublas_fp16'}": speedup,
+                                 "pct_of_ideal": 100 * speedup / (p.m / p.n),
+                                 "tflops_effective": 2 * m * n * k * p.density / t.p50_ms / 1e9,
+                                 "heuristic_ms": heur_t.p50_ms if heur_t else None,
+                                 "configs_timed": len(timed), "tuned_by_sweep": True, "config": cfg.to_record(),
+                                 "rel_err": err})
+                    print(json.dumps(rows[-1]), flush=True)
+                del xs, ys
+            del ws
+        del wd
+        torch.cuda.empty_cache()
+    return rows
+
+
+_DENSE: dict[tuple, float] = {}
+
+
+def summary(rows: list[dict]) -> dict:
+    """Mean speedup per sparsity level and pattern (fp32 vs SGEMM), as % of the ideal M/N."""
+    out: dict = {}
+    for dname, key in (("f32", "speedup_vs_sgemm"), ("f16", "speedup_vs_cublas_fp16")):
+        sel = [r for r in rows if r.get("dtype") == dname and key in r]
+        by: dict[str, list[dict]] = {}
+        for r in sel:
+            by.setdefault(r["pattern"], []).append(r)
+        out[dname] = {pat: {"sparsity": rs[0]["sparsity"], "ideal": rs[0]["ideal_speedup"], "shapes": len(rs),
+                            "mean_speedup": statistics.fmean(r[key] for r in rs),
+                            "mean_pct_of_ideal": statistics.fmean(r["pct_of_ideal"] for r in rs),
+                            "best": max(rs, key=lambda r: r[key])[key], "worst": min(rs, key=lambda r: r[key])[key],
+                            "max_rel_err": max(r["rel_err"] for r in rs)}
+                      for pat, rs in by.items()}
+    return out
+
+
+def markdown(result: dict) -> str:
+    env = result["environment"]
+    lines = [f"# nm_simt: general N:M on CUDA cores vs cuBLAS ({env.get('gpu')})", "",
+             f"driver {env.get('driver')}, nvcc {env.get('nvcc')}, commit {env.get('commit')}", "",
+             f"`{env.get('command')}`", "",
+             "fp32: speedup over cuBLAS SGEMM with TF32 off; fp16 rows: fp16 in, fp32 accumulate, vs cuBLAS fp16 "
+             "(reference only). Best config of a per-shape sweep (tuned_by_sweep). Ideal = M/N.", "",
+             "| dtype | pattern | sparsity | shapes | mean speedup | ideal | mean % of ideal | best | worst | "
+             "max rel err |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for dname, pats in result["summary"].items():
+        for pat, s in pats.items():
+            lines.append(f"| {dname} | {pat} | {s['sparsity']:.1%} | {s['shapes']} | {s['mean_speedup']:.2f}x | "
+                         f"{s['ideal']:.0f}x | {s['mean_pct_of_ideal']:.0f}% | {s['best']:.2f}x | "
+                         f"{s['worst']:.2f}x | {s['max_rel_err']:.1e} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--quick", action="store_true", help="2 shapes x 4 patterns, fp32 only")
+    ap.add_argument("--patterns", help="comma-separated (default: the issue's eight)")
+    ap.add_argument("--tokens", help="comma-separated m values")
+    ap.add_argument("--dtypes", default="f32,f16")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--sweep", type=int, help="use only the first N base configs of the sweep")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False  # SGEMM baseline: true fp32
+    torch.backends.cudnn.allow_tf32 = False
+    patterns = tuple(args.patterns.split(",")) if args.patterns else PATTERNS
+    tokens = tuple(int(t) for t in args.tokens.split(",")) if args.tokens else TOKENS
+    nks = LLAMA_NK
+    dtypes = tuple(args.dtypes.split(","))
+    if args.quick:
+        patterns = patterns if args.patterns else ("16:32", "2:4", "4:32", "1:8")
+        tokens = tokens if args.tokens else (256, 2048)
+        nks, dtypes = (LLAMA_NK[0], LLAMA_NK[2]), ("f32",)
+    sweep = SWEEP[: args.sweep] if args.sweep else SWEEP
+    t0 = time.time()
+    kids = {(FAMILY.name, c, TYPES[d]) for d in dtypes for n, k in nks for m in tokens
+            for c in candidates(m, n, k, TYPES[d], sweep)}
+    bad = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
+    print(f"compiled {len(kids)} kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)
+    for r in bad[:3]:
+        print("  ", str(r)[:500], flush=True)
+    rows: list[dict] = []
+    for n, k in nks:
+        rows += bench_nk(n, k, tokens, patterns, dtypes, sweep, args.reps)
+    result = {"environment": environment(), "tf32": torch.backends.cuda.matmul.allow_tf32, "rows": rows,
+              "summary": summary(rows), "wall_s": time.time() - t0}
+    print(markdown(result), flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+        args.out.with_suffix(".md").write_text(markdown(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,311 @@
+// cutlass_nm: general N:M SpMM on CUDA cores (fp32 FMA), C ABI launcher.
+// Generated from cutlass_nm/codegen/templates/nm_simt.cu. y(m x n) = x(m x k) * W^T (+ bias), W in the
+// general N:M format (formats/nm.py), handed over in the layout of families/nm_simt.py::simt_layout:
+//   wt   [nnz_pad][n_pad] float  the kept weights, compressed-k major (a CTA's rows are contiguous)
+//   cols [n_pad / vector][nnz_pad] int32  column of each kept weight *within its k-tile* (shared by a vector
+//        of rows); nnz_pad = G_pad * N with the group count padded to a multiple of the k-tile's groups
+// A CTA owns kBR rows of W x kBT tokens; each k-tile is `kgroups` groups of M columns of x (dense, staged in
+// shared memory token-major by cp.async) and `kgroups * N` compressed steps. A thread owns kTR consecutive
+// rows x kTT tokens (strided by 8); a warp is 4 row groups x 8 token groups, so with vector >= kTR every
+// thread needs one column per step and lanes of a row group read x as a broadcast.
+// Two kernel variants: kFast (16-byte cp.async of x, compile-time pitch, one column per thread per step) and
+// the general one (any k alignment, any M, vector = 1): same arithmetic, runtime geometry, scalar x loads.
+#include <algorithm>
+#include <cstdint>
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cutlass/arch/memory_sm80.h>
+
+namespace {
+using Element = ${element};  // input/bias type; x is widened to float first when it is not float
+constexpr int kBR = ${block_rows};
+constexpr int kBT = ${block_tokens};
+constexpr int kTR = ${thread_rows};
+constexpr int kTT = ${thread_tokens};
+constexpr int kKC = ${k_cols};  // target dense columns per k-tile
+constexpr int kStages = ${stages};
+constexpr int kSplit = ${split_k};
+constexpr int kWarpRows = 4 * kTR, kWarpTokens = 8 * kTT;
+constexpr int kWarpsR = kBR / kWarpRows, kWarpsT = kBT / kWarpTokens;
+constexpr int kThreads = 32 * kWarpsR * kWarpsT;
+constexpr int kPitchFast = kKC + 4;  // floats; = 4 mod 8 words: 8 consecutive tokens hit 8 bank groups
+static_assert(kBR % kWarpRows == 0 && kBT % kWarpTokens == 0, "tile must be a whole number of warps");
+static_assert(kTR % 4 == 0, "thread rows are read as float4");
+static_assert(kKC % 8 == 0, "k_cols must be a multiple of 8");
+
+struct Params {
+  const float* x;  // m x k, row-major
+  const float* wt;
+  const int* cols;
+  const Element* bias;
+  void* y;         // m x n (Out) or the split-K partials [kSplit][m][n] float
+  int m, n, k, keep, group, vector, kgroups, ktd, ktc, pitch, nvb, n_pad, nnz_pad, ktiles;
+  int x_bytes, w_bytes, stage_bytes;
+};
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ void store(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+// One k-tile into one pipeline stage: x [kBT][ktd] (token-major, pitch floats per token), W [ktc][kBR], cols
+// [nvb][ktc]. Out-of-range tokens and columns are zero-filled.
+template <bool kFast>
+__device__ __forceinline__ void load_tile(const Params& p, char* stage, int kt, int row0, int tok0, int vb0,
+                                          int xt0, int xc, int xstep) {
+  float* xs = reinterpret_cast<float*>(stage);
+  float* ws = reinterpret_cast<float*>(stage + p.x_bytes);
+  int* cs = reinterpret_cast<int*>(stage + p.x_bytes + p.w_bytes);
+  const int pitch = kFast ? kPitchFast : p.pitch;
+  const int k0 = kt * p.ktd, j0 = kt * p.ktc;
+  if (kFast) {  // 16-byte chunks: thread (xt0, xc) copies chunk xc of tokens xt0, xt0 + xstep, ...
+    if (xc >= 0) {
+      const int gk = k0 + xc;
+      for (int t = xt0; t < kBT; t += xstep) {
+        const int gt = tok0 + t;
+        const bool ok = gt < p.m && gk < p.k;
+        const float* src = ok ? p.x + static_cast<int64_t>(gt) * p.k + gk : p.x;
+        cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(xs + t * pitch + xc, src, ok);
+      }
+    }
+  } else {  // 4-byte elements: a warp copies 32 consecutive columns of one token at a time
+    for (int e = threadIdx.x; e < kBT * p.ktd; e += kThreads) {
+      const int t = e / p.ktd, c = e - t * p.ktd;
+      const int gt = tok0 + t, gk = k0 + c;
+      const bool ok = gt < p.m && gk < p.k;
+      const float* src = ok ? p.x + static_cast<int64_t>(gt) * p.k + gk : p.x;
+      cutlass::arch::cp_async_zfill<4>(xs + t * pitch + c, src, ok);
+    }
+  }
+  constexpr int kWChunks = kBR / 4;
+  for (int e = threadIdx.x; e < p.ktc * kWChunks; e += kThreads) {
+    const int j = e / kWChunks, r = (e - j * kWChunks) * 4;
+    cutlass::arch::cp_async<16, cutlass::arch::CacheOperation::Global>(
+        ws + j * kBR + r, p.wt + static_cast<int64_t>(j0 + j) * p.n_pad + row0 + r);
+  }
+  for (int e = threadIdx.x; e < p.nvb * p.ktc; e += kThreads) {
+    const int v = e / p.ktc, j = e - v * p.ktc;
+    cutlass::arch::cp_async<4>(cs + e, p.cols + static_cast<int64_t>(vb0 + v) * p.nnz_pad + j0 + j);
+  }
+}
+
+template <bool kFast, class Out>
+__global__ void __launch_bounds__(kThreads)
+nm_simt_kernel(Params p) {
+  extern __shared__ __align__(16) char smem[];
+  const int row0 = blockIdx.x * kBR, tok0 = blockIdx.y * kBT;
+  const int vb0 = row0 / p.vector;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int rloc = (warp % kWarpsR) * kWarpRows + (lane >> 3) * kTR;  // first of kTR consecutive rows
+  const int tloc = (warp / kWarpsR) * kWarpTokens + (lane & 7);       // tokens tloc + 8 i
+  const int pitch = kFast ? kPitchFast : p.pitch;
+
+  // x copy assignment (fast path): chunk column xc of every xstep-th token from xt0
+  int xt0 = 0, xc = -1, xstep = 1;
+  if (kFast) {
+    const int cpr = p.ktd / 4;
+    xstep = kThreads / cpr;
+    if (threadIdx.x < xstep * cpr) { xt0 = threadIdx.x / cpr; xc = (threadIdx.x - xt0 * cpr) * 4; }
+  }
+  // this thread's column-index row(s) within the stage
+  int vrow[kTR];
+#pragma unroll
+  for (int a = 0; a < kTR; ++a) vrow[a] = ((row0 + rloc + a) / p.vector - vb0) * p.ktc;
+
+  // k-tiles of this split
+  const int per = (p.ktiles + kSplit - 1) / kSplit;
+  const int kt0 = blockIdx.z * per;
+  const int kt1 = min(p.ktiles, kt0 + per);
+  const int count = max(0, kt1 - kt0);
+
+  float acc[kTR][kTT];
+#pragma unroll
+  for (int a = 0; a < kTR; ++a)
+#pragma unroll
+    for (int b = 0; b < kTT; ++b) acc[a][b] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < count) load_tile<kFast>(p, smem + s * p.stage_bytes, kt0 + s, row0, tok0, vb0, xt0, xc, xstep);
+    cutlass::arch::cp_async_fence();
+  }
+  for (int i = 0; i < count; ++i) {
+    cutlass::arch::cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const int next = i + kStages - 1;
+    if (next < count)
+      load_tile<kFast>(p, smem + (next % kStages) * p.stage_bytes, kt0 + next, row0, tok0, vb0, xt0, xc, xstep);
+    cutlass::arch::cp_async_fence();
+
+    const char* stage = smem + (i % kStages) * p.stage_bytes;
+    const float* xs = reinterpret_cast<const float*>(stage) + tloc * pitch;
+    const float* ws = reinterpret_cast<const float*>(stage + p.x_bytes) + rloc;
+    const int* cs = reinterpret_cast<const int*>(stage + p.x_bytes + p.w_bytes);
+    if (kFast) {
+      const int* cp = cs + vrow[0];
+#pragma unroll 4
+      for (int j = 0; j < p.ktc; ++j) {
+        const float* xp = xs + cp[j];
+        float xv[kTT], wv[kTR];
+#pragma unroll
+        for (int b = 0; b < kTT; ++b) xv[b] = xp[b * 8 * kPitchFast];
+#pragma unroll
+        for (int a = 0; a < kTR; a += 4) {
+          const float4 w4 = *reinterpret_cast<const float4*>(ws + j * kBR + a);
+          wv[a] = w4.x; wv[a + 1] = w4.y; wv[a + 2] = w4.z; wv[a + 3] = w4.w;
+        }
+#pragma unroll
+        for (int a = 0; a < kTR; ++a)
+#pragma unroll
+          for (int b = 0; b < kTT; ++b) acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
+      }
+    } else {
+      for (int j = 0; j < p.ktc; ++j) {
+        float wv[kTR];
+#pragma unroll
+        for (int a = 0; a < kTR; a += 4) {
+          const float4 w4 = *reinterpret_cast<const float4*>(ws + j * kBR + a);
+          wv[a] = w4.x; wv[a + 1] = w4.y; wv[a + 2] = w4.z; wv[a + 3] = w4.w;
+        }
+#pragma unroll
+        for (int a = 0; a < kTR; ++a) {
+          const float* xp = xs + cs[vrow[a] + j];
+#pragma unroll
+          for (int b = 0; b < kTT; ++b) acc[a][b] = fmaf(wv[a], xp[b * 8 * pitch], acc[a][b]);
+        }
+      }
+    }
+  }
+  cutlass::arch::cp_async_wait<0>();
+
+  // epilogue: straight to y (with bias) or to this split's partial sums
+#pragma unroll
+  for (int b = 0; b < kTT; ++b) {
+    const int t = tok0 + tloc + 8 * b;
+    if (t >= p.m) continue;
+#pragma unroll
+    for (int a = 0; a < kTR; ++a) {
+      const int r = row0 + rloc + a;
+      if (r >= p.n) continue;
+      if (kSplit > 1) {
+        float* part = static_cast<float*>(p.y) + static_cast<int64_t>(blockIdx.z) * p.m * p.n;
+        part[static_cast<int64_t>(t) * p.n + r] = acc[a][b];
+      } else {
+        const float bv = p.bias ? to_float(p.bias[r]) : 0.f;
+        store(static_cast<Out*>(p.y) + static_cast<int64_t>(t) * p.n + r, acc[a][b] + bv);
+      }
+    }
+  }
+}
+
+template <class Out>
+__global__ void split_reduce(const float* part, const Element* bias, Out* y, int m, int n) {
+  const int64_t total = static_cast<int64_t>(m) * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    float s = bias ? to_float(bias[i % n]) : 0.f;
+#pragma unroll
+    for (int z = 0; z < kSplit; ++z) s += part[z * total + i];
+    store(y + i, s);
+  }
+}
+
+__global__ void widen(const Element* x, float* out, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = to_float(x[i]);
+}
+
+template <bool kFast, class Out>
+cudaError_t launch(const Params& p, size_t smem, int limit, cudaStream_t stream) {
+  auto kernel = nm_simt_kernel<kFast, Out>;
+  static int allowed = 0;  // dynamic shared memory opted in so far (once per process and variant)
+  if (int(smem) > allowed) {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+    if (err != cudaSuccess) return err;
+    allowed = limit;
+  }
+  dim3 grid((p.n + kBR - 1) / kBR, (p.m + kBT - 1) / kBT, kSplit);
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+int grid_for(int64_t total) { return int(std::min<int64_t>((total + 255) / 256, 132 * 16)); }
+}  // namespace
+
+extern "C" {
+
+int cnm_abi_version() { return 1; }
+
+// Bytes of scratch cnm_run needs (widened x, split-K partials); 0 if none.
+long long cnm_workspace(int m, int n, int k) {
+  long long bytes = 0;
+  if (sizeof(Element) != sizeof(float)) bytes += ((int64_t(m) * k * 4 + 255) / 256) * 256;
+  if (kSplit > 1) bytes += int64_t(kSplit) * m * n * 4;
+  return bytes;
+}
+
+// keep:group = N:M; vector: rows sharing an index row; kgroups: groups per k-tile (the layout's);
+// out_kind: 0 = the input type, 1 = float. x_aligned: x is 16-byte aligned. 0 on success, 2: bad arguments,
+// 3: does not fit in shared memory, else 1000 + cudaError_t.
+int cnm_run(const void* x, const void* wt, const void* cols, const void* bias, void* y, void* workspace, int m,
+            int n, int k, int keep, int group, int vector, int kgroups, int n_pad, int nnz_pad, int out_kind,
+            int x_aligned, cudaStream_t stream) {
+  if (m < 1 || n < 1 || k < 1 || keep < 1 || group <= keep || group > 64 || vector < 1 || kgroups < 1 ||
+      n_pad % kBR || n_pad % vector || nnz_pad % (kgroups * keep))
+    return 2;
+  Params p{};
+  p.wt = static_cast<const float*>(wt);
+  p.cols = static_cast<const int*>(cols);
+  p.bias = static_cast<const Element*>(bias);
+  p.m = m; p.n = n; p.k = k; p.keep = keep; p.group = group; p.vector = vector; p.kgroups = kgroups;
+  p.ktd = kgroups * group; p.ktc = kgroups * keep; p.n_pad = n_pad; p.nnz_pad = nnz_pad;
+  p.ktiles = nnz_pad / p.ktc;
+  p.nvb = kBR >= vector ? kBR / vector : 1;
+  char* ws = static_cast<char*>(workspace);
+  if (sizeof(Element) != sizeof(float)) {
+    float* x32 = reinterpret_cast<float*>(ws);
+    const int64_t count = int64_t(m) * k;
+    widen<<<grid_for(count), 256, 0, stream>>>(static_cast<const Element*>(x), x32, count);
+    p.x = x32;
+    ws += ((count * 4 + 255) / 256) * 256;
+    x_aligned = 1;
+  } else {
+    p.x = static_cast<const float*>(x);
+  }
+  const bool fast = x_aligned && k % 4 == 0 && p.ktd % 4 == 0 && p.ktd <= kKC && vector >= kTR;
+  p.pitch = fast ? kPitchFast : ((p.ktd + 7) / 8) * 8 + 4;
+  p.x_bytes = kBT * p.pitch * 4;
+  p.w_bytes = p.ktc * kBR * 4;
+  p.stage_bytes = ((p.x_bytes + p.w_bytes + p.nvb * p.ktc * 4 + 127) / 128) * 128;
+  const size_t smem = size_t(p.stage_bytes) * kStages;
+  static int limit = 0;  // opt-in shared memory per block of the (first) device
+  if (limit == 0) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  }
+  if (smem > size_t(limit)) return 3;
+  void* out = kSplit > 1 ? static_cast<void*>(ws) : y;
+  p.y = out;
+  cudaError_t err;
+  if (kSplit > 1 || out_kind == 1) {
+    err = fast ? launch<true, float>(p, smem, limit, stream) : launch<false, float>(p, smem, limit, stream);
+  } else {
+    err = fast ? launch<true, Element>(p, smem, limit, stream) : launch<false, Element>(p, smem, limit, stream);
+  }
+  if (err == cudaSuccess && kSplit > 1) {
+    const int64_t total = int64_t(m) * n;
+    if (out_kind == 1)
+      split_reduce<float><<<grid_for(total), 256, 0, stream>>>(reinterpret_cast<float*>(ws), p.bias,
+                                                               static_cast<float*>(y), m, n);
+    else
+      split_reduce<Element><<<grid_for(total), 256, 0, stream>>>(reinterpret_cast<float*>(ws), p.bias,
+                                                                 static_cast<Element*>(y), m, n);
+    err = cudaGetLastError();
+  }
+  return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
+}  // extern "C"

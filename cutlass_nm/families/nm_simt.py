@@ -1,0 +1,184 @@
+"""General N:M SpMM on CUDA cores (issue 6): any 1 <= N < M <= 64, fp32 in/out, fp16/bf16 in with fp32
+accumulate, for m > 16 tokens (the decode family takes fewer).
+
+Our own kernel (codegen/templates/nm_simt.cu): CUTLASS has no gather-by-index SIMT GEMM; we use its
+cp.async wrappers. A CTA owns ``block_rows`` rows of W x ``block_tokens`` tokens and walks k in tiles of
+whole M-groups (about ``k_cols`` dense columns of x, staged in shared memory by a ``stages``-deep cp.async
+pipeline; the tile's kept weights follow, compressed-k major). A thread keeps ``thread_rows`` x
+``thread_tokens`` accumulators; because the kept positions are shared by a ``vector`` of rows (format
+default 32 = the rows a warp owns at thread_rows = 8), every thread needs one column per step and a warp's
+row groups read x as a broadcast. ``split_k`` > 1 splits k over CTAs and reduces in a second kernel.
+N, M and the vector are launch arguments: one binary serves every pattern. fp16/bf16 x is widened to fp32
+in a workspace first (a pass over x, small beside the GEMM).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from functools import partial
+from typing import ClassVar
+
+import torch
+
+from ..errors import LaunchError
+from ..formats.nm import NMWeight
+from .base import FamilyConfig, KernelTypes, Problem
+from .launch import check_status, workspace
+
+ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
+SMEM_BYTES = 227 * 1024  # opt-in shared memory per block on sm_90 (163 KB on sm_80: the launcher re-checks)
+MAX_REGS = 65536
+ROW_PAD = 256  # the layout pads rows to a multiple of the largest block_rows
+
+
+@dataclass(frozen=True, slots=True)
+class Config(FamilyConfig):
+    """CTA tile (W rows x tokens), thread tile, k-tile width in dense columns, pipeline depth, split-K."""
+
+    block_rows: int = 128
+    block_tokens: int = 128
+    thread_rows: int = 8
+    thread_tokens: int = 8
+    k_cols: int = 32
+    stages: int = 3
+    split_k: int = 1
+
+    SPACE: ClassVar = {"block_rows": (32, 64, 128, 256), "block_tokens": (32, 64, 128, 256),
+                       "thread_rows": (4, 8), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 128),
+                       "stages": (2, 3, 4, 5), "split_k": (1, 2, 4, 8)}
+
+    @property
+    def threads(self) -> int:
+        return (self.block_rows // self.thread_rows) * (self.block_tokens // self.thread_tokens)
+
+    def estimate_ms(self, problem: Problem, sm_count: int = 132, density: float = 0.5) -> float:
+        """Roofline-style estimate for ranking (tune.perfmodel): CTA waves x FMA time at the CUDA-core rate,
+        discounted by the shared-memory loads per FMA of the thread tile, or L2 traffic, whichever is larger."""
+        from ..tune.perfmodel import SIMT_FLOPS
+
+        m, n, k = problem.m, problem.n, problem.k
+        resident = max(1, min(SMEM_BYTES // max(1, smem_bound(self)), 2048 // self.threads))
+        tiles = -(-n // self.block_rows) * -(-m // self.block_tokens) * self.split_k
+        waves = -(-tiles // (sm_count * resident)) * resident
+        acc = self.thread_rows * self.thread_tokens
+        issue = acc / (acc + self.thread_tokens + self.thread_rows / 4 + 3)
+        per_tile = 2.0 * self.block_rows * self.block_tokens * k / self.split_k * density / (SIMT_FLOPS / sm_count)
+        l2 = (m * k * 4 * -(-n // self.block_rows) + n * k * density * 4 * -(-m // self.block_tokens)) / 7e12
+        reduce = m * n * 4 * (self.split_k + 1) / 3e12 if self.split_k > 1 else 0.0  # partials out and back
+        return (max(waves * per_tile / issue, l2) * (1 + 1 / self.stages) + reduce) * 1e3
+
+
+def smem_bound(cfg: Config) -> int:
+    """Shared memory of the fast path for patterns of density N/M <= 1/2 with vector >= 8 (a k-tile holds <=
+    k_cols columns of x and <= k_cols / 2 kept weights per row). Denser patterns, or a k-tile past k_cols
+    (M > k_cols), may need more: the launcher re-checks against the GPU and raises LaunchError."""
+    x = cfg.block_tokens * (cfg.k_cols + 4) * 4
+    w = cfg.k_cols // 2 * cfg.block_rows * 4
+    cols = max(1, cfg.block_rows // 8) * cfg.k_cols * 4
+    return cfg.stages * (x + w + cols)
+
+
+def kgroups_for(m: int, k_cols: int) -> int:
+    """M-groups per k-tile: the most that fit ``k_cols`` columns with a multiple of 4 columns (16-byte copies
+    of x); else as many as fit (the kernel's general path), at least one."""
+    for g in range(k_cols // m, 0, -1):
+        if (g * m) % 4 == 0:
+            return g
+    return max(1, k_cols // m)
+
+
+def simt_layout(w: NMWeight, kgroups: int) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """Kernel layout: fp32 values transposed to [G_pad·N][n_pad] and int32 column-within-k-tile indices
+    [n_pad / vector][G_pad·N], groups padded to a multiple of ``kgroups`` (padding weights are zero)."""
+    rows, k = w.shape
+    n, m = w.pattern.n, w.pattern.m
+    groups = -(-k // m)
+    gpad = -(-groups // kgroups) * kgroups
+    n_pad = -(-rows // ROW_PAD) * ROW_PAD
+    wt = torch.zeros(gpad * n, n_pad, dtype=torch.float32, device=w.device)
+    wt[: groups * n, :rows] = w.values.float().T
+    idx = torch.zeros(n_pad // w.vector, gpad, n, dtype=torch.int32, device=w.device)
+    idx[: w.indices.shape[0], :groups] = w.indices.view(-1, groups, n).int()
+    within = (torch.arange(gpad, device=w.device, dtype=torch.int32) % kgroups) * m
+    cols = (idx + within[None, :, None]).reshape(n_pad // w.vector, gpad * n)
+    return wt.contiguous(), cols.contiguous(), n_pad, gpad * n
+
+
+class _SimtFamily:
+    name = "nm_simt"
+    arch = "sm_80"
+    weight = NMWeight
+    Config = Config
+    input_dtypes = ("f32", "f16", "bf16")  # the others take fp16/bf16 only (dispatch checks this attribute)
+
+    def space(self) -> dict[str, tuple]:
+        return Config.SPACE
+
+    def check(self, cfg: Config, problem: Problem) -> str | None:
+        t = problem.types
+        if t.out_dtype not in ("f32", t.dtype):
+            return "output must be the input dtype or f32"
+        if cfg.block_rows % (4 * cfg.thread_rows) or cfg.block_tokens % (8 * cfg.thread_tokens):
+            return (f"a warp is 4 x {cfg.thread_rows} rows by 8 x {cfg.thread_tokens} tokens: block "
+                    f"{cfg.block_rows}x{cfg.block_tokens} is not a whole number of warps")
+        if not 64 <= cfg.threads <= 512:
+            return f"{cfg.threads} threads per CTA (needs 64..512)"
+        acc = cfg.thread_rows * cfg.thread_tokens
+        if cfg.threads * (acc + cfg.thread_rows + cfg.thread_tokens + 40) > MAX_REGS:
+            return f"{cfg.threads} threads x {acc} accumulators exceed the register file"
+        if smem_bound(cfg) > SMEM_BYTES:
+            return f"{cfg.stages} stages need {smem_bound(cfg)} B of shared memory (> {SMEM_BYTES})"
+        if problem.m < 1 or problem.n < 1 or problem.k < 1:
+            return "m, n, k must be >= 1"
+        return None
+
+    def source(self, cfg: Config, types: KernelTypes) -> str:
+        from ..codegen.cutlass_emit import template
+
+        fields = {name: int(getattr(cfg, name)) for name in Config.SPACE}
+        return template("nm_simt.cu").substitute(element=ELEMENTS[types.dtype], **fields)
+
+    def heuristic(self, problem: Problem) -> Config:
+        """128x128 CTAs of 8x8 thread tiles; split k when the tiles do not fill two waves of 132 SMs."""
+        tiles = -(-problem.n // 128) * -(-problem.m // 128)
+        split = 1
+        while split < 4 and tiles * split < 264 and problem.k >= 1024 * split:
+            split *= 2
+        return Config(split_k=split)
+
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
+        return _Launcher(lib, cfg, types)
+
+
+class _Launcher:
+    def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
+        vp, i32 = ctypes.c_void_p, ctypes.c_int
+        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp] + [i32] * 11 + [vp]
+        lib.cnm_run.restype = i32
+        lib.cnm_workspace.argtypes = [i32, i32, i32]
+        lib.cnm_workspace.restype = ctypes.c_longlong
+        self.run, self.workspace = lib.cnm_run, lib.cnm_workspace
+        self.cfg = cfg
+        self.out_kind = 1 if types.out_dtype == "f32" and types.dtype != "f32" else 0
+
+    def __call__(self, x: torch.Tensor, w: NMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+        m, k = x.shape
+        n = w.out_features
+        kg = kgroups_for(w.pattern.m, self.cfg.k_cols)
+        wt, cols, n_pad, nnz_pad = w.layout(("simt", kg), partial(simt_layout, kgroups=kg))
+        scratch = workspace(x.device, int(self.workspace(m, n, k)))
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        status = self.run(x.data_ptr(), wt.data_ptr(), cols.data_ptr(), None if bias is None else bias.data_ptr(),
+                          y.data_ptr(), scratch, m, n, k, w.pattern.n, w.pattern.m, w.vector, kg, n_pad, nnz_pad,
+                          self.out_kind, int(x.data_ptr() % 16 == 0), stream)
+        if status == 3:
+            raise LaunchError(f"nm_simt: config {self.cfg.to_record()} needs more shared memory than this GPU has "
+                              f"for pattern {w.pattern} (k-tile of {kg} groups); use a smaller block or fewer stages")
+        if status == 2:
+            raise LaunchError(f"nm_simt: launcher refused the arguments (m, n, k) = ({m}, {n}, {k}), "
+                              f"pattern {w.pattern}, vector {w.vector}")
+        check_status(status, FAMILY.name, (m, n, k))
+
+
+FAMILY = _SimtFamily()

@@ -1,0 +1,103 @@
+"""General N:M SpMM on CUDA cores (nm_simt) on the GPU: random N:M (3:7, 5:16, 16:32 ...), vectors 1-64, tails,
+m = 1, fp32 and fp16/bf16 inputs, bias, split-K, many configs; outputs poisoned, fp64 references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cutlass_nm
+from cutlass_nm.families import KernelTypes, Problem
+from cutlass_nm.families.nm_simt import FAMILY, Config
+from cutlass_nm.formats.nm import compress_nm
+from cutlass_nm.kernels import get_kernel, precompile
+
+pytestmark = pytest.mark.gpu
+NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}  # by the output type
+SHAPES = [(300, 1000, 1003), (129, 520, 1024), (17, 64, 96)]  # k % 4 != 0 (general path), 16-byte path, small
+CONFIGS = [Config(), Config(split_k=4), Config(block_rows=32, block_tokens=32, thread_rows=4, thread_tokens=4),
+           Config(block_rows=256, block_tokens=64, k_cols=64, stages=3), Config(k_cols=16, stages=2, split_k=2),
+           Config(block_rows=64, block_tokens=256, thread_tokens=16, k_cols=64, stages=2),
+           Config(block_rows=128, block_tokens=64, thread_rows=4, thread_tokens=8, stages=5, split_k=8)]
+CONFIG_PATTERNS = ["3:7", "16:32", "1:8", "2:4", "13:64"]
+
+
+def _types() -> list[KernelTypes]:
+    return [KernelTypes("f32", "f32", False), KernelTypes("f16", "f16", False), KernelTypes("f16", "f32", False),
+            KernelTypes("bf16", "bf16", False)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _precompiled():
+    """Build every kernel this module runs in parallel first (bias does not change the source)."""
+    kids = {(FAMILY.name, FAMILY.heuristic(Problem(m, n, k, t)), t) for m, n, k in SHAPES for t in _types()}
+    kids |= {(FAMILY.name, FAMILY.heuristic(Problem(m, 512, 768, t)), t) for m in (1, 16) for t in _types()}
+    kids |= {(FAMILY.name, c, KernelTypes("f32", "f32", False)) for c in CONFIGS}
+    bad = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
+    assert not bad, bad[:1]
+    cutlass_nm.set_selector(lambda family, problem: None)  # heuristics, not the tuning DB
+    yield
+    cutlass_nm.set_selector(None)
+
+
+def _case(m, n, k, pattern, dtype, vector, seed=0, bias=True):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
+    w = compress_nm(torch.randn(n, k, device="cuda", dtype=dtype, generator=g), pattern, vector, prune=True)
+    b = torch.randn(n, device="cuda", dtype=dtype, generator=g) if bias else None
+    ref = x.double() @ w.to_dense().double().T
+    if b is not None:
+        ref += b.double()
+    return x, w, b, ref
+
+
+def _err(y, ref) -> float:
+    return ((y.double() - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("pattern", ["1:4", "2:8", "3:7", "5:16", "16:32", "2:4", "31:64", "1:2"])
+@pytest.mark.parametrize("vector", [1, 8, 32, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=NAMES.get)
+def test_matmul_matches_reference(shape, pattern, vector, dtype):
+    m, n, k = shape
+    x, w, b, ref = _case(m, n, k, pattern, dtype, vector)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    y = cutlass_nm.matmul(x, w, b, out=out, family="nm_simt")
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all()
+    assert _err(y, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "_".join(str(v) for v in c.to_record().values()))
+@pytest.mark.parametrize("pattern", CONFIG_PATTERNS)
+@pytest.mark.parametrize("vector", [8, 32])
+def test_configs_fp32(cfg, pattern, vector):
+    m, n, k = 200, 600, 2048
+    types = KernelTypes("f32", "f32", True)
+    assert FAMILY.check(cfg, Problem(m, n, k, types)) is None
+    x, w, b, ref = _case(m, n, k, pattern, torch.float32, vector, seed=3)
+    y = torch.full((m, n), float("nan"), device="cuda")
+    get_kernel((FAMILY.name, cfg, types))(x, w, b, y)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all()
+    assert _err(y, ref) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=NAMES.get)
+def test_small_m(m, dtype):
+    x, w, b, ref = _case(m, 512, 768, "5:16", dtype, 32, seed=5)
+    out = torch.full((m, 512), float("nan"), device="cuda", dtype=dtype)
+    y = cutlass_nm.matmul(x, w, b, out=out, family="nm_simt")
+    assert _err(y, ref) < TOL[dtype]
+
+
+def test_fp32_routes_to_simt_and_half_f32_out():
+    x, w, _, ref = _case(3, 512, 768, "2:8", torch.float32, 32, seed=9, bias=False)
+    y = cutlass_nm.matmul(x.view(1, 3, 768), w)  # m = 3 in fp32: the decode path is half-only
+    assert y.shape == (1, 3, 512) and _err(y.view(3, 512), ref) < TOL[torch.float32]
+    xh, wh, _, refh = _case(300, 1000, 1003, "3:7", torch.float16, 32, seed=2, bias=False)
+    y = cutlass_nm.matmul(xh, wh, out=torch.full((300, 1000), float("nan"), device="cuda"))
+    assert y.dtype == torch.float32 and _err(y, refh) < TOL[torch.float32] * 10
