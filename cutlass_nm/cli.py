@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -202,9 +203,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .patterns import Pattern
     from .tune import tune_problem
 
-    if not Pattern.parse(args.pattern).is_24:
-        console.print(f"[red]pattern {args.pattern}: only 2:4 has a tunable family so far")
-        return 2
+    pattern = Pattern.parse(args.pattern)
     shapes = list(args.shape or [])
     for model in args.model or []:
         shapes += model_shapes(model, args.tokens, args.campaigns)
@@ -215,15 +214,34 @@ def cmd_tune(args: argparse.Namespace) -> int:
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("tuning", total=len(shapes) * args.trials)
         for m, n, k in sorted(set(shapes)):
-            problem = Problem(m, n, k, KernelTypes(args.dtype, args.dtype, args.bias))
-            res = tune_problem(problem, n_trials=args.trials, timeout_s=args.timeout, storage=args.storage,
-                               db_url=args.db, jobs=args.jobs, fixed=_fixed(args.fix), objective=args.objective,
+            problem = Problem(m, n, k, KernelTypes(args.dtype, args.dtype, args.bias), str(pattern))
+            family = args.family or tuned_family(pattern, m)
+            res = tune_problem(problem, family=family, n_trials=args.trials, timeout_s=args.timeout,
+                               storage=args.storage, db_url=args.db, jobs=args.jobs, fixed=_fixed(args.fix),
+                               objective=args.objective,
                                progress=lambda msg: (bar.advance(task), bar.update(task, description=msg[:70])))
             table.add_row(f"{m} x {n} x {k}", str(res.trials), str(res.measured), str(res.pruned), str(res.failed),
                           f"{res.best_ms:.4f}" if res.best_ms else "—",
                           _compact(res.best_config.to_record()) if res.best_config else "—", f"{res.seconds:.0f}")
     console.print(table)
     return 0
+
+
+def tuned_family(pattern: Any, m: int) -> str:
+    """The family ``matmul`` runs a ``pattern`` weight with at ``m`` tokens on this machine's GPU (sm_90 without
+    one)."""
+    import torch
+
+    from .dispatch import default_family
+    from .formats import Sparse24Weight
+    from .formats.nm import NMWeight
+    from .formats.vnm import VNMWeight
+
+    kind = VNMWeight if pattern.is_vnm else Sparse24Weight if pattern.is_24 else NMWeight
+    if not torch.cuda.is_available():
+        return {Sparse24Weight: "sptc24_sm90", VNMWeight: "vnm_sm90"}.get(kind) or (
+            "nm_decode" if m <= 16 else "nm_simt")
+    return default_family(torch.device("cuda"), kind, m)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -283,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     db.set_defaults(fn=cmd_db)
     p = sub.add_parser("tune", help="tune problems or a model's layers on this GPU; winners go to the tuning DB")
     _problem_args(p)
-    p.add_argument("--pattern", default="2:4")
+    p.add_argument("--pattern", default="2:4", help="2:4, V:N:M (e.g. 128:2:8) or N:M (e.g. 2:8); winners are kept "
+                   "per pattern (default 2:4)")
+    p.add_argument("--family", help="the kernel family to tune (default: the one matmul picks for the pattern and m)")
     p.add_argument("--trials", type=int, default=40, help="Optuna trials per problem (default 40)")
     p.add_argument("--timeout", type=float, help="seconds per problem")
     p.add_argument("--storage", help="Optuna storage URL (default: in memory); share one to tune from many GPUs")

@@ -40,12 +40,14 @@ class KernelTypes:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """y(m x n) = x(m x k) · W(n x k)ᵀ: m tokens, n out_features, k in_features."""
+    """y(m x n) = x(m x k) · W(n x k)ᵀ: m tokens, n out_features, k in_features, W's sparsity pattern (tuned
+    winners are kept per pattern: a 128:2:8 and a 128:2:16 weight of one shape are different problems)."""
 
     m: int
     n: int
     k: int
     types: KernelTypes
+    pattern: str = "2:4"
 
 
 def half_inputs_only(types: KernelTypes) -> str | None:

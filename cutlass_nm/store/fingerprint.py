@@ -129,8 +129,9 @@ class ProblemKey:
     alignment: int
 
     @classmethod
-    def of(cls, family: str, problem, pattern: str = "2:4") -> ProblemKey:
+    def of(cls, family: str, problem, pattern: str | None = None) -> ProblemKey:
         t = problem.types
+        pattern = pattern or getattr(problem, "pattern", "2:4")
         return cls(family, pattern, m_bucket(problem.m), problem.n, problem.k, t.dtype, t.out_dtype, "tn", t.bias,
                    alignment(problem.n, problem.k))
 

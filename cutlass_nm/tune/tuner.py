@@ -116,7 +116,8 @@ def _nearest_winners(store: Any, env: EnvFields, family: str, problem: Problem, 
     key = ProblemKey.of(family, problem)
     scored = []
     for _, w in store.winners(hard_key=env.hard_key, objective=objective):
-        if (w.family, w.dtype, w.out_dtype, w.bias) != (family, key.dtype, key.out_dtype, key.bias):
+        if (w.family, w.pattern, w.dtype, w.out_dtype, w.bias) != (family, key.pattern, key.dtype, key.out_dtype,
+                                                                    key.bias):
             continue
         try:
             cfg = validate_config(family, w.config)
@@ -181,7 +182,8 @@ def tune_problem(problem: Problem, *, family: str = "sptc24_sm90", n_trials: int
         worker = MeasureWorker()
 
         def measure(cfg: Any, reps: int = 50) -> dict:
-            return worker.measure(family, cfg, problem.types, (problem.m, problem.n, problem.k), reps, energy_ms)
+            return worker.measure(family, cfg, problem.types, (problem.m, problem.n, problem.k), reps, energy_ms,
+                                  problem.pattern)
 
     build = build or _default_build(family, problem.types)
     name = study_name(family, problem, env, objective)

@@ -35,18 +35,19 @@ def _serve(conn) -> None:  # runs in the worker process
             return
         family, record, types, (m, n, k), reps, *rest = msg
         energy_ms = rest[0] if rest else 0.0
+        pattern = rest[1] if len(rest) > 1 else "2:4"
         try:
             types = KernelTypes(*types)
             cfg = get_family(family).Config.from_record(record)
-            shape_key = (m, n, k, types)
+            shape_key = (m, n, k, types, pattern, family)
             if shape_key not in cache:
                 cache.clear()
                 dt = torch_dtype(types.dtype)
                 copies = copies_to_rotate((m * k + n * k) * 2)
                 g = torch.Generator(device="cuda").manual_seed(1234)
                 xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=g) for _ in range(copies)]
-                kind = weight_kind(get_family(family)) or "24"  # 2:4, in the family's weight format
-                ws = [make_weight(torch.randn(n, k, device="cuda", dtype=dt, generator=g), "2:4", kind)
+                kind = weight_kind(get_family(family)) or "24"  # the pattern, in the family's weight format
+                ws = [make_weight(torch.randn(n, k, device="cuda", dtype=dt, generator=g), pattern, kind)
                       for _ in range(copies)]
                 ref = xs[0].double() @ ws[0].to_dense().double().T
                 ys = [torch.empty(m, n, device="cuda", dtype=torch_dtype(types.out_dtype)) for _ in range(copies)]
@@ -101,11 +102,12 @@ class MeasureWorker:
         self._proc = self._conn = None
 
     def measure(self, family: str, cfg: Any, types: Any, shape: tuple[int, int, int], reps: int = 50,
-                energy_ms: float = 0.0) -> dict:
-        """Time ``cfg`` on ``shape``; with ``energy_ms`` > 0 also its energy over a loop that long."""
+                energy_ms: float = 0.0, pattern: str = "2:4") -> dict:
+        """Time ``cfg`` on ``shape`` with a random ``pattern`` weight; with ``energy_ms`` > 0 also its energy
+        over a loop that long."""
         if self._proc is None or not self._proc.is_alive():
             self._start()
-        msg = (family, cfg.to_record(), (types.dtype, types.out_dtype, types.bias), shape, reps, energy_ms)
+        msg = (family, cfg.to_record(), (types.dtype, types.out_dtype, types.bias), shape, reps, energy_ms, pattern)
         try:
             self._conn.send(msg)
             if not self._conn.poll(self.timeout_s):
