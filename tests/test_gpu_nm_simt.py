@@ -19,7 +19,9 @@ SHAPES = [(300, 1000, 1003), (129, 520, 1024), (17, 64, 96)]  # k % 4 != 0 (gene
 CONFIGS = [Config(), Config(split_k=4), Config(block_rows=32, block_tokens=32, thread_rows=4, thread_tokens=4),
            Config(block_rows=256, block_tokens=64, k_cols=64, stages=3), Config(k_cols=16, stages=2, split_k=2),
            Config(block_rows=64, block_tokens=256, thread_tokens=16, k_cols=64, stages=2),
-           Config(block_rows=128, block_tokens=64, thread_rows=4, thread_tokens=8, stages=5, split_k=8)]
+           Config(block_rows=128, block_tokens=64, thread_rows=4, thread_tokens=8, stages=5, split_k=8),
+           Config(block_rows=256, block_tokens=128, thread_rows=16), Config(block_rows=64, block_tokens=128,
+                                                                            thread_rows=16, k_cols=64, split_k=2)]
 CONFIG_PATTERNS = ["3:7", "16:32", "1:8", "2:4", "13:64"]
 
 

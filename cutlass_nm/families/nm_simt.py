@@ -45,7 +45,7 @@ class Config(FamilyConfig):
     split_k: int = 1
 
     SPACE: ClassVar = {"block_rows": (32, 64, 128, 256), "block_tokens": (32, 64, 128, 256),
-                       "thread_rows": (4, 8), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 128),
+                       "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 128),
                        "stages": (2, 3, 4, 5), "split_k": (1, 2, 4, 8)}
 
     @property
