@@ -36,6 +36,16 @@ def test_space_validity():
         assert FAM.check(FAM.heuristic(q), q) is None
 
 
+def test_v_divisibility_and_heuristic_follow_the_pattern():
+    big = Config(tile_m=128, tile_n=128, tile_k=64, warp_m=64, warp_n=64)
+    for pattern, tile_m in (("128:2:8", 128), ("64:2:16", 64), ("2:4", 128)):
+        q = Problem(2048, 4096, 4096, F16, pattern)
+        cfg = FAM.heuristic(q)
+        assert cfg.tile_m == tile_m and FAM.check(cfg, q) is None
+    assert "must divide V=64" in FAM.check(big, Problem(2048, 4096, 4096, F16, "64:2:8"))
+    assert "fp16/bf16 only" in FAM.check(big, Problem(2048, 4096, 4096, KernelTypes("f32", "f32", False)))
+
+
 def test_every_tile_has_a_tile_m_64_twin():
     p = Problem(2048, 4096, 4096, F16)
     for (tm, tn, tk), (wm, wn) in SHAPES.items():

@@ -136,21 +136,39 @@ __global__ void __launch_bounds__(kThreads) vnm80_kernel(Params p) {
 }
 
 // xt(rows x ldx) = x(m x k)^T, zero past m and k (rows = padded_k + 1: the last row is the zero row padding
-// gather entries point at).
-constexpr int kT = 32;
-__global__ void __launch_bounds__(kT * 8) transpose_kernel(const Element* __restrict__ x, Element* __restrict__ xt,
-                                                           int m, int k, int rows, int ldx) {
-  __shared__ Element tile[kT][kT + 1];
-  const int tx = threadIdx.x % kT, ty = threadIdx.x / kT;
+// gather entries point at). A CTA moves a 64-token x 64-column block through shared memory: 16-byte loads of x
+// rows where k % 8 == 0 (element loads otherwise), 16-byte stores of xt rows (ldx % 8 == 0).
+constexpr int kT = 64, kVec = 8, kTrThreads = 256;
+__global__ void __launch_bounds__(kTrThreads) transpose_kernel(const Element* __restrict__ x,
+                                                               Element* __restrict__ xt, int m, int k, int rows,
+                                                               int ldx) {
+  __shared__ alignas(16) Element tile[kT][kT + kVec];  // [column of x][token]
   const int t0 = blockIdx.x * kT, c0 = blockIdx.y * kT;
-  for (int i = ty; i < kT; i += 8) {
-    const int t = t0 + i, c = c0 + tx;
-    tile[i][tx] = (t < m && c < k) ? x[size_t(t) * k + c] : Element(0.f);
+  const bool vec = k % kVec == 0;
+  CUTLASS_PRAGMA_UNROLL
+  for (int it = 0; it < kT * kT / kVec / kTrThreads; ++it) {
+    const int chunk = threadIdx.x + it * kTrThreads;
+    const int tok = chunk / (kT / kVec), col = (chunk % (kT / kVec)) * kVec;
+    const int t = t0 + tok, c = c0 + col;
+    cutlass::AlignedArray<Element, kVec> v;
+    if (vec && t < m && c < k) {
+      v = *reinterpret_cast<const cutlass::AlignedArray<Element, kVec>*>(x + size_t(t) * k + c);
+    } else {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kVec; ++j) v[j] = (t < m && c + j < k) ? x[size_t(t) * k + c + j] : Element(0.f);
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kVec; ++j) tile[col + j][tok] = v[j];
   }
   __syncthreads();
-  for (int i = ty; i < kT; i += 8) {
-    const int c = c0 + i, t = t0 + tx;
-    if (c < rows && t < ldx) xt[size_t(c) * ldx + t] = tile[tx][i];
+  CUTLASS_PRAGMA_UNROLL
+  for (int it = 0; it < kT * kT / kVec / kTrThreads; ++it) {
+    const int chunk = threadIdx.x + it * kTrThreads;
+    const int col = chunk / (kT / kVec), tok = (chunk % (kT / kVec)) * kVec;
+    const int c = c0 + col, t = t0 + tok;
+    if (c < rows && t < ldx) {
+      *reinterpret_cast<uint4*>(xt + size_t(c) * ldx + t) = *reinterpret_cast<const uint4*>(&tile[col][tok]);
+    }
   }
 }
 
@@ -171,7 +189,7 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
             int m, int k, int padded_k, int ldx, int kg, int e_rows, int v, cudaStream_t stream) {
   if (v % kTileM || kg % kTileK || ldx % kAccess) return int(cutlass::Status::kErrorInvalidProblem);
   dim3 tgrid((ldx + kT - 1) / kT, (padded_k + 1 + kT - 1) / kT);
-  transpose_kernel<<<tgrid, kT * 8, 0, stream>>>(static_cast<const Element*>(x), static_cast<Element*>(xt), m, k,
+  transpose_kernel<<<tgrid, kTrThreads, 0, stream>>>(static_cast<const Element*>(x), static_cast<Element*>(xt), m, k,
                                                  padded_k + 1, ldx);
   Swizzle swizzle;
   cutlass::gemm::GemmCoord tiled =
