@@ -44,3 +44,12 @@ def test_dispatch_asks_the_selector_with_the_weights_pattern():
     finally:
         set_selector(None)
     assert seen == [("vnm_sm90", "128:2:16")]
+
+
+@pytest.mark.parametrize("pattern", ["2:4", "128:2:8", "2:8"])
+def test_every_weight_type_names_its_pattern(pattern):
+    """matmul's dispatch key reads ``w.pattern`` from every weight type."""
+    import cutlass_nm
+
+    w, _ = cutlass_nm.prune(torch.randn(128, 256), pattern)
+    assert str(w.pattern) == pattern

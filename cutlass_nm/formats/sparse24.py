@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import InputError, SparsityError
+from ..patterns import Pattern
 from .weight import CompressedWeight
 
 GROUP = 4
 KEEP = 2
+PATTERN_24 = Pattern.parse("2:4")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -75,6 +77,11 @@ class Sparse24Weight(CompressedWeight):
     meta: torch.Tensor
     shape: tuple[int, int]
     _layouts: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def pattern(self) -> Pattern:
+        """Always 2:4 (the other weight types carry theirs as a field)."""
+        return PATTERN_24
 
     def positions(self) -> torch.Tensor:
         """Kept positions per group, rows x k/4 x 2 (int64)."""
