@@ -55,11 +55,13 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     red = block_rows * cfg.max_tokens * 4
     per_cta = -(-chunks // split)
     need = ((8 * per_cta - 1) // keep + 2) * group  # x columns one CTA's k-range touches
-    cap = min(need, (SMEM_BUDGET - red) // (4 * cfg.max_tokens))  # fp32 x columns
+    if cfg.max_tokens == 1:  # one token reads x directly: nothing staged
+        return split, per_cta, red
+    cap = min(need, (SMEM_BUDGET - red) // (2 * cfg.max_tokens))
     piece = min(per_cta, (cap // group - 1) * keep // 8)
     if piece < 1:
         raise ShapeError(f"nm_decode: a group of {group} columns does not fit the shared-memory budget")
-    return split, piece, red + cap * 4 * cfg.max_tokens
+    return split, piece, red + cap * 2 * cfg.max_tokens
 
 
 class _DecodeFamily:
@@ -93,7 +95,7 @@ class _DecodeFamily:
         """Large CTAs (x staging amortized over many rows); fewer rows per warp as accumulators grow. From the
         H100 sweep (benchmarks/sweep_nm_decode.py, results/h100/nm_decode_sweep.json)."""
         tokens = next(t for t in Config.SPACE["max_tokens"] if t >= min(problem.m, 16))
-        warps, rows = {1: (8, 4), 2: (8, 4), 4: (16, 2), 8: (16, 2), 16: (16, 1)}[tokens]
+        warps, rows = {1: (16, 1), 2: (16, 1), 4: (16, 2), 8: (16, 2), 16: (16, 1)}[tokens]
         return Config(max_tokens=tokens, warps=warps, rows=rows)
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:

@@ -6,7 +6,8 @@
 //
 // Grid (split, row blocks); a cluster of `split` CTAs shares one block of kWarps * kRows rows and splits its
 // nonzeros (in chunks of 8) along k. Each CTA stages the x columns its k-range touches in shared memory,
-// token-contiguous in fp32 (xs[col][token]), so one 16-byte load gives 4 tokens of a column. Lane l of a warp streams
+// token-contiguous (xs[col][token]), so one 16-byte load gives 8 tokens of a column (one token: x is read
+// directly). Lane l of a warp streams
 // chunks l, l + 32, ... of its kRows rows with 16-byte value loads (8-byte index loads, once for all rows when
 // they share indices), one chunk ahead in registers (the first issued before x is staged), and keeps
 // kRows x kMaxTokens fp32 sums. Warp shuffles, then the cluster (distributed
@@ -24,6 +25,7 @@ constexpr int kMaxTokens = ${max_tokens};
 constexpr int kWarps = ${warps};
 constexpr int kRows = ${rows};  // rows per warp
 constexpr int kBlockRows = kWarps * kRows;
+constexpr bool kStage = kMaxTokens > 1;  // stage x columns in shared memory; one token reads x directly
 
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -37,34 +39,44 @@ __device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn
 __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 
-// The kMaxTokens tokens of one staged column (fp32, 16-byte aligned when kMaxTokens >= 4).
-__device__ __forceinline__ void load_column(const float* col, float (&xv)[kMaxTokens]) {
-  if constexpr (kMaxTokens >= 4) {
-#pragma unroll
-    for (int q = 0; q < kMaxTokens / 4; ++q) {
-      const float4 f = reinterpret_cast<const float4*>(col)[q];
-      xv[4 * q] = f.x; xv[4 * q + 1] = f.y; xv[4 * q + 2] = f.z; xv[4 * q + 3] = f.w;
-    }
+// The kMaxTokens tokens of one staged column, as floats.
+__device__ __forceinline__ void load_column(const Element* col, float (&xv)[kMaxTokens]) {
+  if constexpr (kMaxTokens == 1) {
+    xv[0] = to_float(col[0]);
+  } else if constexpr (kMaxTokens == 2) {
+    float2 f = to_float2(*reinterpret_cast<const uint32_t*>(col), Element());
+    xv[0] = f.x; xv[1] = f.y;
+  } else if constexpr (kMaxTokens == 4) {
+    uint2 u = *reinterpret_cast<const uint2*>(col);
+    float2 a = to_float2(u.x, Element()), b = to_float2(u.y, Element());
+    xv[0] = a.x; xv[1] = a.y; xv[2] = b.x; xv[3] = b.y;
   } else {
 #pragma unroll
-    for (int t = 0; t < kMaxTokens; ++t) xv[t] = col[t];
+    for (int q = 0; q < kMaxTokens / 8; ++q) {
+      uint4 u = reinterpret_cast<const uint4*>(col)[q];
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        float2 f = to_float2(w[h], Element());
+        xv[q * 8 + 2 * h] = f.x; xv[q * 8 + 2 * h + 1] = f.y;
+      }
+    }
   }
 }
 
-// Columns [c0, c0 + ncols) of x into xs[col][token] as fp32 (no conversions in the inner loop); zeros past k
-// and past m (padding values may point there).
-__device__ __forceinline__ void stage_x(const Element* __restrict__ x, float* xs, int m, int k, int c0, int ncols) {
+// Columns [c0, c0 + ncols) of x into xs[col][token]; zeros past k and past m (padding values may point there).
+__device__ __forceinline__ void stage_x(const Element* __restrict__ x, Element* xs, int m, int k, int c0, int ncols) {
   for (int c = threadIdx.x; c < ncols; c += blockDim.x) {
-    __align__(16) float v[kMaxTokens];
+    __align__(16) Element v[kMaxTokens];
     const int col = c0 + c;
 #pragma unroll
     for (int t = 0; t < kMaxTokens; ++t) {
-      v[t] = (t < m && col < k) ? to_float(x[static_cast<int64_t>(t) * k + col]) : 0.f;
+      v[t] = (t < m && col < k) ? x[static_cast<int64_t>(t) * k + col] : Element(0.f);
     }
-    if constexpr (kMaxTokens >= 4) {
+    if constexpr (kMaxTokens >= 8) {
 #pragma unroll
-      for (int q = 0; q < kMaxTokens / 4; ++q) {
-        reinterpret_cast<float4*>(xs + c * kMaxTokens)[q] = reinterpret_cast<const float4*>(v)[q];
+      for (int q = 0; q < kMaxTokens / 8; ++q) {
+        reinterpret_cast<uint4*>(xs + c * kMaxTokens)[q] = reinterpret_cast<const uint4*>(v)[q];
       }
     } else {
 #pragma unroll
@@ -101,7 +113,7 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
                  int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);                                   // [kBlockRows][kMaxTokens]
-  float* xs = reinterpret_cast<float*>(smem + kBlockRows * kMaxTokens * sizeof(float));
+  Element* xs = reinterpret_cast<Element*>(smem + kBlockRows * kMaxTokens * sizeof(float));
   const int split = gridDim.x, s = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = blockIdx.y * kBlockRows + warp * kRows;
@@ -123,9 +135,11 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
     Chunk cur;
     int c = p0 + lane;
     if (c < p1) load_chunk(cur, values, indices, row0, n, vector, stride, shared_idx, c * 8);  // before staging
-    __syncthreads();  // the previous piece's columns are no longer read
-    stage_x(x, xs, m, k, c0, (g1 - g0 + 1) * group);
-    __syncthreads();
+    if constexpr (kStage) {
+      __syncthreads();  // the previous piece's columns are no longer read
+      stage_x(x, xs, m, k, c0, (g1 - g0 + 1) * group);
+      __syncthreads();
+    }
     for (; c < p1; c += 32) {
       Chunk next;  // one chunk ahead in registers
       if (c + 32 < p1) load_chunk(next, values, indices, row0, n, vector, stride, shared_idx, (c + 32) * 8);
@@ -134,7 +148,15 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int col0 = g * group - c0;
-        if (shared_idx) {
+        if (!kStage) {  // one token: x straight from L1/L2, one load per kept column per row
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            const int col = c0 + col0 + reinterpret_cast<const uint8_t*>(&cur.i[shared_idx ? 0 : r])[e];
+            const float xv = col < k ? to_float(__ldg(x + col)) : 0.f;
+            const float w = to_float(reinterpret_cast<const Element*>(&cur.v[r])[e]);
+            acc[r][0] = fmaf(w, xv, acc[r][0]);
+          }
+        } else if (shared_idx) {
           float xv[kMaxTokens];
           load_column(xs + (col0 + reinterpret_cast<const uint8_t*>(&cur.i[0])[e]) * kMaxTokens, xv);
 #pragma unroll
