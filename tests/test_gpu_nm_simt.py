@@ -21,7 +21,11 @@ CONFIGS = [Config(), Config(split_k=4), Config(block_rows=32, block_tokens=32, t
            Config(block_rows=64, block_tokens=256, thread_tokens=16, k_cols=64, stages=2),
            Config(block_rows=128, block_tokens=64, thread_rows=4, thread_tokens=8, stages=5, split_k=8),
            Config(block_rows=256, block_tokens=128, thread_rows=16), Config(block_rows=64, block_tokens=128,
-                                                                            thread_rows=16, k_cols=64, split_k=2)]
+                                                                            thread_rows=16, k_cols=64, split_k=2),
+           Config(x_transposed=1), Config(block_rows=256, block_tokens=64, k_cols=64, split_k=2, x_transposed=1),
+           Config(block_tokens=256, thread_tokens=16, k_cols=16, x_transposed=1),
+           Config(block_rows=32, block_tokens=32, thread_rows=4, thread_tokens=4, stages=4, x_transposed=1)]
+TRANSPOSED = Config(x_transposed=1, split_k=2)
 CONFIG_PATTERNS = ["3:7", "16:32", "1:8", "2:4", "13:64"]
 
 
@@ -36,6 +40,7 @@ def _precompiled():
     kids = {(FAMILY.name, FAMILY.heuristic(Problem(m, n, k, t)), t) for m, n, k in SHAPES for t in _types()}
     kids |= {(FAMILY.name, FAMILY.heuristic(Problem(m, 512, 768, t)), t) for m in (1, 16) for t in _types()}
     kids |= {(FAMILY.name, c, KernelTypes("f32", "f32", False)) for c in CONFIGS}
+    kids |= {(FAMILY.name, TRANSPOSED, t) for t in _types()}
     bad = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
     assert not bad, bad[:1]
     cutlass_nm.set_selector(lambda family, problem: None)  # heuristics, not the tuning DB
@@ -67,6 +72,21 @@ def test_matmul_matches_reference(shape, pattern, vector, dtype):
     x, w, b, ref = _case(m, n, k, pattern, dtype, vector)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
     y = cutlass_nm.matmul(x, w, b, out=out, family="nm_simt")
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all()
+    assert _err(y, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("pattern", ["1:4", "3:7", "5:16", "16:32", "2:4", "31:64"])
+@pytest.mark.parametrize("vector", [1, 16, 32])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=NAMES.get)
+def test_transposed_x_matches_reference(shape, pattern, vector, dtype):
+    """x_transposed = 1 (x^T staged column-major, float4 token reads), split-K 2, through the kernel directly."""
+    m, n, k = shape
+    x, w, b, ref = _case(m, n, k, pattern, dtype, vector, seed=11)
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    get_kernel((FAMILY.name, TRANSPOSED, KernelTypes(NAMES[dtype], NAMES[dtype], True)))(x, w, b, y)
     torch.cuda.synchronize()
     assert torch.isfinite(y).all()
     assert _err(y, ref) < TOL[dtype]

@@ -9,7 +9,9 @@ pipeline; the tile's kept weights follow, compressed-k major). A thread keeps ``
 default 32 = the rows a warp owns at thread_rows = 8), every thread needs one column per step and a warp's
 row groups read x as a broadcast. ``split_k`` > 1 splits k over CTAs and reduces in a second kernel.
 N, M and the vector are launch arguments: one binary serves every pattern. fp16/bf16 x is widened to fp32
-in a workspace first (a pass over x, small beside the GEMM).
+in a workspace first (a pass over x, small beside the GEMM). With ``x_transposed`` = 1 that pass writes xᵀ
+(k x m) instead, for fp32 too, so a k-tile is staged column-major and a thread reads its tokens as float4s
+(2 shared-memory loads per 8 tokens instead of 8 scalar loads).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ ROW_PAD = 256  # the layout pads rows to a multiple of the largest block_rows
 
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
-    """CTA tile (W rows x tokens), thread tile, k-tile width in dense columns, pipeline depth, split-K."""
+    """CTA tile (W rows x tokens), thread tile, k-tile width in dense columns, pipeline depth, split-K, and
+    whether x is transposed first (x_transposed: float4 token reads from a column-major x tile)."""
 
     block_rows: int = 128
     block_tokens: int = 128
@@ -43,10 +46,11 @@ class Config(FamilyConfig):
     k_cols: int = 32
     stages: int = 3
     split_k: int = 1
+    x_transposed: int = 0
 
     SPACE: ClassVar = {"block_rows": (32, 64, 128, 256), "block_tokens": (32, 64, 128, 256),
                        "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 128),
-                       "stages": (2, 3, 4, 5), "split_k": (1, 2, 4, 8)}
+                       "stages": (2, 3, 4, 5), "split_k": (1, 2, 4, 8), "x_transposed": (0, 1)}
 
     @property
     def threads(self) -> int:
@@ -73,7 +77,7 @@ def smem_bound(cfg: Config) -> int:
     """Shared memory of the fast path for patterns of density N/M <= 1/2 with vector >= 8 (a k-tile holds <=
     k_cols columns of x and <= k_cols / 2 kept weights per row). Denser patterns, or a k-tile past k_cols
     (M > k_cols), may need more: the launcher re-checks against the GPU and raises LaunchError."""
-    x = cfg.block_tokens * (cfg.k_cols + 4) * 4
+    x = max(cfg.block_tokens * (cfg.k_cols + 4), cfg.k_cols * (cfg.block_tokens + 4)) * 4
     w = cfg.k_cols // 2 * cfg.block_rows * 4
     cols = max(1, cfg.block_rows // 8) * cfg.k_cols * 4
     return cfg.stages * (x + w + cols)

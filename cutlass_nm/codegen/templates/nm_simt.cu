@@ -8,8 +8,10 @@
 // shared memory token-major by cp.async) and `kgroups * N` compressed steps. A thread owns kTR consecutive
 // rows x kTT tokens (strided by 8); a warp is 4 row groups x 8 token groups, so with vector >= kTR every
 // thread needs one column per step and lanes of a row group read x as a broadcast.
-// Two kernel variants: kFast (16-byte cp.async of x, compile-time pitch, one column per thread per step) and
-// the general one (any k alignment, any M, vector = 1): same arithmetic, runtime geometry, scalar x loads.
+// Three kernel modes: 1 (fast: 16-byte cp.async of x, compile-time pitch, one column per thread per step),
+// 2 (x_transposed: x is first transposed to x^T [k][m] in a workspace, so a k-tile is staged column-major
+// [ktd][kBT] and a thread reads its tokens as float4s: 2 loads per 8 tokens instead of 8) and 0 (general: any
+// k alignment, any M, vector = 1): same arithmetic, runtime geometry, scalar x loads.
 #include <algorithm>
 #include <cstdint>
 #include <cuda_runtime.h>
@@ -26,16 +28,20 @@ constexpr int kTT = ${thread_tokens};
 constexpr int kKC = ${k_cols};  // target dense columns per k-tile
 constexpr int kStages = ${stages};
 constexpr int kSplit = ${split_k};
+constexpr bool kTransposed = ${x_transposed};  // mode 2 where the fast path applies
 constexpr int kWarpRows = 4 * kTR, kWarpTokens = 8 * kTT;
 constexpr int kWarpsR = kBR / kWarpRows, kWarpsT = kBT / kWarpTokens;
 constexpr int kThreads = 32 * kWarpsR * kWarpsT;
 constexpr int kPitchFast = kKC + 4;  // floats; = 4 mod 8 words: 8 consecutive tokens hit 8 bank groups
+constexpr int kPitchT = kBT + 4;     // mode 2: floats per column of the x^T tile
+static_assert(kTT % 4 == 0, "mode 2 reads a thread's tokens as float4s");
 static_assert(kBR % kWarpRows == 0 && kBT % kWarpTokens == 0, "tile must be a whole number of warps");
 static_assert(kTR % 4 == 0, "thread rows are read as float4");
 static_assert(kKC % 8 == 0, "k_cols must be a multiple of 8");
 
 struct Params {
-  const float* x;  // m x k, row-major
+  const float* x;  // m x k, row-major (modes 0, 1); mode 2: x^T, k x m_pad
+  int m_pad;
   const float* wt;
   const int* cols;
   const Element* bias;
@@ -53,15 +59,25 @@ __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2
 
 // One k-tile into one pipeline stage: x [kBT][ktd] (token-major, pitch floats per token), W [ktc][kBR], cols
 // [nvb][ktc]. Out-of-range tokens and columns are zero-filled.
-template <bool kFast>
+template <int kMode>
 __device__ __forceinline__ void load_tile(const Params& p, char* stage, int kt, int row0, int tok0, int vb0,
                                           int xt0, int xc, int xstep) {
   float* xs = reinterpret_cast<float*>(stage);
   float* ws = reinterpret_cast<float*>(stage + p.x_bytes);
   int* cs = reinterpret_cast<int*>(stage + p.x_bytes + p.w_bytes);
+  constexpr bool kFast = kMode != 0;
   const int pitch = kFast ? kPitchFast : p.pitch;
   const int k0 = kt * p.ktd, j0 = kt * p.ktc;
-  if (kFast) {  // 16-byte chunks: thread (xt0, xc) copies chunk xc of tokens xt0, xt0 + xstep, ...
+  if (kMode == 2) {  // x^T rows k0 .. k0 + ktd, tokens tok0 .. tok0 + kBT, 16-byte chunks along tokens
+    constexpr int kChunks = kBT / 4;
+    for (int e = threadIdx.x; e < p.ktd * kChunks; e += kThreads) {
+      const int r = e / kChunks, c = (e - r * kChunks) * 4;
+      const int gk = k0 + r, gt = tok0 + c;
+      const bool ok = gk < p.k && gt < p.m_pad;
+      const float* src = ok ? p.x + static_cast<int64_t>(gk) * p.m_pad + gt : p.x;
+      cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(xs + r * kPitchT + c, src, ok);
+    }
+  } else if (kFast) {  // 16-byte chunks: thread (xt0, xc) copies chunk xc of tokens xt0, xt0 + xstep, ...
     if (xc >= 0) {
       const int gk = k0 + xc;
       for (int t = xt0; t < kBT; t += xstep) {
@@ -92,15 +108,17 @@ __device__ __forceinline__ void load_tile(const Params& p, char* stage, int kt, 
   }
 }
 
-template <bool kFast, class Out>
+template <int kMode, class Out>
 __global__ void __launch_bounds__(kThreads)
 nm_simt_kernel(Params p) {
+  constexpr bool kFast = kMode != 0;
   extern __shared__ __align__(16) char smem[];
   const int row0 = blockIdx.x * kBR, tok0 = blockIdx.y * kBT;
   const int vb0 = row0 / p.vector;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rloc = (warp % kWarpsR) * kWarpRows + (lane >> 3) * kTR;  // first of kTR consecutive rows
-  const int tloc = (warp / kWarpsR) * kWarpTokens + (lane & 7);       // tokens tloc + 8 i
+  // tokens: modes 0/1 tloc + 8 b; mode 2 tloc + 32 (b / 4) + b % 4 (4 consecutive tokens per float4)
+  const int tloc = (warp / kWarpsR) * kWarpTokens + (lane & 7) * (kMode == 2 ? 4 : 1);
   const int pitch = kFast ? kPitchFast : p.pitch;
 
   // x copy assignment (fast path): chunk column xc of every xstep-th token from xt0
@@ -129,7 +147,7 @@ nm_simt_kernel(Params p) {
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < count) load_tile<kFast>(p, smem + s * p.stage_bytes, kt0 + s, row0, tok0, vb0, xt0, xc, xstep);
+    if (s < count) load_tile<kMode>(p, smem + s * p.stage_bytes, kt0 + s, row0, tok0, vb0, xt0, xc, xstep);
     cutlass::arch::cp_async_fence();
   }
   for (int i = 0; i < count; ++i) {
@@ -137,14 +155,35 @@ nm_simt_kernel(Params p) {
     __syncthreads();
     const int next = i + kStages - 1;
     if (next < count)
-      load_tile<kFast>(p, smem + (next % kStages) * p.stage_bytes, kt0 + next, row0, tok0, vb0, xt0, xc, xstep);
+      load_tile<kMode>(p, smem + (next % kStages) * p.stage_bytes, kt0 + next, row0, tok0, vb0, xt0, xc, xstep);
     cutlass::arch::cp_async_fence();
 
     const char* stage = smem + (i % kStages) * p.stage_bytes;
-    const float* xs = reinterpret_cast<const float*>(stage) + tloc * pitch;
+    const float* xs = reinterpret_cast<const float*>(stage) + (kMode == 2 ? tloc : tloc * pitch);
     const float* ws = reinterpret_cast<const float*>(stage + p.x_bytes) + rloc;
     const int* cs = reinterpret_cast<const int*>(stage + p.x_bytes + p.w_bytes);
-    if (kFast) {
+    if (kMode == 2) {
+      const int* cp = cs + vrow[0];
+#pragma unroll 4
+      for (int j = 0; j < p.ktc; ++j) {
+        const float* xp = xs + cp[j] * kPitchT;
+        float xv[kTT], wv[kTR];
+#pragma unroll
+        for (int b = 0; b < kTT; b += 4) {
+          const float4 x4 = *reinterpret_cast<const float4*>(xp + b * 8);
+          xv[b] = x4.x; xv[b + 1] = x4.y; xv[b + 2] = x4.z; xv[b + 3] = x4.w;
+        }
+#pragma unroll
+        for (int a = 0; a < kTR; a += 4) {
+          const float4 w4 = *reinterpret_cast<const float4*>(ws + j * kBR + a);
+          wv[a] = w4.x; wv[a + 1] = w4.y; wv[a + 2] = w4.z; wv[a + 3] = w4.w;
+        }
+#pragma unroll
+        for (int a = 0; a < kTR; ++a)
+#pragma unroll
+          for (int b = 0; b < kTT; ++b) acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
+      }
+    } else if (kFast) {
       const int* cp = cs + vrow[0];
 #pragma unroll 4
       for (int j = 0; j < p.ktc; ++j) {
@@ -184,7 +223,7 @@ nm_simt_kernel(Params p) {
   // epilogue: straight to y (with bias) or to this split's partial sums
 #pragma unroll
   for (int b = 0; b < kTT; ++b) {
-    const int t = tok0 + tloc + 8 * b;
+    const int t = tok0 + tloc + (kMode == 2 ? (b / 4) * 32 + b % 4 : 8 * b);
     if (t >= p.m) continue;
 #pragma unroll
     for (int a = 0; a < kTR; ++a) {
@@ -217,9 +256,24 @@ __global__ void widen(const Element* x, float* out, int64_t count) {
     out[i] = to_float(x[i]);
 }
 
-template <bool kFast, class Out>
+// x (m x k, Element) -> x^T (k x m_pad, float), 32 x 32 tiles through shared memory
+__global__ void transpose_widen(const Element* x, float* xt, int m, int k, int m_pad) {
+  __shared__ float tile[32][33];
+  const int k0 = blockIdx.x * 32, t0 = blockIdx.y * 32;
+  for (int r = threadIdx.y; r < 32; r += 8) {
+    const int t = t0 + r, c = k0 + threadIdx.x;
+    if (t < m && c < k) tile[r][threadIdx.x] = to_float(x[static_cast<int64_t>(t) * k + c]);
+  }
+  __syncthreads();
+  for (int r = threadIdx.y; r < 32; r += 8) {
+    const int c = k0 + r, t = t0 + threadIdx.x;
+    if (c < k && t < m) xt[static_cast<int64_t>(c) * m_pad + t] = tile[threadIdx.x][r];
+  }
+}
+
+template <int kMode, class Out>
 cudaError_t launch(const Params& p, size_t smem, int limit, cudaStream_t stream) {
-  auto kernel = nm_simt_kernel<kFast, Out>;
+  auto kernel = nm_simt_kernel<kMode, Out>;
   static int allowed = 0;  // dynamic shared memory opted in so far (once per process and variant)
   if (int(smem) > allowed) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
@@ -242,6 +296,7 @@ int cnm_abi_version() { return 1; }
 long long cnm_workspace(int m, int n, int k) {
   long long bytes = 0;
   if (sizeof(Element) != sizeof(float)) bytes += ((int64_t(m) * k * 4 + 255) / 256) * 256;
+  if (kTransposed) bytes += ((int64_t(k) * ((m + 3) / 4 * 4) * 4 + 255) / 256) * 256;
   if (kSplit > 1) bytes += int64_t(kSplit) * m * n * 4;
   return bytes;
 }
@@ -263,20 +318,35 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* bias, v
   p.ktd = kgroups * group; p.ktc = kgroups * keep; p.n_pad = n_pad; p.nnz_pad = nnz_pad;
   p.ktiles = nnz_pad / p.ktc;
   p.nvb = kBR >= vector ? kBR / vector : 1;
+  // workspace: [x widened (half inputs)][x^T (x_transposed)][split-K partials], as cnm_workspace sizes it
   char* ws = static_cast<char*>(workspace);
-  if (sizeof(Element) != sizeof(float)) {
-    float* x32 = reinterpret_cast<float*>(ws);
-    const int64_t count = int64_t(m) * k;
-    widen<<<grid_for(count), 256, 0, stream>>>(static_cast<const Element*>(x), x32, count);
-    p.x = x32;
-    ws += ((count * 4 + 255) / 256) * 256;
-    x_aligned = 1;
+  const bool half = sizeof(Element) != sizeof(float);
+  char* widened = ws;
+  if (half) ws += ((int64_t(m) * k * 4 + 255) / 256) * 256;
+  char* transposed = ws;
+  p.m_pad = (m + 3) / 4 * 4;
+  if (kTransposed) ws += ((int64_t(k) * p.m_pad * 4 + 255) / 256) * 256;
+  int mode;
+  if (kTransposed && p.ktd <= kKC && vector >= kTR) {
+    mode = 2;
+    dim3 grid((k + 31) / 32, (m + 31) / 32);
+    transpose_widen<<<grid, dim3(32, 8), 0, stream>>>(static_cast<const Element*>(x),
+                                                      reinterpret_cast<float*>(transposed), m, k, p.m_pad);
+    p.x = reinterpret_cast<const float*>(transposed);
   } else {
-    p.x = static_cast<const float*>(x);
+    if (half) {
+      const int64_t count = int64_t(m) * k;
+      widen<<<grid_for(count), 256, 0, stream>>>(static_cast<const Element*>(x), reinterpret_cast<float*>(widened),
+                                                 count);
+      p.x = reinterpret_cast<const float*>(widened);
+      x_aligned = 1;
+    } else {
+      p.x = static_cast<const float*>(x);
+    }
+    mode = x_aligned && k % 4 == 0 && p.ktd % 4 == 0 && p.ktd <= kKC && vector >= kTR ? 1 : 0;
   }
-  const bool fast = x_aligned && k % 4 == 0 && p.ktd % 4 == 0 && p.ktd <= kKC && vector >= kTR;
-  p.pitch = fast ? kPitchFast : ((p.ktd + 7) / 8) * 8 + 4;
-  p.x_bytes = kBT * p.pitch * 4;
+  p.pitch = mode == 1 ? kPitchFast : ((p.ktd + 7) / 8) * 8 + 4;
+  p.x_bytes = mode == 2 ? p.ktd * kPitchT * 4 : kBT * p.pitch * 4;
   p.w_bytes = p.ktc * kBR * 4;
   p.stage_bytes = ((p.x_bytes + p.w_bytes + p.nvb * p.ktc * 4 + 127) / 128) * 128;
   const size_t smem = size_t(p.stage_bytes) * kStages;
@@ -287,13 +357,14 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* bias, v
     cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   }
   if (smem > size_t(limit)) return 3;
-  void* out = kSplit > 1 ? static_cast<void*>(ws) : y;
-  p.y = out;
+  p.y = kSplit > 1 ? static_cast<void*>(ws) : y;
   cudaError_t err;
   if (kSplit > 1 || out_kind == 1) {
-    err = fast ? launch<true, float>(p, smem, limit, stream) : launch<false, float>(p, smem, limit, stream);
+    err = mode == 2 ? launch<2, float>(p, smem, limit, stream)
+        : mode == 1 ? launch<1, float>(p, smem, limit, stream) : launch<0, float>(p, smem, limit, stream);
   } else {
-    err = fast ? launch<true, Element>(p, smem, limit, stream) : launch<false, Element>(p, smem, limit, stream);
+    err = mode == 2 ? launch<2, Element>(p, smem, limit, stream)
+        : mode == 1 ? launch<1, Element>(p, smem, limit, stream) : launch<0, Element>(p, smem, limit, stream);
   }
   if (err == cudaSuccess && kSplit > 1) {
     const int64_t total = int64_t(m) * n;
