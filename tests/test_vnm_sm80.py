@@ -133,3 +133,16 @@ def test_tile_m_128_hands_v64_weights_to_its_twin(monkeypatch):
     w32, _ = cutlass_nm.prune(torch.randn(64, 256), "32:2:8")
     with pytest.raises(cutlass_nm.ShapeError, match="V % tile_m"):
         launcher(torch.randn(4, 256), w32, None, torch.empty(4, 64))
+
+
+def test_estimate_ranks_the_measured_fastest_first():
+    """tune.perfmodel's warm start: of the five configs timed on the H100 (vnm_sm80.json), the fastest ranks first."""
+    from cutlass_nm.tune.perfmodel import rank
+
+    specs = ["128x128x64x64x64x4x1", "128x256x64x64x64x3x1", "128x128x128x64x32x3x1", "128x64x64x64x32x6x1",
+             "64x128x64x32x64x4x1"]
+    cfgs = [Config.from_record(dict(zip(Config.SPACE, map(int, s.split("x")), strict=False))) for s in specs]
+    for pattern in ("128:2:8", "128:2:16"):
+        p = Problem(8192, 8192, 8192, F16, pattern)
+        assert rank(cfgs, p)[0] == cfgs[0]
+        assert all(0 < c.estimate_ms(p) < 100 for c in cfgs)

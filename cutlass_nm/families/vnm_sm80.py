@@ -25,6 +25,7 @@ from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status
 
 SMEM_BYTES = 166912  # A100 opt-in shared memory per block: the family targets sm_80 (and runs on sm_90)
+SMEM_H100 = 233472  # shared memory per SM on the H100 (occupancy in estimate_ms)
 K_ALIGN = 128  # gathered K padded to this: a multiple of every tile_k and of the metadata's column padding
 ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "float"}
 PAD_NIBBLE = meta_sm80.PAD_U16 & 0xF
@@ -59,6 +60,29 @@ class Config(FamilyConfig):
         "stages": (2, 3, 4, 5, 6),
         "swizzle": (1, 2, 4, 8),
     }
+
+    def estimate_ms(self, problem: Problem, sm_count: int = 132) -> float:
+        """Estimate for ranking (tune.perfmodel): the gathered operands' L2 -> SM traffic (B once per row tile, A
+        once per token tile) at a rate that grows with the bytes a SM keeps in flight (stages - 1 per resident
+        CTA) up to the 4.35 TB/s vnm_sm80 reached on the H100, or CTA waves of mma.sp, whichever is larger.
+        Calibrated on the five configs of benchmarks/results/h100/vnm_sm80.json (it ranks their fastest first)."""
+        from ..tune.perfmodel import SPARSE_FLOPS
+
+        v = _block_rows(problem)
+        pattern_m = Pattern.parse(problem.pattern).m if v is not None else 8
+        m, n, k = problem.m, problem.n, problem.k
+        kg = -(-4 * -(-k // pattern_m) // K_ALIGN) * K_ALIGN
+        stage = smem_per_stage(self)
+        threads = 32 * (self.tile_m // self.warp_m) * (self.tile_n // self.warp_n)
+        regs = min(255, 64 + 2 * self.warp_m * self.warp_n // 32)
+        resident = max(1, min(SMEM_H100 // (self.stages * stage), 65536 // (threads * regs)))
+        in_flight_kb = resident * (self.stages - 1) * stage / 1024
+        rate = min(4.35e12, 4.35e12 * in_flight_kb / 154)
+        rows, toks = -(-n // self.tile_m), -(-m // self.tile_n)
+        traffic = rows * -(-m // 8) * 8 * kg * 2 + toks * n * kg * (1 + 1 / 8) + m * n * 2 + 4 * m * k
+        waves = -(-rows * toks // (sm_count * resident)) * resident
+        mma = waves * self.tile_m * self.tile_n * kg / (SPARSE_FLOPS / sm_count)  # 2 x MACs at half density
+        return max(traffic / rate, mma) * (1 + 8 / (kg / self.tile_k + 8)) * 1e3
 
 
 def smem_per_stage(cfg: Config) -> int:
