@@ -50,3 +50,13 @@ def test_every_tile_shape(cfg, pattern):
     torch.cuda.synchronize()
     assert torch.isfinite(y).all(), "unwritten (poisoned) or non-finite outputs"
     assert rel_err(y, ref) < TOL[torch.float16]
+
+
+def test_rejects_v32():
+    """CTA tiles are 64 or 128 rows, one V-block each: V = 32 weights are refused, never run wrong."""
+    import cutlass_nm
+    from cutlass_nm import ShapeError
+
+    x, w, _, _ = _case(8, 64, 256, "32:2:8", torch.float16, seed=7, with_bias=False)
+    with pytest.raises(ShapeError, match="must divide V=32"):
+        cutlass_nm.matmul(x, w, family="vnm_sm80")
