@@ -88,11 +88,10 @@ def main() -> None:
                     rows.append(bench_pattern(pattern, m, n, k, xs, t_dense, bw, args.vector, family))
                     print(json.dumps(rows[-1]), flush=True)
             del xs
-
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"environment": environment(), "copy_bandwidth_Bps": bw, "rows": rows},
-                                       indent=1))
+            if args.out:  # after every (shape, m): a time limit keeps what was measured
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps({"environment": environment(), "copy_bandwidth_Bps": bw,
+                                                "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
