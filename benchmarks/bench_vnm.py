@@ -3,11 +3,11 @@
     python3 benchmarks/bench_vnm.py --out benchmarks/results/h100/vnm.json
 
 Every registered vnm_* family (or those in ``--families``) runs each row; vnm_sm90 also runs the configs in
-``--sm90-configs`` (tile_m x tile_n x tile_k x stages x consumers), vnm_sm80 those in ``--sm80-configs`` (tile_m x
-tile_n x tile_k x warp_m x warp_n x stages x swizzle; none: its heuristic through matmul), each reported and the
-best. Our times include the per-call transpose of x (reported alone as ``transpose_ms``). Weights are random V:N:M
-weights (random 4 columns per block-group, random 2:4 inside), rotated past L2 together with the inputs; CUDA-graph
-timing, median.
+``--sm90-configs`` (tile_m x tile_n x tile_k x stages x consumers [x transpose]), vnm_sm80 those in
+``--sm80-configs`` (tile_m x tile_n x tile_k x warp_m x warp_n x stages x swizzle; none: its heuristic through
+matmul), each reported and the best. Our times include the per-call transpose of x (torch's ``x.t().contiguous()``
+reported alone as ``transpose_ms``, for scale). Weights are random V:N:M weights (random 4 columns per block-group,
+random 2:4 inside), rotated past L2 together with the inputs; CUDA-graph timing, median.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from cutlass_nm.patterns import Pattern
 PATTERNS = ["128:2:8", "128:2:16"]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 4096, 4096), (2048, 11008, 4096), (2048, 4096, 11008),
           (2048, 12288, 4096)]
-SM90_CONFIGS = ["128x256x64x5x2", "128x256x64x4x2", "128x128x64x6x2"]
+SM90_CONFIGS = ["128x256x64x5x2", "128x256x64x5x2x1", "128x256x64x4x2x1", "128x128x64x6x2x1"]
 SM80_CONFIGS: list[str] = []
 _PAIRS = torch.tensor([0 | 1 << 2, 0 | 2 << 2, 0 | 3 << 2, 1 | 2 << 2, 1 | 3 << 2, 2 | 3 << 2], dtype=torch.uint8)
 
@@ -51,7 +51,16 @@ def _clone(w: VNMWeight) -> VNMWeight:
 def family_configs(name: str, specs: list[str]) -> list:
     """Configs of a family from 'AxBx...' specs, its Config fields in order."""
     cfg = FAMILIES[name].Config
-    return [cfg.from_record(dict(zip(cfg.SPACE, map(int, s.split("x")), strict=True))) for s in specs]
+    return [cfg.from_record(config_record(cfg, s)) for s in specs]
+
+
+def config_record(cfg: type, spec: str) -> dict:
+    """'AxBx...' -> a record of the first fields of ``cfg.SPACE`` (the rest keep their defaults)."""
+    vals = [int(v) for v in spec.split("x")]
+    keys = list(cfg.SPACE)
+    if len(vals) > len(keys):
+        raise ValueError(f"{spec}: more than the {len(keys)} fields {keys}")
+    return dict(zip(keys, vals, strict=False))
 
 
 def sm90_configs(specs: list[str]) -> list:

@@ -67,6 +67,27 @@ def test_from_record_roundtrip():
     assert Config.from_record(cfg.to_record()) == cfg
 
 
+def test_records_before_the_transpose_key_keep_the_original_transpose():
+    old = {"tile_m": 128, "tile_n": 256, "tile_k": 64, "stages": 5, "consumers": 2}
+    cfg = Config.from_record(old)
+    assert cfg.transpose == 0
+    assert "constexpr int kTranspose = 0;" in FAM.source(cfg, F16)
+    new = Config.from_record({**old, "transpose": 1})
+    assert "constexpr int kTranspose = 1;" in FAM.source(new, F16)
+    with pytest.raises(ConfigError):
+        Config.from_record({**old, "transpose": 2})
+
+
+def test_v64_fallback_keeps_the_transpose_variant():
+    from cutlass_nm.families.vnm_sm90 import fallback_config
+
+    p = Problem(2048, 4096, 4096, F16)
+    for tr in (0, 1):
+        cfg = Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, transpose=tr)
+        twin = fallback_config(cfg, p)
+        assert twin.tile_m == 64 and twin.transpose == tr and FAM.check(twin, p) is None
+
+
 @pytest.mark.parametrize("pattern,shape", [("64:2:8", (130, 200)), ("128:2:7", (256, 101)), ("64:2:16", (64, 64))])
 def test_kernel_layout_computes_the_product(pattern, shape):
     """The padded gathered weight, applied to x gathered by the padded index per V-block, equals x·Wᵀ."""
@@ -100,7 +121,7 @@ def test_tile_m_128_hands_v64_weights_to_its_tile_m_64_twin(monkeypatch):
 
     calls = []
     monkeypatch.setattr(kernels, "get_kernel", lambda kid: lambda *a: calls.append(kid))
-    lib = type("Lib", (), {"cnm_run": _FakeFn(), "cnm_meta_atom_k": _FakeFn()})()
+    lib = type("Lib", (), {"cnm_run": _FakeFn(), "cnm_meta_atom_k": _FakeFn(), "cnm_transpose": _FakeFn()})()
     cfg = FAM.heuristic(Problem(2048, 4096, 4096, F16))
     assert cfg.tile_m == 128
     launcher = vnm_sm90._Launcher(lib, cfg, F16)

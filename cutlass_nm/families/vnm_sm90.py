@@ -31,13 +31,15 @@ PAD_NIBBLE = meta_sm90.PAD_BYTE & 0xF
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
     """CTA tile (tile_m rows of W inside one V-block, tile_n tokens, tile_k gathered columns), pipeline depth,
-    consumer warpgroups (2 split tile_m = 128 in halves)."""
+    consumer warpgroups (2 split tile_m = 128 in halves), and the per-call x transpose (0: padded shared-memory tile
+    whose stores conflict 8 ways, the original; 1: swizzled tile, conflict-free stores)."""
 
     tile_m: int = 64
     tile_n: int = 128
     tile_k: int = 64
     stages: int = 4
     consumers: int = 1
+    transpose: int = 0
 
     SPACE: ClassVar = {
         "tile_m": (64, 128),
@@ -45,6 +47,7 @@ class Config(FamilyConfig):
         "tile_k": (64, 128),
         "stages": (2, 3, 4, 5, 6, 7, 8),
         "consumers": (1, 2),
+        "transpose": (0, 1),
     }
 
 
@@ -105,7 +108,7 @@ class _VnmSm90Family:
         return template("vnm_sm90.cu").substitute(
             element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
             tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
-            has_bias="true" if types.bias else "false")
+            has_bias="true" if types.bias else "false", transpose=int(c.transpose))
 
     def heuristic(self, problem: Problem) -> Config:
         """From benchmarks/results/h100/vnm.json: 128x256x64, 5 stages, 2 consumers was the fastest config on
@@ -122,8 +125,10 @@ class _VnmSm90Family:
 def fallback_config(cfg: Config, problem: Problem) -> Config:
     """The tile_m = 64 config a tile_m = 128 kernel hands V = 64 weights to: the same tile on one consumer
     warpgroup where that fits, else 64x256x64, 5 stages."""
-    same = Config(tile_m=64, tile_n=cfg.tile_n, tile_k=cfg.tile_k, stages=cfg.stages, consumers=1)
-    return same if FAMILY.check(same, problem) is None else Config(tile_m=64, tile_n=256, tile_k=64, stages=5)
+    same = Config(tile_m=64, tile_n=cfg.tile_n, tile_k=cfg.tile_k, stages=cfg.stages, consumers=1,
+                  transpose=cfg.transpose)
+    return same if FAMILY.check(same, problem) is None else Config(tile_m=64, tile_n=256, tile_k=64, stages=5,
+                                                                   transpose=cfg.transpose)
 
 
 class _Launcher:
@@ -134,7 +139,10 @@ class _Launcher:
         lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, vp]
         lib.cnm_run.restype = i32
         lib.cnm_meta_atom_k.restype = i32
+        lib.cnm_transpose.argtypes = [vp, vp, i32, i32, i32, i32, vp]
+        lib.cnm_transpose.restype = i32
         self.run, self.cfg, self.types = lib.cnm_run, cfg, types
+        self.transpose_only = lib.cnm_transpose
         self.atom = lib.cnm_meta_atom_k()
 
     def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
@@ -159,6 +167,13 @@ class _Launcher:
                           None if bias is None else bias.data_ptr(), n, m, k, w.padded_k, ldx, gidx.shape[1], v,
                           stream)
         check_status(status, FAMILY.name, (m, n, k))
+
+    def transpose(self, x: torch.Tensor, padded_k: int, xt: torch.Tensor) -> None:
+        """Only the per-call transpose into xt (padded_k x ldx), for profiling."""
+        m, k = x.shape
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        status = self.transpose_only(x.data_ptr(), xt.data_ptr(), m, k, padded_k, xt.shape[1], stream)
+        check_status(status, FAMILY.name, (m, 0, k))
 
 
 FAMILY = _VnmSm90Family()

@@ -34,6 +34,7 @@ constexpr int kTileK = ${tile_k};
 constexpr int kStages = ${stages};
 constexpr int kConsumers = ${consumers};
 constexpr bool kHasBias = ${has_bias};
+constexpr int kTranspose = ${transpose};  // 0: padded tile (8-way store conflicts), 1: swizzled, conflict-free
 
 constexpr int kThreads = 128 * (1 + kConsumers);
 using TileShape = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
@@ -146,22 +147,25 @@ __device__ void epilogue(Params const& p, Accum const& accum, int thread_idx, in
 }
 
 // xt(padded_k x ldx) = x(m x k)^T, zero past m and k: the token-contiguous rows the GEMM gathers.
+// kTranspose = 0: a [k][token] tile padded by 8 elements; its scalar stores hit one bank 8 ways.
 constexpr int kTr = 64;
-__global__ void __launch_bounds__(256) transpose_kernel(const Element* __restrict__ x, Element* __restrict__ xt,
+__device__ __forceinline__ uint4 load_x8(const Element* x, int m, int k, int t, int kc, bool vec) {
+  alignas(16) Element v[8];
+  if (vec && t < m && kc < k) return __ldg(reinterpret_cast<const uint4*>(x + size_t(t) * k + kc));
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < 8; ++j) v[j] = (t < m && kc + j < k) ? x[size_t(t) * k + kc + j] : Element(0.f);
+  return *reinterpret_cast<uint4*>(v);
+}
+
+__global__ void __launch_bounds__(256) transpose_padded(const Element* __restrict__ x, Element* __restrict__ xt,
                                                         int m, int k, int padded_k, int ldx) {
   __shared__ alignas(16) Element tile[kTr][kTr + 8];  // [k][token]
   const int t0 = blockIdx.x * kTr, k0 = blockIdx.y * kTr;
   const bool vec = k % 8 == 0;
   for (int i = threadIdx.x; i < kTr * kTr / 8; i += 256) {
     int r = i / (kTr / 8), c = (i % (kTr / 8)) * 8;  // token r, k offset c
-    int t = t0 + r, kc = k0 + c;
     alignas(16) Element v[8];
-    if (vec && t < m && kc < k) {
-      *reinterpret_cast<uint4*>(v) = __ldg(reinterpret_cast<const uint4*>(x + size_t(t) * k + kc));
-    } else {
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < 8; ++j) v[j] = (t < m && kc + j < k) ? x[size_t(t) * k + kc + j] : Element(0.f);
-    }
+    *reinterpret_cast<uint4*>(v) = load_x8(x, m, k, t0 + r, k0 + c, vec);
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < 8; ++j) tile[c + j][r] = v[j];
   }
@@ -172,6 +176,56 @@ __global__ void __launch_bounds__(256) transpose_kernel(const Element* __restric
     if (kr < padded_k && t < ldx) {
       *reinterpret_cast<uint4*>(xt + size_t(kr) * ldx + t) = *reinterpret_cast<const uint4*>(&tile[r][c]);
     }
+  }
+}
+
+// kTranspose = 1: unpadded [k][token] tile (128-byte rows of eight 16-byte chunks), chunk q of row r stored at
+// q ^ swz(r). A warp loads 16 tokens x 32 contiguous bytes of k (one sector per token) and stores, per element,
+// 2 rows r, r + 8 x 16 tokens: swz differs between them in bits 1-2, so the 4 chunks touched are distinct (one
+// wavefront). The read side moves whole 16-byte chunks, 4 full rows per warp (4 wavefronts for 512 bytes).
+__device__ __forceinline__ int tr_swz(int r) { return (r ^ ((r >> 3) << 1)) & 7; }
+
+__global__ void __launch_bounds__(256) transpose_swizzled(const Element* __restrict__ x, Element* __restrict__ xt,
+                                                          int m, int k, int padded_k, int ldx) {
+  __shared__ alignas(16) Element tile[kTr * kTr];  // [k][token], swizzled 16-byte chunks
+  const int t0 = blockIdx.x * kTr, k0 = blockIdx.y * kTr;
+  const bool vec = k % 8 == 0;
+  uint4 v[2];
+  CUTLASS_PRAGMA_UNROLL
+  for (int it = 0; it < 2; ++it) {  // all loads in flight before the first store
+    int i = it * 256 + threadIdx.x, rest = i / 32;
+    int r = (rest % 4) * 16 + i % 16, c = ((rest / 4) * 2 + (i / 16) % 2) * 8;  // token r, k offset c
+    v[it] = load_x8(x, m, k, t0 + r, k0 + c, vec);
+  }
+  CUTLASS_PRAGMA_UNROLL
+  for (int it = 0; it < 2; ++it) {
+    int i = it * 256 + threadIdx.x, rest = i / 32;
+    int r = (rest % 4) * 16 + i % 16, c = ((rest / 4) * 2 + (i / 16) % 2) * 8;
+    const Element* e = reinterpret_cast<const Element*>(&v[it]);
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      int kk = c + j;
+      tile[kk * kTr + (((r >> 3) ^ tr_swz(kk)) << 3) + (r & 7)] = e[j];
+    }
+  }
+  __syncthreads();
+  CUTLASS_PRAGMA_UNROLL
+  for (int it = 0; it < 2; ++it) {
+    int i = it * 256 + threadIdx.x, kr = i / 8, q = i % 8;  // k row kr, token chunk q
+    int kg = k0 + kr, t = t0 + q * 8;
+    if (kg < padded_k && t < ldx) {
+      *reinterpret_cast<uint4*>(xt + size_t(kg) * ldx + t) =
+          *reinterpret_cast<const uint4*>(&tile[kr * kTr + ((q ^ tr_swz(kr)) << 3)]);
+    }
+  }
+}
+
+void transpose(const Element* x, Element* xt, int m, int k, int padded_k, int ldx, cudaStream_t stream) {
+  dim3 grid((ldx + kTr - 1) / kTr, (padded_k + kTr - 1) / kTr);
+  if constexpr (kTranspose == 1) {
+    transpose_swizzled<<<grid, 256, 0, stream>>>(x, xt, m, k, padded_k, ldx);
+  } else {
+    transpose_padded<<<grid, 256, 0, stream>>>(x, xt, m, k, padded_k, ldx);
   }
 }
 
@@ -223,13 +277,18 @@ int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEA
 
 int cnm_smem_bytes() { return int(sizeof(SharedStorage)); }
 
+// The per-call transpose alone (for profiling): xt(padded_k x ldx) = x(m x k)^T. 0 on success.
+int cnm_transpose(const void* x, void* xt, int m, int k, int padded_k, int ldx, cudaStream_t stream) {
+  transpose(static_cast<Element const*>(x), static_cast<Element*>(xt), m, k, padded_k, ldx, stream);
+  cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
 // y(m x n) = gather(x) * Wg^T. a: n x kg/2 values, e: sm90 metadata, gidx: blocks x kg, x: m x k, xt: scratch of
 // padded_k x ldx (ldx = m rounded up to 8), filled here. 0 on success, else 1000 + cudaError_t.
 int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* xt, void* y, const void* bias, int n,
             int m, int k, int padded_k, int ldx, int kg, int v, cudaStream_t stream) {
-  dim3 tgrid((ldx + kTr - 1) / kTr, (padded_k + kTr - 1) / kTr);
-  transpose_kernel<<<tgrid, 256, 0, stream>>>(static_cast<Element const*>(x), static_cast<Element*>(xt), m, k,
-                                              padded_k, ldx);
+  transpose(static_cast<Element const*>(x), static_cast<Element*>(xt), m, k, padded_k, ldx, stream);
   auto problem = cute::make_shape(n, ldx, kg, 1);
   typename Mainloop::Arguments args{
       static_cast<Element const*>(a), SparseConfig::fill_layoutA(problem), static_cast<Element const*>(xt),
