@@ -54,6 +54,7 @@ def _no_selector(family: Family, problem: Problem) -> None:
 
 _WEIGHTS = (Sparse24Weight, VNMWeight, NMWeight)
 DECODE_MAX_M = 16  # the general N:M decode path's largest m
+VNM_DECODE_MAX_M = 1  # V:N:M on the decode path up to here: 1.43-2.31x vs 0.79-1.60x on H100 (nm_decode.md)
 
 
 def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torch.Tensor | None = None, *,
@@ -132,6 +133,8 @@ def default_family(device: torch.device, kind: type = Sparse24Weight, m: int = 1
     """The family that runs a ``kind`` weight at ``m`` tokens of ``dtype`` on this GPU when none is forced."""
     if kind is NMWeight:
         return "nm_decode" if m <= DECODE_MAX_M and dtype != torch.float32 else "nm_simt"
+    if kind is VNMWeight and m <= VNM_DECODE_MAX_M:
+        return "nm_decode"  # a V:N:M weight read as 2:M streams faster than the SPTC tile at one token
     major, minor = device_info(device).capability
     prefix = "vnm" if kind is VNMWeight else "sptc24"
     if (major, minor) == (9, 0):
