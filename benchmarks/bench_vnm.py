@@ -3,7 +3,7 @@
     python3 benchmarks/bench_vnm.py --out benchmarks/results/h100/vnm.json
 
 Every registered vnm_* family (or those in ``--families``) runs each row; vnm_sm90 also runs the configs in
-``--sm90-configs`` (tile_m x tile_n x tile_k x stages x consumers [x transpose]), vnm_sm80 those in
+``--sm90-configs`` (tile_m x tile_n x tile_k x stages x consumers [x transpose [x gather]]), vnm_sm80 those in
 ``--sm80-configs`` (tile_m x tile_n x tile_k x warp_m x warp_n x stages x swizzle; none: its heuristic through
 matmul), each reported and the best. Our times include the per-call transpose of x (torch's ``x.t().contiguous()``
 reported alone as ``transpose_ms``, for scale). Weights are random V:N:M weights (random 4 columns per block-group,
@@ -29,7 +29,8 @@ from cutlass_nm.patterns import Pattern
 PATTERNS = ["128:2:8", "128:2:16"]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 4096, 4096), (2048, 11008, 4096), (2048, 4096, 11008),
           (2048, 12288, 4096)]
-SM90_CONFIGS = ["128x256x64x5x2", "128x256x64x5x2x1", "128x256x64x4x2x1", "128x128x64x6x2x1"]
+SM90_CONFIGS = ["128x256x64x5x2", "128x256x64x5x2x1", "128x256x64x5x2x1x1", "128x256x64x4x2x1x1",
+                "128x128x64x8x2x1x1"]
 SM80_CONFIGS: list[str] = []
 _PAIRS = torch.tensor([0 | 1 << 2, 0 | 2 << 2, 0 | 3 << 2, 1 | 2 << 2, 1 | 3 << 2, 2 | 3 << 2], dtype=torch.uint8)
 

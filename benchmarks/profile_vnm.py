@@ -2,7 +2,7 @@
 kernel with a contiguous gather (no scatter in the rows read) and with every V-block reading the same rows (maximal
 L2 sharing), torch's transpose and cuBLAS dense, all in one run.
 
-    python3 benchmarks/profile_vnm.py [--cfg 128x256x64x5x2x1] [--mnk 4096x4096x4096] [--once]
+    python3 benchmarks/profile_vnm.py [--cfg 128x256x64x5x2x1x1] [--mnk 4096x4096x4096] [--once]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def transpose_exact(kern, x: torch.Tensor, padded_k: int) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cfg", default="128x256x64x5x2x1")
+    ap.add_argument("--cfg", default="128x256x64x5x2x1x1")
     ap.add_argument("--mnk", default="4096x4096x4096")
     ap.add_argument("--pattern", default="128:2:8")
     ap.add_argument("--once", action="store_true", help="one warm launch, then one launch (for ncu)")

@@ -57,6 +57,8 @@ def _precompile_in_parallel():
                         kids.add((name, sm80_fallback(cfg), types))
         types = KernelTypes("bf16", "f32", True)
         kids.add((name, fam.heuristic(Problem(96, 256, 512, types)), types))
+    if "vnm_sm90" in _families():
+        kids.update(_sm90_variant_kids())
     failures = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
     assert not failures, failures[0]
 
@@ -98,3 +100,47 @@ def test_sm90_rejects_v32():
     x, w, _, _ = _case(8, 64, 256, "32:2:8", torch.float16, seed=7, with_bias=False)
     with pytest.raises(ShapeError, match="V % tile_m"):
         cutlass_nm.matmul(x, w, family="vnm_sm90")
+
+
+# vnm_sm90's transpose / gather variants (not the heuristic's yet): each against fp64, tails, m = 1, V = 64 via the
+# tile_m = 64 twin, bf16 with bias.
+SM90_VARIANTS = [(1, 0), (0, 1), (1, 1)]  # (transpose, gather)
+
+
+SM90_CASES = [((1, 256, 512), "128:2:8", torch.float16, False), ((133, 320, 1000), "128:2:10", torch.float16, False),
+              ((300, 640, 2056), "64:2:7", torch.bfloat16, True), ((1024, 2048, 4096), "128:2:16", torch.float16, True)]
+
+
+def _sm90_variant(variant: tuple[int, int], case: tuple):
+    """(kernel id, its V = 64 twin) of a variant of the heuristic config for a case."""
+    from cutlass_nm.families import KernelTypes, Problem, get_family
+    from cutlass_nm.families.vnm_sm90 import fallback_config
+
+    (m, n, k), _, dtype, with_bias = case
+    d = "f16" if dtype == torch.float16 else "bf16"
+    types = KernelTypes(d, d, with_bias)
+    fam = get_family("vnm_sm90")
+    p = Problem(m, n, k, types)
+    cfg = fam.Config.from_record({**fam.heuristic(p).to_record(), "transpose": variant[0], "gather": variant[1]})
+    return ("vnm_sm90", cfg, types), ("vnm_sm90", fallback_config(cfg, p), types)
+
+
+def _sm90_variant_kids() -> set:
+    return {kid for v in SM90_VARIANTS for c in SM90_CASES for kid in _sm90_variant(v, c)}
+
+
+@pytest.mark.parametrize("variant", SM90_VARIANTS, ids=lambda v: f"tr{v[0]}g{v[1]}")
+@pytest.mark.parametrize("case", SM90_CASES, ids=lambda c: f"{'x'.join(map(str, c[0]))}-{c[1]}")
+def test_sm90_variants_match_reference(variant, case):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("vnm_sm90 needs sm_90")
+    from cutlass_nm.kernels import get_kernel
+
+    (m, n, k), pattern, dtype, with_bias = case
+    kid, _ = _sm90_variant(variant, case)
+    x, w, bias, ref = _case(m, n, k, pattern, dtype, seed=11, with_bias=with_bias)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    get_kernel(kid)(x, w, bias, out)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all(), "unwritten (poisoned) or non-finite outputs"
+    assert rel_err(out, ref) < TOL[dtype]

@@ -67,25 +67,28 @@ def test_from_record_roundtrip():
     assert Config.from_record(cfg.to_record()) == cfg
 
 
-def test_records_before_the_transpose_key_keep_the_original_transpose():
+def test_records_before_the_transpose_and_gather_keys_keep_the_original_kernel():
     old = {"tile_m": 128, "tile_n": 256, "tile_k": 64, "stages": 5, "consumers": 2}
     cfg = Config.from_record(old)
-    assert cfg.transpose == 0
-    assert "constexpr int kTranspose = 0;" in FAM.source(cfg, F16)
-    new = Config.from_record({**old, "transpose": 1})
-    assert "constexpr int kTranspose = 1;" in FAM.source(new, F16)
-    with pytest.raises(ConfigError):
-        Config.from_record({**old, "transpose": 2})
+    assert cfg.transpose == 0 and cfg.gather == 0
+    src = FAM.source(cfg, F16)
+    assert "constexpr int kTranspose = 0;" in src and "constexpr int kGather = 0;" in src
+    new = Config.from_record({**old, "transpose": 1, "gather": 1})
+    src = FAM.source(new, F16)
+    assert "constexpr int kTranspose = 1;" in src and "constexpr int kGather = 1;" in src
+    for key in ("transpose", "gather"):
+        with pytest.raises(ConfigError):
+            Config.from_record({**old, key: 2})
 
 
-def test_v64_fallback_keeps_the_transpose_variant():
+def test_v64_fallback_keeps_the_transpose_and_gather_variants():
     from cutlass_nm.families.vnm_sm90 import fallback_config
 
     p = Problem(2048, 4096, 4096, F16)
-    for tr in (0, 1):
-        cfg = Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, transpose=tr)
+    for tr, g in itertools.product((0, 1), (0, 1)):
+        cfg = Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, transpose=tr, gather=g)
         twin = fallback_config(cfg, p)
-        assert twin.tile_m == 64 and twin.transpose == tr and FAM.check(twin, p) is None
+        assert twin.tile_m == 64 and (twin.transpose, twin.gather) == (tr, g) and FAM.check(twin, p) is None
 
 
 @pytest.mark.parametrize("pattern,shape", [("64:2:8", (130, 200)), ("128:2:7", (256, 101)), ("64:2:16", (64, 64))])

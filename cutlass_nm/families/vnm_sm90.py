@@ -31,8 +31,10 @@ PAD_NIBBLE = meta_sm90.PAD_BYTE & 0xF
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
     """CTA tile (tile_m rows of W inside one V-block, tile_n tokens, tile_k gathered columns), pipeline depth,
-    consumer warpgroups (2 split tile_m = 128 in halves), and the per-call x transpose (0: padded shared-memory tile
-    whose stores conflict 8 ways, the original; 1: swizzled tile, conflict-free stores)."""
+    consumer warpgroups (2 split tile_m = 128 in halves), the per-call x transpose (0: padded shared-memory tile
+    whose stores conflict 8 ways, the original; 1: swizzled tile, conflict-free stores) and the B gather (0: 16-byte
+    cp.async by the producer warpgroup, the original; 1: one TMA box of 64 tokens x 1 row per gathered row and
+    64-token chunk, swizzled by the copy engine)."""
 
     tile_m: int = 64
     tile_n: int = 128
@@ -40,6 +42,7 @@ class Config(FamilyConfig):
     stages: int = 4
     consumers: int = 1
     transpose: int = 0
+    gather: int = 0
 
     SPACE: ClassVar = {
         "tile_m": (64, 128),
@@ -48,6 +51,7 @@ class Config(FamilyConfig):
         "stages": (2, 3, 4, 5, 6, 7, 8),
         "consumers": (1, 2),
         "transpose": (0, 1),
+        "gather": (0, 1),
     }
 
 
@@ -108,7 +112,7 @@ class _VnmSm90Family:
         return template("vnm_sm90.cu").substitute(
             element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
             tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
-            has_bias="true" if types.bias else "false", transpose=int(c.transpose))
+            has_bias="true" if types.bias else "false", transpose=int(c.transpose), gather=int(c.gather))
 
     def heuristic(self, problem: Problem) -> Config:
         """From benchmarks/results/h100/vnm.json: 128x256x64, 5 stages, 2 consumers was the fastest config on
@@ -126,9 +130,9 @@ def fallback_config(cfg: Config, problem: Problem) -> Config:
     """The tile_m = 64 config a tile_m = 128 kernel hands V = 64 weights to: the same tile on one consumer
     warpgroup where that fits, else 64x256x64, 5 stages."""
     same = Config(tile_m=64, tile_n=cfg.tile_n, tile_k=cfg.tile_k, stages=cfg.stages, consumers=1,
-                  transpose=cfg.transpose)
+                  transpose=cfg.transpose, gather=cfg.gather)
     return same if FAMILY.check(same, problem) is None else Config(tile_m=64, tile_n=256, tile_k=64, stages=5,
-                                                                   transpose=cfg.transpose)
+                                                                   transpose=cfg.transpose, gather=cfg.gather)
 
 
 class _Launcher:

@@ -11,6 +11,7 @@
 //   * consumer warpgroup(s): CUTLASS's sparse collective mma() (wgmma.sp from shared memory), then a predicated
 //     register epilogue (bias per row, conversion, tails in n and m).
 #include <cstdint>
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "cutlass/cutlass.h"
@@ -34,6 +35,7 @@ constexpr int kTileK = ${tile_k};
 constexpr int kStages = ${stages};
 constexpr int kConsumers = ${consumers};
 constexpr bool kHasBias = ${has_bias};
+constexpr int kGather = ${gather};  // B rows: 0 = 16-byte cp.async by the producer warpgroup, 1 = TMA 1-row boxes
 constexpr int kTranspose = ${transpose};  // 0: padded tile (8-way store conflicts), 1: swizzled, conflict-free
 
 constexpr int kThreads = 128 * (1 + kConsumers);
@@ -49,6 +51,14 @@ using TiledMma = typename Mainloop::TiledMma;
 using Pipeline = typename Mainloop::MainloopPipeline;
 using PipeState = typename Mainloop::PipelineState;
 using SparseConfig = typename Mainloop::SparseConfig;
+// The TMA gather writes 128-byte rows at their unswizzled offsets and lets the copy engine apply the 128B swizzle
+// from the shared-memory address bits: B must be the MN-major SW128 layout, 1024-byte aligned (smem_A, first in
+// the 1024-aligned storage, is a multiple of 1024 bytes).
+static_assert(kGather == 0 || cute::is_same_v<typename Mainloop::SmemLayoutAtomB, GMMA::Layout_MN_SW128_Atom<Element>>,
+              "the TMA gather needs B in the MN-major 128B-swizzled layout");
+static_assert(kGather == 0 || cosize_v<typename Mainloop::SmemLayoutA> * sizeof(Element) % 1024 == 0,
+              "the TMA gather needs smem_B 1024-byte aligned");
+static_assert(kTileN % 64 == 0 && kTileK % 4 == 0 && kTileK / 4 <= 32, "gather tiling");
 static_assert(size(TiledMma{}) == 128 * kConsumers, "one consumer warpgroup per MMA warpgroup");
 
 struct alignas(1024) SharedStorage {
@@ -63,13 +73,58 @@ struct Params {
   const Element* xt;   // padded_k x ldx
   const Element* bias; // n, or null
   ElementOut* y;       // m x n
-  int n, m, ldx, kg, tiles_per_block;
+  int n, m, ldx, kg, tiles_per_block, padded_k;
+  CUtensorMap tma_x;   // xt (padded_k x ldx), 64 x 1 boxes, 128B swizzle (kGather = 1)
 };
 
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
   uint32_t d = cute::cast_smem_ptr_to_uint(dst);
   int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
+}
+
+// kGather = 1: lanes 0..kTileK/4-1 of each producer warp own one gathered row of every k-tile and issue its
+// kTileN/64 TMA boxes (64 tokens x 1 row, 128 bytes) at the row's unswizzled 128-byte slot of the SW128 atom; the
+// copy engine swizzles by address. Rows past the gathered columns (-1) read row padded_k, out of bounds: zeros.
+// Thread 0 arms the stage's full barrier with A + E + B bytes (Pipeline transaction_bytes); the other threads'
+// boxes complete_tx on it (the phase cannot complete before thread 0's arrive).
+template <class TA, class SA, class TE, class SE, class SB>
+__device__ void produce_tma(Params const& p, Pipeline& pipeline, TA const& tAgA, SA& tAsA, TE const& tEgE, SE& tEsE,
+                            SB& sB, int m_tile, int n_tile) {
+  constexpr int kRowsPerWarp = kTileK / 4;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const bool issuer = lane < kRowsPerWarp;
+  const int kk = warp * kRowsPerWarp + lane;
+  auto const& ml = p.mainloop;
+  const int* gi = p.gidx + size_t(m_tile / p.tiles_per_block) * p.kg;
+  const int tok0 = n_tile * kTileN;
+  const int k_tiles = p.kg / kTileK;
+  int next_row = issuer ? __ldg(gi + kk) : 0;
+  PipeState write = cutlass::make_producer_start_state<Pipeline>();
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int row = next_row;
+    if (issuer && kt + 1 < k_tiles) next_row = __ldg(gi + (kt + 1) * kTileK + kk);
+    pipeline.producer_acquire(write);
+    auto* bar = pipeline.producer_get_barrier(write);
+    const int stage = write.index();
+    if (tid == 0) {
+      copy(ml.tma_load_a.with(*bar, 0), tAgA(_, _, _, kt), tAsA(_, _, _, stage));
+      copy(ml.tma_load_e.with(*bar, 0), tEgE(_, _, _, kt), tEsE(_, _, _, stage));
+    }
+    if (issuer) {
+      const int src_row = row >= 0 ? row : p.padded_k;
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < kTileN / 64; ++c) {
+        uint32_t dst = cute::cast_smem_ptr_to_uint(raw_pointer_cast(&sB(64 * c, kk, stage))) & ~0x7Fu;
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+            ::"r"(dst), "l"(reinterpret_cast<uint64_t>(&p.tma_x)), "r"(tok0 + 64 * c), "r"(src_row),
+            "r"(cute::cast_smem_ptr_to_uint(bar))
+            : "memory");
+      }
+    }
+    ++write;
+  }
 }
 
 __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem, int m_tile, int n_tile) {
@@ -90,6 +145,10 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
   Tensor tEgE = tma_e.partition_S(gE);
   Tensor tEsE = tma_e.partition_D(sE);
 
+  if constexpr (kGather == 1) {
+    produce_tma(p, pipeline, tAgA, tAsA, tEgE, tEsE, sB, m_tile, n_tile);
+    return;
+  }
   // The gather index of a k-tile is staged in shared memory (double-buffered), loaded one k-tile ahead by
   // the first kTileK producer threads so its latency hides behind the previous tile's copies.
   const int* gi = p.gidx + size_t(m_tile / p.tiles_per_block) * p.kg;
@@ -236,11 +295,12 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ cons
   const int m_tile = blockIdx.x, n_tile = blockIdx.y;
 
   typename Pipeline::Params pp;
-  pp.transaction_bytes = Mainloop::TmaTransactionBytesMK;
+  pp.transaction_bytes = Mainloop::TmaTransactionBytesMK + (kGather == 1 ? kTileN * kTileK * sizeof(Element) : 0);
   pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pp.is_leader = threadIdx.x == 0;
   pp.num_consumers = 128 * kConsumers;
-  pp.num_producers = 129;  // the TMA thread's arrive.expect_tx + one cp.async arrival per producer thread
+  // kGather 0: the TMA thread's arrive.expect_tx + one cp.async arrival per producer thread; 1: thread 0's alone
+  pp.num_producers = kGather == 1 ? 1 : 129;
   Pipeline pipeline(smem.pipeline, pp, Shape<_1, _1, _1>{});
   __syncthreads();
 
@@ -249,6 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ cons
     if (threadIdx.x == 0) {
       cute::prefetch_tma_descriptor(p.mainloop.tma_load_a.get_tma_descriptor());
       cute::prefetch_tma_descriptor(p.mainloop.tma_load_e.get_tma_descriptor());
+      if constexpr (kGather == 1) cute::prefetch_tma_descriptor(&p.tma_x);
     }
     produce(p, pipeline, smem, m_tile, n_tile);
   } else {
@@ -303,7 +364,21 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
            m,
            ldx,
            kg,
-           v / kTileM};
+           v / kTileM,
+           padded_k,
+           {}};
+  if constexpr (kGather == 1) {
+    // xt as a 2-D tensor: tokens (ldx, contiguous) x rows (padded_k); boxes of 64 tokens x 1 row, 128B swizzle.
+    cuuint64_t dims[2] = {cuuint64_t(ldx), cuuint64_t(padded_k)};
+    cuuint64_t strides[1] = {cuuint64_t(ldx) * sizeof(Element)};
+    cuuint32_t box[2] = {64, 1};
+    cuuint32_t elem_strides[2] = {1, 1};
+    CUresult r = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
+        &p.tma_x, cute::TMA::to_CUtensorMapDataType<Element>(), 2, xt, dims, strides, box, elem_strides,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return 1000 + int(cudaErrorInvalidValue);
+  }
   static int smem_set = 0;
   int smem = int(sizeof(SharedStorage));
   if (!smem_set) {
