@@ -34,8 +34,9 @@ def plot_speedup(result: dict, path: Path) -> Path:
             pts.sort(key=lambda s: s["sparsity"])
             xs = [100 * s["sparsity"] for s in pts]
             ys = [s["vs_cublas"] for s in pts]
-            err = [[y - s["vs_cublas_min"] for y, s in zip(ys, pts, strict=True)],
-                   [s["vs_cublas_max"] - y for y, s in zip(ys, pts, strict=True)]]
+            # clamped: with one shape the geomean equals min and max up to rounding
+            err = [[max(0.0, y - s["vs_cublas_min"]) for y, s in zip(ys, pts, strict=True)],
+                   [max(0.0, s["vs_cublas_max"] - y) for y, s in zip(ys, pts, strict=True)]]
             ax.errorbar(xs, ys, yerr=err, marker=MARKERS[i % len(MARKERS)], capsize=3, label=impl)
         grid = [50 + i * 0.5 for i in range(0, 91)]
         ax.plot(grid, [1 / (1 - g / 100) for g in grid], "k--", lw=0.8, label="ideal 1 / (1 − sparsity)")

@@ -51,9 +51,8 @@ class Config(FamilyConfig):
     SPACE: ClassVar = {"block_rows": (32, 64, 128, 256), "block_tokens": (32, 64, 128, 256),
                        "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 128),
                        "stages": (2, 3, 4, 5), "split_k": (1, 2, 4, 8),
-                       # x_transposed = 1 is written and compile-checked but not yet run on a GPU: it joins the
-                       # tuner's space once tests/test_gpu_nm_simt.py::test_transposed_x_matches_reference passes
-                       "x_transposed": (0,)}
+                       # x_transposed = 1 passed its H100 GPU tests (results/h100/gpu_tests_nm.log); timed by the tuner
+                       "x_transposed": (0, 1)}
 
     @property
     def threads(self) -> int:
