@@ -146,7 +146,7 @@ def default_family(device: torch.device, kind: type = Sparse24Weight, m: int = 1
 
 def _resolve(key: tuple) -> Callable:
     """Slow path, once per problem: choose family and config, compile or load, remember."""
-    m, n, k, dtype, out_dtype, has_bias, device, family_name, kind, *pattern = key  # pattern: tuned per pattern
+    m, n, k, dtype, out_dtype, has_bias, device, family_name, kind, pattern = key
     family_name = family_name or default_family(device, kind, m, dtype)
     if family_name not in FAMILIES:
         raise ShapeError(f"no kernel family {family_name!r} is built into this version for {kind.__name__} "
@@ -157,8 +157,7 @@ def _resolve(key: tuple) -> Callable:
     if dtype_name(dtype) not in getattr(family, "input_dtypes", HALF_DTYPES):  # f32: the CUDA-core family only
         raise InputError(f"{family.name} takes {'/'.join(getattr(family, 'input_dtypes', HALF_DTYPES))} inputs, "
                          f"got {dtype}")
-    problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias),
-                      str(pattern[0]) if pattern else "2:4")
+    problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias), str(pattern))
     cfg = (_selector or _default_selector())(family, problem)
     if cfg is None or family.check(cfg, problem) is not None:
         cfg = family.heuristic(problem)

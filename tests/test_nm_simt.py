@@ -87,7 +87,7 @@ def test_dispatch_refuses_fp32_for_every_family_but_simt():
     for name, fam in FAMILIES.items():
         if "f32" in getattr(fam, "input_dtypes", ()):
             continue
-        key = (32, 256, 512, torch.float32, torch.float32, False, torch.device("cpu"), name, fam.weight)
+        key = (32, 256, 512, torch.float32, torch.float32, False, torch.device("cpu"), name, fam.weight, "2:4")
         with pytest.raises(InputError, match=r"inputs, got torch\.float32"):
             _resolve(key)
 
