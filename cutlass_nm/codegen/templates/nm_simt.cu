@@ -57,6 +57,23 @@ __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
+// A thread's kTR weights of one k step (16-byte shared-memory loads).
+__device__ __forceinline__ void load_w(const float* w, float (&wv)[kTR]) {
+#pragma unroll
+  for (int a = 0; a < kTR; a += 4) {
+    const float4 w4 = *reinterpret_cast<const float4*>(w + a);
+    wv[a] = w4.x; wv[a + 1] = w4.y; wv[a + 2] = w4.z; wv[a + 3] = w4.w;
+  }
+}
+
+// acc += wv ⊗ xv: one k step of the thread's kTR x kTT register tile.
+__device__ __forceinline__ void outer_fma(const float (&wv)[kTR], const float (&xv)[kTT], float (&acc)[kTR][kTT]) {
+#pragma unroll
+  for (int a = 0; a < kTR; ++a)
+#pragma unroll
+    for (int b = 0; b < kTT; ++b) acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
+}
+
 // One k-tile into one pipeline stage: x [kBT][ktd] (token-major, pitch floats per token), W [ktc][kBR], cols
 // [nvb][ktc]. Out-of-range tokens and columns are zero-filled.
 template <int kMode>
@@ -173,15 +190,8 @@ nm_simt_kernel(Params p) {
           const float4 x4 = *reinterpret_cast<const float4*>(xp + b * 8);
           xv[b] = x4.x; xv[b + 1] = x4.y; xv[b + 2] = x4.z; xv[b + 3] = x4.w;
         }
-#pragma unroll
-        for (int a = 0; a < kTR; a += 4) {
-          const float4 w4 = *reinterpret_cast<const float4*>(ws + j * kBR + a);
-          wv[a] = w4.x; wv[a + 1] = w4.y; wv[a + 2] = w4.z; wv[a + 3] = w4.w;
-        }
-#pragma unroll
-        for (int a = 0; a < kTR; ++a)
-#pragma unroll
-          for (int b = 0; b < kTT; ++b) acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
+        load_w(ws + j * kBR, wv);
+        outer_fma(wv, xv, acc);
       }
     } else if (kFast) {
       const int* cp = cs + vrow[0];
@@ -191,24 +201,13 @@ nm_simt_kernel(Params p) {
         float xv[kTT], wv[kTR];
 #pragma unroll
         for (int b = 0; b < kTT; ++b) xv[b] = xp[b * 8 * kPitchFast];
-#pragma unroll
-        for (int a = 0; a < kTR; a += 4) {
-          const float4 w4 = *reinterpret_cast<const float4*>(ws + j * kBR + a);
-          wv[a] = w4.x; wv[a + 1] = w4.y; wv[a + 2] = w4.z; wv[a + 3] = w4.w;
-        }
-#pragma unroll
-        for (int a = 0; a < kTR; ++a)
-#pragma unroll
-          for (int b = 0; b < kTT; ++b) acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
+        load_w(ws + j * kBR, wv);
+        outer_fma(wv, xv, acc);
       }
     } else {
       for (int j = 0; j < p.ktc; ++j) {
         float wv[kTR];
-#pragma unroll
-        for (int a = 0; a < kTR; a += 4) {
-          const float4 w4 = *reinterpret_cast<const float4*>(ws + j * kBR + a);
-          wv[a] = w4.x; wv[a + 1] = w4.y; wv[a + 2] = w4.z; wv[a + 3] = w4.w;
-        }
+        load_w(ws + j * kBR, wv);
 #pragma unroll
         for (int a = 0; a < kTR; ++a) {
           const float* xp = xs + cs[vrow[a] + j];
