@@ -20,7 +20,7 @@ from .launch import check_status, torch_dtype, workspace
 
 SMEM_BYTES = 166912  # A100 opt-in shared memory per block: the family targets sm_80
 # (tile, warp) pairs CUTLASS instantiates for the 16-bit sparse GEMM.
-_SHAPES = {
+TILE_SHAPES = {
     (64, 128, 64): (32, 64), (256, 128, 64): (64, 64), (128, 256, 64): (64, 64), (128, 128, 64): (64, 64),
     (256, 64, 64): (64, 64), (64, 256, 64): (64, 64), (128, 64, 64): (64, 32), (64, 64, 64): (32, 32),
     (128, 128, 128): (64, 32), (256, 64, 128): (64, 64), (128, 64, 128): (64, 32), (64, 128, 128): (32, 64),
@@ -67,7 +67,7 @@ class _Sm80Family:
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := half_inputs_only(problem.types)) is not None:
             return reason
-        if _SHAPES.get((cfg.tile_m, cfg.tile_n, cfg.tile_k)) != (cfg.warp_m, cfg.warp_n):
+        if TILE_SHAPES.get((cfg.tile_m, cfg.tile_n, cfg.tile_k)) != (cfg.warp_m, cfg.warp_n):
             tile = f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k}"
             return f"tile {tile} with warp {cfg.warp_m}x{cfg.warp_n} is not instantiable"
         if cfg.stages * smem_per_stage(cfg) > SMEM_BYTES:

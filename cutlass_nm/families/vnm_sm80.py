@@ -18,24 +18,20 @@ from typing import ClassVar
 import torch
 
 from ..errors import PatternError, ShapeError
-from ..formats import Sparse24Weight, meta_sm80
+from ..formats import meta_sm80
 from ..formats.vnm import VNMWeight
 from ..patterns import Pattern
 from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status
+from .sptc24_sm80 import TILE_SHAPES
 
 SMEM_BYTES = 166912  # A100 opt-in shared memory per block: the family targets sm_80 (and runs on sm_90)
 SMEM_H100 = 233472  # shared memory per SM on the H100 (occupancy in estimate_ms)
 K_ALIGN = 128  # gathered K padded to this: a multiple of every tile_k and of the metadata's column padding
 ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "float"}
-PAD_NIBBLE = meta_sm80.PAD_U16 & 0xF
 # (tile_m, tile_n, tile_k) -> (warp_m, warp_n): CUTLASS's instantiated 16-bit sparse shapes with tile_m | V
 # (64 or 128).
-SHAPES: dict[tuple[int, int, int], tuple[int, int]] = {
-    (64, 64, 64): (32, 32), (64, 128, 64): (32, 64), (64, 256, 64): (64, 64), (128, 64, 64): (64, 32),
-    (128, 128, 64): (64, 64), (128, 256, 64): (64, 64), (64, 64, 128): (32, 32), (64, 128, 128): (32, 64),
-    (128, 64, 128): (64, 32), (128, 128, 128): (64, 32),
-}
+SHAPES: dict[tuple[int, int, int], tuple[int, int]] = {t: w for t, w in TILE_SHAPES.items() if t[0] <= 128}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,23 +88,15 @@ def smem_per_stage(cfg: Config) -> int:
 
 def gathered_k(w: VNMWeight) -> int:
     """The gathered K the kernels run: 4·groups padded to ``K_ALIGN``."""
-    return -(-4 * w.groups // K_ALIGN) * K_ALIGN
+    return w.gathered_k(K_ALIGN)
 
 
 def kernel_layout(w: VNMWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """(values n x kg/2, sm80 metadata, gather index blocks x kg int32, metadata rows). Index entries past the
     gathered columns name row ``padded_k`` of xT, which the kernel fills with zeros."""
-    rows, kg = w.out_features, gathered_k(w)
-    g4 = 4 * w.groups
-    values = torch.zeros(rows, kg // 2, dtype=w.dtype, device=w.device)
-    values[:, : g4 // 2] = w.values
-    meta = torch.full((rows, kg // 4), PAD_NIBBLE, dtype=torch.uint8, device=w.device)
-    meta[:, : w.groups] = w.meta
-    e = meta_sm80.to_sm80(Sparse24Weight(values, meta, (rows, kg)))
-    idx = w.gather_index()
-    gidx = torch.full((idx.shape[0], kg), w.padded_k, dtype=torch.int32, device=w.device)
-    gidx[:, :g4] = idx
-    return values, e, gidx.contiguous(), meta_sm80.padded_shape(rows, kg)[0]
+    w24 = w.padded_24(K_ALIGN)
+    e_rows = meta_sm80.padded_shape(*w24.shape)[0]
+    return w24.values, meta_sm80.to_sm80(w24), w.padded_gather_index(K_ALIGN, w.padded_k), e_rows
 
 
 class _VnmSm80Family:

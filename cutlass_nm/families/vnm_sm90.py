@@ -16,7 +16,7 @@ from typing import ClassVar
 import torch
 
 from ..errors import ShapeError
-from ..formats import Sparse24Weight, meta_sm90
+from ..formats import meta_sm90
 from ..formats.vnm import VNMWeight
 from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status
@@ -25,7 +25,6 @@ SMEM_BYTES = 232448  # sm90 opt-in shared memory per block
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per consumer thread before spilling
 K_ALIGN = 128  # gathered K is padded to this (a multiple of every tile_k), zero values / valid metadata
 ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "float"}
-PAD_NIBBLE = meta_sm90.PAD_BYTE & 0xF
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,22 +61,13 @@ def smem_per_stage(cfg: Config) -> int:
 
 def gathered_k(w: VNMWeight) -> int:
     """The gathered K the kernels run: 4·groups padded to ``K_ALIGN``."""
-    return -(-4 * w.groups // K_ALIGN) * K_ALIGN
+    return w.gathered_k(K_ALIGN)
 
 
 def kernel_layout(w: VNMWeight, atom_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(values n x kg/2, sm90 metadata, gather index blocks x kg int32 with -1 past the gathered columns)."""
-    rows, kg = w.out_features, gathered_k(w)
-    g4 = 4 * w.groups
-    values = torch.zeros(rows, kg // 2, dtype=w.dtype, device=w.device)
-    values[:, : g4 // 2] = w.values
-    meta = torch.full((rows, kg // 4), PAD_NIBBLE, dtype=torch.uint8, device=w.device)
-    meta[:, : w.groups] = w.meta
-    e = meta_sm90.to_sm90(Sparse24Weight(values, meta, (rows, kg)), atom_k)
-    idx = w.gather_index()
-    gidx = torch.full((idx.shape[0], kg), -1, dtype=torch.int32, device=w.device)
-    gidx[:, :g4] = idx
-    return values, e, gidx.contiguous()
+    w24 = w.padded_24(K_ALIGN)
+    return w24.values, meta_sm90.to_sm90(w24, atom_k), w.padded_gather_index(K_ALIGN, -1)
 
 
 class _VnmSm90Family:

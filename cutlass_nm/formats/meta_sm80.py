@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import torch
 
-from .sparse24 import Sparse24Weight
+from .sparse24 import PAD_NIBBLE, Sparse24Weight
 
 ROWS_ALIGN = 256  # largest CTA tile M of the sm80 family
 COLS_ALIGN = 8  # tile K 128 / 16 columns per uint16
-PAD_U16 = 0x4444
+PAD_U16 = PAD_NIBBLE * 0x1111
 
 
 def padded_shape(rows: int, k: int) -> tuple[int, int]:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from .sparse24 import Sparse24Weight
+from .sparse24 import PAD_NIBBLE, Sparse24Weight
 
 ROWS_ALIGN = 64
-PAD_BYTE = 0x44  # nibble 0b0100: positions (0, 1), a valid ordered pair
+PAD_BYTE = PAD_NIBBLE * 0x11  # two padding nibbles
 
 
 def atom_k_for_tile(tile_k: int) -> int:
@@ -50,7 +50,7 @@ def _pairs(meta: torch.Tensor) -> torch.Tensor:
     """Canonical per-group nibbles (rows x k/4) -> one byte per 8 columns (rows x k/8)."""
     rows, groups = meta.shape
     if groups % 2:
-        meta = torch.cat((meta, torch.full((rows, 1), PAD_BYTE & 0xF, dtype=torch.uint8, device=meta.device)), 1)
+        meta = torch.cat((meta, torch.full((rows, 1), PAD_NIBBLE, dtype=torch.uint8, device=meta.device)), 1)
     m = meta.reshape(rows, -1, 2).to(torch.int32)
     return (m[..., 0] | (m[..., 1] << 4)).to(torch.uint8)
 

@@ -24,6 +24,7 @@ from .weight import CompressedWeight
 GROUP = 4
 KEEP = 2
 PATTERN_24 = Pattern.parse("2:4")
+PAD_NIBBLE = 0b0100  # metadata of an all-zero padding group: positions (0, 1), a valid ordered pair
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 

@@ -21,7 +21,7 @@ import torch
 
 from ..errors import InputError, SparsityError
 from ..patterns import Pattern
-from .sparse24 import Sparse24Weight
+from .sparse24 import PAD_NIBBLE, Sparse24Weight
 from .weight import CompressedWeight
 
 EXACT_LIMIT = 1820  # C(16, 4): exact search for M <= 16
@@ -58,6 +58,26 @@ class VNMWeight(CompressedWeight):
         ``4g + j`` of a V-block reads, i.e. ``g·M + columns[block, g, j]``; ascending along each row."""
         g = torch.arange(self.groups, device=self.columns.device, dtype=torch.int32)
         return (g[None, :, None] * self.pattern.m + self.columns.int()).reshape(self.columns.shape[0], -1)
+
+    def gathered_k(self, align: int) -> int:
+        """The gathered K (4 per group) rounded up to a multiple of ``align``."""
+        return -(-4 * self.groups // align) * align
+
+    def padded_24(self, align: int) -> Sparse24Weight:
+        """``gathered_24()`` with K zero-padded to ``gathered_k(align)`` (padding groups carry valid metadata)."""
+        rows, kg = self.shape[0], self.gathered_k(align)
+        values = torch.zeros(rows, kg // 2, dtype=self.dtype, device=self.device)
+        values[:, : 2 * self.groups] = self.values
+        meta = torch.full((rows, kg // 4), PAD_NIBBLE, dtype=torch.uint8, device=self.device)
+        meta[:, : self.groups] = self.meta
+        return Sparse24Weight(values, meta, (rows, kg))
+
+    def padded_gather_index(self, align: int, fill: int) -> torch.Tensor:
+        """``gather_index()`` padded to ``gathered_k(align)`` columns with ``fill`` (contiguous int32)."""
+        idx = self.gather_index()
+        out = torch.full((idx.shape[0], self.gathered_k(align)), fill, dtype=torch.int32, device=idx.device)
+        out[:, : idx.shape[1]] = idx
+        return out
 
     def row_columns(self) -> torch.Tensor:
         """uint8 ``rows x 2G``: each kept value's column offset within its group of M, i.e. this weight read
