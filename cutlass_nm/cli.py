@@ -238,10 +238,7 @@ def tuned_family(pattern: Any, m: int) -> str:
     from .formats.vnm import VNMWeight
 
     kind = VNMWeight if pattern.is_vnm else Sparse24Weight if pattern.is_24 else NMWeight
-    if not torch.cuda.is_available():
-        return {Sparse24Weight: "sptc24_sm90", VNMWeight: "vnm_sm90"}.get(kind) or (
-            "nm_decode" if m <= 16 else "nm_simt")
-    return default_family(torch.device("cuda"), kind, m)
+    return default_family(torch.device("cuda") if torch.cuda.is_available() else None, kind, m)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -128,14 +128,15 @@ def _check_out(out: torch.Tensor | None, shape: tuple, dtype: torch.dtype, devic
     return out
 
 
-def default_family(device: torch.device, kind: type = Sparse24Weight, m: int = 1,
+def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: int = 1,
                    dtype: torch.dtype = torch.float16) -> str:
-    """The family that runs a ``kind`` weight at ``m`` tokens of ``dtype`` on this GPU when none is forced."""
+    """The family that runs a ``kind`` weight at ``m`` tokens of ``dtype`` on this GPU when none is forced
+    (``device=None``: an sm_90 GPU, e.g. to plan work on a machine without one)."""
     if kind is NMWeight:
         return "nm_decode" if m <= DECODE_MAX_M and dtype != torch.float32 else "nm_simt"
     if kind is VNMWeight and m <= VNM_DECODE_MAX_M:
         return "nm_decode"  # a V:N:M weight read as 2:M streams faster than the SPTC tile at one token
-    major, minor = device_info(device).capability
+    major, minor = (9, 0) if device is None else device_info(device).capability
     prefix = "vnm" if kind is VNMWeight else "sptc24"
     if (major, minor) == (9, 0):
         return f"{prefix}_sm90"

@@ -54,9 +54,9 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
         split *= 2
     red = block_rows * cfg.max_tokens * 4
     per_cta = -(-chunks // split)
-    need = ((8 * per_cta - 1) // keep + 2) * group  # x columns one CTA's k-range touches
     if cfg.max_tokens == 1:  # one token reads x directly: nothing staged
         return split, per_cta, red
+    need = ((8 * per_cta - 1) // keep + 2) * group  # x columns one CTA's k-range touches
     cap = min(need, (SMEM_BUDGET - red) // (2 * cfg.max_tokens))
     piece = min(per_cta, (cap // group - 1) * keep // 8)
     if piece < 1:
