@@ -19,9 +19,8 @@ import torch
 
 import cutlass_nm
 from cutlass_nm.bench.env import environment
+from cutlass_nm.bench.run import make_weight
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
-from cutlass_nm.formats.nm import compress_nm
-from cutlass_nm.formats.vnm import compress_vnm
 
 PATTERNS = ["2:4", "1:4", "2:8", "1:8", "3:7", "5:16", "16:32", "8:32", "4:32", "128:2:8", "128:2:16"]
 SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (8192, 8192)]
@@ -44,14 +43,6 @@ def streamed_bytes(w, family: str | None) -> int:
     return w.values.numel() * 2 + w.meta.numel() + extra
 
 
-def make_weight(w: torch.Tensor, pattern: str, vector: int):
-    """Magnitude-pruned and compressed; V:N:M with the fast column choice (timing does not depend on it)."""
-    p = cutlass_nm.Pattern.parse(pattern)
-    if p.is_vnm:
-        return compress_vnm(w, p, prune=True, exact=False)
-    return cutlass_nm.prune(w, pattern)[0] if p.is_24 else compress_nm(w, p, vector, prune=True)
-
-
 def clone_weight(w):
     """The same weight in new memory (its cached kernel layouts are rebuilt for the copy)."""
     fields = {f.name: getattr(w, f.name) for f in dataclasses.fields(w)}
@@ -62,7 +53,9 @@ def clone_weight(w):
 def bench_pattern(pattern: str, m: int, n: int, k: int, xs: list, t_dense: float, bw: float, vector: int,
                   family: str | None = None) -> dict:
     """One (pattern, m, n, k) row; weights are rotated past L2 like the inputs."""
-    first = make_weight(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern, vector)
+    p = cutlass_nm.Pattern.parse(pattern)
+    kind = "24" if p.is_24 else "vnm" if p.is_vnm else "nm"
+    first = make_weight(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern, kind, vector)
     weight_bytes = streamed_bytes(first, family)
     copies = copies_to_rotate(weight_bytes)
     ws = [first] + [clone_weight(first) for _ in range(copies - 1)]  # distinct memory, rotated past L2

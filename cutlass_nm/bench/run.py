@@ -36,13 +36,14 @@ DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 NM_VECTOR = 32  # the N:M format's default index-sharing vector (formats/nm.py)
 
 
-def make_weight(w: torch.Tensor, pattern: str, kind: str) -> Any:
-    """Magnitude-prune ``w`` to ``pattern`` in the format of ``kind`` (2:4 as N:M too, for the CUDA-core kinds)."""
+def make_weight(w: torch.Tensor, pattern: str, kind: str, vector: int = NM_VECTOR) -> Any:
+    """Magnitude-prune ``w`` to ``pattern`` in the format of ``kind`` (2:4 as N:M too, for the CUDA-core kinds;
+    N:M positions shared by ``vector`` rows)."""
     import cutlass_nm
 
     if kind == "nm":
         p = Pattern.parse(pattern)
-        return compress_nm(w * mask_nm(w, p, NM_VECTOR), p, NM_VECTOR)
+        return compress_nm(w * mask_nm(w, p, vector), p, vector)
     if kind == "vnm":  # the fast column choice: timing does not depend on which columns are kept
         return compress_vnm(w, pattern, prune=True, exact=False)
     return cutlass_nm.prune(w, pattern)[0]
