@@ -54,6 +54,16 @@ def _worker(gpu: int, shape: tuple[int, int, int], trials: int, timeout: float, 
                             "best_ms": res.best_ms}) + "\n")
 
 
+def _reasons(study) -> dict[str, int]:
+    """Why trials were pruned: another tuner had claimed the config, or the family's validity check."""
+    out: dict[str, int] = {}
+    for t in study.trials:
+        if "pruned" in t.user_attrs:
+            why = "claimed by another tuner" if "claimed" in t.user_attrs["pruned"] else "invalid config"
+            out[why] = out.get(why, 0) + 1
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpus", type=int, default=2)
@@ -111,6 +121,7 @@ def main() -> None:
         "db_measurements": len(rows), "db_distinct_configs": len({m.config_key for m in rows}),
         "trials_measured_by_both_gpus": len(set.intersection(*by_gpu.values())) if len(by_gpu) > 1 else 0,
         "running_left": states.count("RUNNING"),
+        "pruned_reasons": _reasons(study),
         "winner": [{"config": w.config, "p50_ms": w.p50_ms} for _, w in winners],
         "best_completed_ms": min((t.value for t in complete), default=None),
     }
