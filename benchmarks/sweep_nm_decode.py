@@ -28,9 +28,9 @@ TOKENS = [1, 4, 8, 16]
 def configs(tokens: int) -> list:
     fam = get_family("nm_decode")
     out = []
-    for warps, rows in itertools.product((4, 8, 16), (1, 2, 4, 8)):
-        cfg = fam.Config(max_tokens=tokens, warps=warps, rows=rows)
-        if rows * tokens <= 64:
+    for warps, rows, stage in itertools.product((4, 8, 16), (1, 2, 4, 8), (0, 1)):
+        cfg = fam.Config(max_tokens=tokens, warps=warps, rows=rows, stage_x=stage)
+        if rows * tokens <= 64 and not (tokens > 1 and stage):
             out.append(cfg)
     return out
 
@@ -38,32 +38,46 @@ def configs(tokens: int) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES), help="NxK,NxK,...")
+    ap.add_argument("--patterns", default=",".join(PATTERNS))
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     args = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    patterns, tokens = args.patterns.split(","), [int(t) for t in args.tokens.split(",")]
     types = KernelTypes("f16", "f16", False)
-    precompile([("nm_decode", c, types) for t in TOKENS for c in configs(t)])
+    precompile([("nm_decode", c, types) for t in tokens for c in configs(t)])
     rows = []
-    for (n, k), m in itertools.product(SHAPES, TOKENS):
+    env = environment()
+    for (n, k), m in itertools.product(shapes, tokens):
         copies = copies_to_rotate(n * k * 2)
         xs = [torch.randn(m, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
         dense = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
         t_dense = time_rotating(lambda i, xs=xs, ws=dense: torch.mm(xs[i], ws[i].T), copies).p50_ms
         del dense
-        for pattern in PATTERNS:
+        for pattern in patterns:
             ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern, vector=1)[0]
                   for _ in range(copies)]
+            nbytes = ws[0].values.numel() * 2 + ws[0].indices.numel() + (m * k + m * n) * 2
+            # a device copy that moves the same bytes (half read, half written): the ceiling at this size
+            src = [torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda") for _ in range(copies)]
+            dst = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+            t_copy = time_rotating(lambda i, s=src, d=dst: d.copy_(s[i]), copies, reps=50, warmup_ms=50).p50_ms
+            del src, dst
             for cfg in configs(m):
                 set_selector(lambda fam, prob, cfg=cfg: cfg)
                 t = time_rotating(lambda i, xs=xs, ws=ws: cutlass_nm.matmul(xs[i], ws[i]), copies, reps=50,
                                   warmup_ms=50)
                 rows.append({"n": n, "k": k, "m": m, "pattern": pattern, "config": cfg.to_record(),
-                             "median_ms": t.p50_ms, "cublas_ms": t_dense, "speedup_vs_cublas": t_dense / t.p50_ms})
+                             "median_ms": t.p50_ms, "cublas_ms": t_dense, "speedup_vs_cublas": t_dense / t.p50_ms,
+                             "bytes": nbytes, "same_bytes_copy_ms": t_copy,
+                             "effective_tb_s": nbytes / t.p50_ms / 1e9})
             best = min((r for r in rows if (r["n"], r["k"], r["m"], r["pattern"]) == (n, k, m, pattern)),
                        key=lambda r: r["median_ms"])
             print(json.dumps(best), flush=True)
             del ws
+            if args.out:  # after every pattern: a run cut short keeps what it measured
+                args.out.write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
     set_selector(None)
-    if args.out:
-        args.out.write_text(json.dumps({"environment": environment(), "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

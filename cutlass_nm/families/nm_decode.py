@@ -31,13 +31,20 @@ CTAS_PER_SM = 2  # split-K until the grid has this many CTAs per SM
 
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
-    """Tokens handled per launch (accumulators per thread), warps per CTA and weight rows per warp."""
+    """Tokens handled per launch (accumulators per thread), warps per CTA, weight rows per warp, and whether one
+    token's x is also staged in shared memory (several tokens always are) or gathered straight from L1."""
 
     max_tokens: int = 16
     warps: int = 4
     rows: int = 1
+    stage_x: int = 0
 
-    SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8)}
+    SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
+                       "stage_x": (0, 1)}
+
+    @property
+    def staged(self) -> bool:
+        return self.max_tokens > 1 or bool(self.stage_x)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -54,7 +61,7 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
         split *= 2
     red = block_rows * cfg.max_tokens * 4
     per_cta = -(-chunks // split)
-    if cfg.max_tokens == 1:  # one token reads x directly: nothing staged
+    if not cfg.staged:  # one token read straight from L1: nothing staged
         return split, per_cta, red
     need = ((8 * per_cta - 1) // keep + 2) * group  # x columns one CTA's k-range touches
     cap = min(need, (SMEM_BUDGET - red) // (2 * cfg.max_tokens))
@@ -81,6 +88,8 @@ class _DecodeFamily:
             return f"m={problem.m} exceeds this config's max_tokens={cfg.max_tokens} (the decode path takes m <= 16)"
         if problem.types.out_dtype not in ("f32", problem.types.dtype):
             return "output must be the input dtype or f32"
+        if cfg.max_tokens > 1 and cfg.stage_x:
+            return "several tokens always stage x: stage_x=1 would rebuild the stage_x=0 kernel"
         if cfg.rows * cfg.max_tokens > MAX_ACCUMULATORS:
             return f"rows x max_tokens = {cfg.rows * cfg.max_tokens} accumulators per thread > {MAX_ACCUMULATORS}"
         return None
@@ -89,14 +98,15 @@ class _DecodeFamily:
         from ..codegen.cutlass_emit import template
 
         return template("nm_decode.cu").substitute(element=ELEMENTS[types.dtype], max_tokens=int(cfg.max_tokens),
-                                                   warps=int(cfg.warps), rows=int(cfg.rows))
+                                                   warps=int(cfg.warps), rows=int(cfg.rows),
+                                                   stage_x=int(cfg.staged))
 
     def heuristic(self, problem: Problem) -> Config:
         """Large CTAs (x staging amortized over many rows); fewer rows per warp as accumulators grow. From the
         H100 sweep (benchmarks/sweep_nm_decode.py, results/h100/nm_decode_sweep.json)."""
         tokens = next(t for t in Config.SPACE["max_tokens"] if t >= min(problem.m, 16))
         warps, rows = {1: (16, 1), 2: (16, 1), 4: (16, 2), 8: (16, 2), 16: (16, 1)}[tokens]
-        return Config(max_tokens=tokens, warps=warps, rows=rows)
+        return Config(max_tokens=tokens, warps=warps, rows=rows, stage_x=0)
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, cfg, types)

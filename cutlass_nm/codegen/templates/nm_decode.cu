@@ -25,7 +25,7 @@ constexpr int kMaxTokens = ${max_tokens};
 constexpr int kWarps = ${warps};
 constexpr int kRows = ${rows};  // rows per warp
 constexpr int kBlockRows = kWarps * kRows;
-constexpr bool kStage = kMaxTokens > 1;  // stage x columns in shared memory; one token reads x directly
+constexpr bool kStage = ${stage_x};  // x columns staged in shared memory (always for several tokens)
 
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
