@@ -23,13 +23,14 @@ from cutlass_nm.kernels import precompile
 SHAPES = [(4096, 4096), (11008, 4096), (8192, 8192)]
 PATTERNS = ["2:8", "16:32"]
 TOKENS = [1, 4, 8, 16]
+STAGE, AHEAD = (0, 1), (1, 2, 4)
 
 
 def configs(tokens: int) -> list:
     fam = get_family("nm_decode")
     out = []
-    for warps, rows, stage in itertools.product((4, 8, 16), (1, 2, 4, 8), (0, 1)):
-        cfg = fam.Config(max_tokens=tokens, warps=warps, rows=rows, stage_x=stage)
+    for warps, rows, stage, ahead in itertools.product((4, 8, 16), (1, 2, 4, 8), STAGE, AHEAD):
+        cfg = fam.Config(max_tokens=tokens, warps=warps, rows=rows, stage_x=stage, ahead=ahead)
         if rows * tokens <= 64 and not (tokens > 1 and stage):
             out.append(cfg)
     return out
@@ -41,7 +42,11 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES), help="NxK,NxK,...")
     ap.add_argument("--patterns", default=",".join(PATTERNS))
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    ap.add_argument("--stage", default="0,1", help="stage_x values to sweep")
+    ap.add_argument("--ahead", default="1,2,4", help="ahead values to sweep")
     args = ap.parse_args()
+    global STAGE, AHEAD
+    STAGE, AHEAD = tuple(int(v) for v in args.stage.split(",")), tuple(int(v) for v in args.ahead.split(","))
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     patterns, tokens = args.patterns.split(","), [int(t) for t in args.tokens.split(",")]
     types = KernelTypes("f16", "f16", False)
@@ -63,14 +68,16 @@ def main() -> None:
             dst = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
             t_copy = time_rotating(lambda i, s=src, d=dst: d.copy_(s[i]), copies, reps=50, warmup_ms=50).p50_ms
             del src, dst
+            ref = xs[0].float() @ ws[0].to_dense().float().T
             for cfg in configs(m):
                 set_selector(lambda fam, prob, cfg=cfg: cfg)
+                err = float((cutlass_nm.matmul(xs[0], ws[0]).float() - ref).norm() / ref.norm())
                 t = time_rotating(lambda i, xs=xs, ws=ws: cutlass_nm.matmul(xs[i], ws[i]), copies, reps=50,
                                   warmup_ms=50)
                 rows.append({"n": n, "k": k, "m": m, "pattern": pattern, "config": cfg.to_record(),
                              "median_ms": t.p50_ms, "cublas_ms": t_dense, "speedup_vs_cublas": t_dense / t.p50_ms,
                              "bytes": nbytes, "same_bytes_copy_ms": t_copy,
-                             "effective_tb_s": nbytes / t.p50_ms / 1e9})
+                             "effective_tb_s": nbytes / t.p50_ms / 1e9, "rel_err": err})
             best = min((r for r in rows if (r["n"], r["k"], r["m"], r["pattern"]) == (n, k, m, pattern)),
                        key=lambda r: r["median_ms"])
             print(json.dumps(best), flush=True)

@@ -31,16 +31,18 @@ CTAS_PER_SM = 2  # split-K until the grid has this many CTAs per SM
 
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
-    """Tokens handled per launch (accumulators per thread), warps per CTA, weight rows per warp, and whether one
-    token's x is also staged in shared memory (several tokens always are) or gathered straight from L1."""
+    """Tokens handled per launch (accumulators per thread), warps per CTA, weight rows per warp, whether one
+    token's x is also staged in shared memory (several tokens always are) or gathered straight from L1, and how
+    many chunks of 8 nonzeros each lane keeps in flight."""
 
     max_tokens: int = 16
     warps: int = 4
     rows: int = 1
     stage_x: int = 0
+    ahead: int = 1
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
-                       "stage_x": (0, 1)}
+                       "stage_x": (0, 1), "ahead": (1, 2, 4)}
 
     @property
     def staged(self) -> bool:
@@ -99,7 +101,7 @@ class _DecodeFamily:
 
         return template("nm_decode.cu").substitute(element=ELEMENTS[types.dtype], max_tokens=int(cfg.max_tokens),
                                                    warps=int(cfg.warps), rows=int(cfg.rows),
-                                                   stage_x=int(cfg.staged))
+                                                   stage_x=int(cfg.staged), ahead=int(cfg.ahead))
 
     def heuristic(self, problem: Problem) -> Config:
         """Large CTAs (x staging amortized over many rows); fewer rows per warp as accumulators grow. From the

@@ -9,7 +9,7 @@
 // token-contiguous (xs[col][token]), so one 16-byte load gives 8 tokens of a column (one token: x is read
 // directly). Lane l of a warp streams
 // chunks l, l + 32, ... of its kRows rows with 16-byte value loads (8-byte index loads, once for all rows when
-// they share indices), one chunk ahead in registers (the first issued before x is staged), and keeps
+// they share indices; both bypass L1), kAhead chunks in flight in registers (issued before x is staged), and keeps
 // kRows x kMaxTokens fp32 sums. Warp shuffles, then the cluster (distributed
 // shared memory), reduce them; rank 0 adds the bias and writes y.
 #include <cstdint>
@@ -25,6 +25,7 @@ constexpr int kMaxTokens = ${max_tokens};
 constexpr int kWarps = ${warps};
 constexpr int kRows = ${rows};  // rows per warp
 constexpr int kBlockRows = kWarps * kRows;
+constexpr int kAhead = ${ahead};  // chunks of 8 nonzeros each lane keeps in flight
 constexpr bool kStage = ${stage_x};  // x columns staged in shared memory (always for several tokens)
 
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
@@ -85,6 +86,19 @@ __device__ __forceinline__ void stage_x(const Element* __restrict__ x, Element* 
   }
 }
 
+// Weight streams are read once: they bypass L1, where x (read by every row) stays.
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_stream8(const void* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
 // One lane's weights for one chunk of 8 nonzeros of its kRows rows.
 struct Chunk {
   uint4 v[kRows];
@@ -97,9 +111,9 @@ __device__ __forceinline__ void load_chunk(Chunk& ch, const Element* __restrict_
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int row = min(row0 + r, n - 1);  // rows past n compute garbage that is never stored
-    ch.v[r] = *reinterpret_cast<const uint4*>(values + static_cast<int64_t>(row) * stride + j0);
+    ch.v[r] = ld_stream16(values + static_cast<int64_t>(row) * stride + j0);
     if (r == 0 || !shared_idx) {
-      ch.i[r] = *reinterpret_cast<const uint2*>(indices + static_cast<int64_t>(row / vector) * stride + j0);
+      ch.i[r] = ld_stream8(indices + static_cast<int64_t>(row / vector) * stride + j0);
     } else {
       ch.i[r] = ch.i[0];
     }
@@ -132,18 +146,19 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
     const int p1 = min(p0 + piece, ce);
     const int g0 = p0 * 8 / keep, g1 = (p1 * 8 - 1) / keep;  // groups this piece touches
     const int c0 = g0 * group;
-    Chunk cur;
     int c = p0 + lane;
-    if (c < p1) load_chunk(cur, values, indices, row0, n, vector, stride, shared_idx, c * 8);  // before staging
+    Chunk buf[kAhead];  // chunks c, c + 32, ..., in flight (the first issued before x is staged)
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a) {
+      if (c + 32 * a < p1) load_chunk(buf[a], values, indices, row0, n, vector, stride, shared_idx, (c + 32 * a) * 8);
+    }
     if constexpr (kStage) {
       __syncthreads();  // the previous piece's columns are no longer read
       stage_x(x, xs, m, k, c0, (g1 - g0 + 1) * group);
       __syncthreads();
     }
-    for (; c < p1; c += 32) {
-      Chunk next;  // one chunk ahead in registers
-      if (c + 32 < p1) load_chunk(next, values, indices, row0, n, vector, stride, shared_idx, (c + 32) * 8);
-      const int j0 = c * 8;
+    auto consume = [&](const Chunk& cur, int cc) {
+      const int j0 = cc * 8;
       int g = j0 / keep, q = j0 - g * keep;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -177,7 +192,18 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
         }
         if (++q == keep) { q = 0; ++g; }
       }
-      cur = next;
+    };
+    for (; c < p1; c += 32 * kAhead) {
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a) {  // consume one chunk, refill its slot kAhead chunks further on
+        const int cc = c + 32 * a;
+        if (cc >= p1) break;
+        const Chunk cur = buf[a];
+        if (cc + 32 * kAhead < p1) {
+          load_chunk(buf[a], values, indices, row0, n, vector, stride, shared_idx, (cc + 32 * kAhead) * 8);
+        }
+        consume(cur, cc);
+      }
     }
   }
 
