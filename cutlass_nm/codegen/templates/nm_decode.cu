@@ -66,22 +66,33 @@ __device__ __forceinline__ void load_column(const Element* col, float (&xv)[kMax
 }
 
 // Columns [c0, c0 + ncols) of x into xs[col][token]; zeros past k and past m (padding values may point there).
+// Each thread loads kBatch columns before storing any, so about 16 loads per thread are in flight.
+constexpr int kBatch = kMaxTokens >= 16 ? 1 : 16 / kMaxTokens;
 __device__ __forceinline__ void stage_x(const Element* __restrict__ x, Element* xs, int m, int k, int c0, int ncols) {
-  for (int c = threadIdx.x; c < ncols; c += blockDim.x) {
-    __align__(16) Element v[kMaxTokens];
-    const int col = c0 + c;
+  for (int base = threadIdx.x; base < ncols; base += blockDim.x * kBatch) {
+    __align__(16) Element v[kBatch][kMaxTokens];
 #pragma unroll
-    for (int t = 0; t < kMaxTokens; ++t) {
-      v[t] = (t < m && col < k) ? x[static_cast<int64_t>(t) * k + col] : Element(0.f);
-    }
-    if constexpr (kMaxTokens >= 8) {
+    for (int b = 0; b < kBatch; ++b) {
+      const int col = c0 + base + b * blockDim.x;
+      const bool in = base + b * blockDim.x < ncols && col < k;
 #pragma unroll
-      for (int q = 0; q < kMaxTokens / 8; ++q) {
-        reinterpret_cast<uint4*>(xs + c * kMaxTokens)[q] = reinterpret_cast<const uint4*>(v)[q];
+      for (int t = 0; t < kMaxTokens; ++t) {
+        v[b][t] = (in && t < m) ? x[static_cast<int64_t>(t) * k + col] : Element(0.f);
       }
-    } else {
+    }
 #pragma unroll
-      for (int t = 0; t < kMaxTokens; ++t) xs[c * kMaxTokens + t] = v[t];
+    for (int b = 0; b < kBatch; ++b) {
+      const int c = base + b * blockDim.x;
+      if (c >= ncols) break;
+      if constexpr (kMaxTokens >= 8) {
+#pragma unroll
+        for (int q = 0; q < kMaxTokens / 8; ++q) {
+          reinterpret_cast<uint4*>(xs + c * kMaxTokens)[q] = reinterpret_cast<const uint4*>(v[b])[q];
+        }
+      } else {
+#pragma unroll
+        for (int t = 0; t < kMaxTokens; ++t) xs[c * kMaxTokens + t] = v[b][t];
+      }
     }
   }
 }
