@@ -23,15 +23,15 @@ from cutlass_nm.kernels import precompile
 SHAPES = [(4096, 4096), (11008, 4096), (8192, 8192)]
 PATTERNS = ["2:8", "16:32"]
 TOKENS = [1, 4, 8, 16]
-STAGE, AHEAD = (0, 1), (1, 2, 4)
+WARPS, ROWS, STAGE, AHEAD, TRANSPOSE = (4, 8, 16), (1, 2, 4, 8), (0, 1), (1, 2, 4), (0, 1)
 
 
 def configs(tokens: int) -> list:
     fam = get_family("nm_decode")
     out = []
-    for warps, rows, stage, ahead in itertools.product((4, 8, 16), (1, 2, 4, 8), STAGE, AHEAD):
-        cfg = fam.Config(max_tokens=tokens, warps=warps, rows=rows, stage_x=stage, ahead=ahead)
-        if rows * tokens <= 64 and not (tokens > 1 and stage):
+    for warps, rows, stage, ahead, tr in itertools.product(WARPS, ROWS, STAGE, AHEAD, TRANSPOSE):
+        cfg = fam.Config(max_tokens=tokens, warps=warps, rows=rows, stage_x=stage, ahead=ahead, transpose=tr)
+        if rows * tokens <= 64 and not (tokens > 1 and (stage or tr)) and not (tr and rows > 4):
             out.append(cfg)
     return out
 
@@ -44,9 +44,13 @@ def main() -> None:
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--stage", default="0,1", help="stage_x values to sweep")
     ap.add_argument("--ahead", default="1,2,4", help="ahead values to sweep")
+    ap.add_argument("--transpose", default="0,1", help="transpose values to sweep (one token)")
+    ap.add_argument("--warps", default="4,8,16")
+    ap.add_argument("--rows", default="1,2,4,8")
     args = ap.parse_args()
-    global STAGE, AHEAD
-    STAGE, AHEAD = tuple(int(v) for v in args.stage.split(",")), tuple(int(v) for v in args.ahead.split(","))
+    global WARPS, ROWS, STAGE, AHEAD, TRANSPOSE
+    WARPS, ROWS, STAGE, AHEAD, TRANSPOSE = (tuple(int(v) for v in a.split(",")) for a in (
+        args.warps, args.rows, args.stage, args.ahead, args.transpose))
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     patterns, tokens = args.patterns.split(","), [int(t) for t in args.tokens.split(",")]
     types = KernelTypes("f16", "f16", False)

@@ -32,17 +32,20 @@ CTAS_PER_SM = 2  # split-K until the grid has this many CTAs per SM
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
     """Tokens handled per launch (accumulators per thread), warps per CTA, weight rows per warp, whether one
-    token's x is also staged in shared memory (several tokens always are) or gathered straight from L1, and how
-    many chunks of 8 nonzeros each lane keeps in flight."""
+    token's x is also staged in shared memory (several tokens always are) or gathered straight from L1, how
+    many chunks of 8 nonzeros each lane keeps in flight, and (one token) whether a warp's chunks are transposed
+    through shared memory so that its lanes gather neighbouring x columns."""
 
     max_tokens: int = 16
     warps: int = 4
     rows: int = 1
     stage_x: int = 0
     ahead: int = 1
+    transpose: int = 0
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
-                       "stage_x": (0, 1), "ahead": (1, 2, 4)}
+                       "stage_x": (0, 1), "ahead": (1, 2, 4),
+                       "transpose": (0, 1)}
 
     @property
     def staged(self) -> bool:
@@ -61,7 +64,8 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     split = 1
     while clusters and split < MAX_SPLIT and blocks * split < CTAS_PER_SM * sm_count and chunks >= 64 * split:
         split *= 2
-    red = block_rows * cfg.max_tokens * 4
+    red = -(-block_rows * cfg.max_tokens * 4 // 16) * 16
+    red += cfg.warps * cfg.rows * 256 * 3 if cfg.transpose else 0  # transpose buffers: 2-byte values + 1-byte indices
     per_cta = -(-chunks // split)
     if not cfg.staged:  # one token read straight from L1: nothing staged
         return split, per_cta, red
@@ -90,6 +94,8 @@ class _DecodeFamily:
             return f"m={problem.m} exceeds this config's max_tokens={cfg.max_tokens} (the decode path takes m <= 16)"
         if problem.types.out_dtype not in ("f32", problem.types.dtype):
             return "output must be the input dtype or f32"
+        if cfg.transpose and (cfg.max_tokens > 1 or cfg.rows > 4):
+            return "transpose takes one token (max_tokens=1) and at most 4 rows per warp"
         if cfg.max_tokens > 1 and cfg.stage_x:
             return "several tokens always stage x: stage_x=1 would rebuild the stage_x=0 kernel"
         if cfg.rows * cfg.max_tokens > MAX_ACCUMULATORS:
@@ -101,7 +107,8 @@ class _DecodeFamily:
 
         return template("nm_decode.cu").substitute(element=ELEMENTS[types.dtype], max_tokens=int(cfg.max_tokens),
                                                    warps=int(cfg.warps), rows=int(cfg.rows),
-                                                   stage_x=int(cfg.staged), ahead=int(cfg.ahead))
+                                                   stage_x=int(cfg.staged), ahead=int(cfg.ahead),
+                                                   transpose="true" if cfg.transpose else "false")
 
     def heuristic(self, problem: Problem) -> Config:
         """Large CTAs (x staging amortized over many rows); fewer rows per warp as accumulators grow. From the

@@ -26,6 +26,9 @@ constexpr int kWarps = ${warps};
 constexpr int kRows = ${rows};  // rows per warp
 constexpr int kBlockRows = kWarps * kRows;
 constexpr int kAhead = ${ahead};  // chunks of 8 nonzeros each lane keeps in flight
+constexpr bool kTranspose = ${transpose};  // one token: gather neighbouring nonzeros across lanes (see below)
+constexpr int kTransposeBytes = kTranspose ? kRows * 256 * (sizeof(${element}) + 1) : 0;  // per warp
+constexpr int kRedBytes = (kBlockRows * kMaxTokens * 4 + 15) / 16 * 16;  // reduction buffer, 16-byte aligned
 constexpr bool kStage = ${stage_x};  // x columns staged in shared memory (always for several tokens)
 
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
@@ -138,12 +141,14 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
                  int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);                                   // [kBlockRows][kMaxTokens]
-  Element* xs = reinterpret_cast<Element*>(smem + kBlockRows * kMaxTokens * sizeof(float));
+  unsigned char* tbuf = smem + kRedBytes;                                        // [kWarps][kTransposeBytes]
+  Element* xs = reinterpret_cast<Element*>(tbuf + kWarps * kTransposeBytes);
   const int split = gridDim.x, s = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = blockIdx.y * kBlockRows + warp * kRows;
   const bool shared_idx = vector % kRows == 0;  // a warp's rows start at a multiple of kRows
   const int chunks = stride / 8;
+  const int step_g = 32 / keep, step_q = 32 - step_g * keep;  // 32 positions = step_g groups + step_q
   const int cb = static_cast<int>(static_cast<int64_t>(chunks) * s / split);
   const int ce = static_cast<int>(static_cast<int64_t>(chunks) * (s + 1) / split);
 
@@ -157,11 +162,11 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
     const int p1 = min(p0 + piece, ce);
     const int g0 = p0 * 8 / keep, g1 = (p1 * 8 - 1) / keep;  // groups this piece touches
     const int c0 = g0 * group;
-    int c = p0 + lane;
-    Chunk buf[kAhead];  // chunks c, c + 32, ..., in flight (the first issued before x is staged)
+    Chunk buf[kAhead];  // this lane's chunks p0 + lane + 32 a, in flight (issued before x is staged)
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) {
-      if (c + 32 * a < p1) load_chunk(buf[a], values, indices, row0, n, vector, stride, shared_idx, (c + 32 * a) * 8);
+      const int cc = p0 + lane + 32 * a;
+      if (cc < p1) load_chunk(buf[a], values, indices, row0, n, vector, stride, shared_idx, cc * 8);
     }
     if constexpr (kStage) {
       __syncthreads();  // the previous piece's columns are no longer read
@@ -204,16 +209,56 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
         if (++q == keep) { q = 0; ++g; }
       }
     };
-    for (; c < p1; c += 32 * kAhead) {
+    // kTranspose: the warp's 32 chunks go through shared memory so that in gather e lane l takes nonzero
+    // 32 e + l of the warp's 256: the lanes' x columns are then neighbours (a few cache lines per gather)
+    // instead of 256 nonzeros apart. Element e of lane l's chunk sits at (8 l + e) in the buffer.
+    auto consume_transposed = [&](const Chunk& cur, bool valid, int base) {
+      Element* tv = reinterpret_cast<Element*>(tbuf + warp * kTransposeBytes);  // [kRows][256]
+      uint8_t* ti = reinterpret_cast<uint8_t*>(tv + kRows * 256);                // [kRows or 1][256]
+      __syncwarp();
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        reinterpret_cast<uint4*>(tv + r * 256)[lane] = valid ? cur.v[r] : make_uint4(0, 0, 0, 0);
+        if (r == 0 || !shared_idx) reinterpret_cast<uint2*>(ti + r * 256)[lane] = valid ? cur.i[r] : make_uint2(0, 0);
+      }
+      __syncwarp();
+      const int j = base * 8 + lane;  // this lane's first position; the next is 32 further
+      int g = j / keep, q = j - g * keep;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int col0 = g * group - c0;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int pos = 32 * e + lane;
+          const int col = c0 + col0 + ti[(shared_idx ? 0 : r) * 256 + pos];
+          const float w = to_float(tv[r * 256 + pos]);
+          float xv;
+          if constexpr (kStage) {  // positions past the piece (idle lanes) have no staged column
+            xv = j + 32 * e < p1 * 8 ? to_float(xs[col - c0]) : 0.f;
+          } else {
+            xv = col < k ? to_float(__ldg(x + col)) : 0.f;
+          }
+          acc[r][0] = fmaf(w, xv, acc[r][0]);
+        }
+        q += step_q; g += step_g;
+        if (q >= keep) { q -= keep; ++g; }
+      }
+    };
+    for (int cb0 = p0; cb0 < p1; cb0 += 32 * kAhead) {
 #pragma unroll
       for (int a = 0; a < kAhead; ++a) {  // consume one chunk, refill its slot kAhead chunks further on
-        const int cc = c + 32 * a;
-        if (cc >= p1) break;
+        const int base = cb0 + 32 * a;  // warp-uniform: the warp's first chunk of this step
+        if (base >= p1) break;
+        const int cc = base + lane;
         const Chunk cur = buf[a];
         if (cc + 32 * kAhead < p1) {
           load_chunk(buf[a], values, indices, row0, n, vector, stride, shared_idx, (cc + 32 * kAhead) * 8);
         }
-        consume(cur, cc);
+        if constexpr (kTranspose) {
+          consume_transposed(cur, cc < p1, base);
+        } else if (cc < p1) {
+          consume(cur, cc);
+        }
       }
     }
   }
