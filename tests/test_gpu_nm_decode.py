@@ -62,3 +62,30 @@ def test_decode_split_k_clusters(n, k):
     y = cutlass_nm.matmul(x, w)
     ref = x.double() @ w.to_dense().double().T
     assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
+
+
+ONE_TOKEN_VARIANTS = [(warps, rows, stage, ahead, tr) for warps, rows in ((4, 1), (16, 2), (2, 4))
+                      for stage in (0, 1) for ahead in (1, 4) for tr in (0, 1)]
+
+
+@pytest.mark.parametrize("variant", ONE_TOKEN_VARIANTS, ids=lambda v: "w{}r{}s{}a{}t{}".format(*v))
+@pytest.mark.parametrize("pattern,vector,n,k", [("3:7", 1, 1000, 1003), ("1:8", 8, 333, 5000),
+                                                ("7:64", 1, 130, 2051), ("2:8", 1, 64, 16384)])
+def test_one_token_variants(variant, pattern, vector, n, k):
+    """Every one-token code path (x staged or not, 1 or 4 chunks in flight, transposed gathers), with tails in n
+    and k, groups that straddle 32-position steps (3:7), shared indices, and a split-K shape (64 x 16384)."""
+    warps, rows, stage, ahead, tr = variant
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=1, warps=warps, rows=rows, stage_x=stage,
+                                                             ahead=ahead, transpose=tr)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.randn(1, k, device="cuda", dtype=torch.float16, generator=g)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), pattern, vector=vector)
+    out = torch.full((1, n), float("nan"), device="cuda", dtype=torch.float16)
+    cutlass_nm.set_selector(lambda family, problem: cfg)
+    try:
+        y = cutlass_nm.matmul(x, w, out=out, family="nm_decode")
+    finally:
+        cutlass_nm.set_selector(None)
+    ref = x.double() @ w.to_dense().double().T
+    assert torch.isfinite(y).all()
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3

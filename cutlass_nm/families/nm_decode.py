@@ -111,11 +111,19 @@ class _DecodeFamily:
                                                    transpose="true" if cfg.transpose else "false")
 
     def heuristic(self, problem: Problem) -> Config:
-        """Large CTAs (x staging amortized over many rows); fewer rows per warp as accumulators grow. From the
-        H100 sweep (benchmarks/sweep_nm_decode.py, results/h100/nm_decode_sweep.json)."""
+        """Large CTAs (x staging amortized over many rows); fewer rows per warp as accumulators grow. One token:
+        transposed gathers at >= 75 % sparsity, small CTAs below 2^25 weights. From the H100 sweeps
+        (benchmarks/sweep_nm_decode.py; results/h100/nm_decode_sweep_m1.json)."""
         tokens = next(t for t in Config.SPACE["max_tokens"] if t >= min(problem.m, 16))
-        warps, rows = {1: (16, 1), 2: (16, 1), 4: (16, 2), 8: (16, 2), 16: (16, 1)}[tokens]
-        return Config(max_tokens=tokens, warps=warps, rows=rows, stage_x=0)
+        if tokens == 1:
+            from ..patterns import Pattern
+
+            pattern = Pattern.parse(problem.pattern)
+            keep, group = (2, pattern.m) if pattern.is_vnm else (pattern.n, pattern.m)
+            warps = 4 if problem.n * problem.k < 1 << 25 else 16
+            return Config(max_tokens=1, warps=warps, rows=1, transpose=int(group >= 4 * keep))
+        warps, rows = {2: (16, 1), 4: (16, 2), 8: (16, 2), 16: (16, 1)}[tokens]
+        return Config(max_tokens=tokens, warps=warps, rows=rows)
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, cfg, types)
