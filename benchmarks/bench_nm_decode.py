@@ -79,12 +79,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--vector", type=int, default=1)
+    ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES), help="NxK,NxK,...")
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     args = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    tokens = [int(t) for t in args.tokens.split(",")]
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     rows = []
-    for n, k in SHAPES:
-        for m in TOKENS:
+    for n, k in shapes:
+        for m in tokens:
             copies = copies_to_rotate(n * k * 2)
             xs = [torch.randn(m, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
             ws = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
