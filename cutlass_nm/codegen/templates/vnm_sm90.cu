@@ -83,37 +83,6 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
 }
 
-// The gather rows of k-tiles kt .. kt + kIdxAhead - 1 for column `col` of a k-tile (threads with col >= kTileK hold
-// nothing), in a register ring: for_tiles() unrolls kIdxAhead k-tiles so every slot index is a constant; tile kt's
-// row is read from slot kt % kIdxAhead, which then loads tile kt + kIdxAhead's. With one k-tile of lead (as before)
-// every producer iteration waited on a global load, and the producer, not the tensor cores, set the pace.
-constexpr int kIdxAhead = 8;
-struct IndexRing {
-  const int* gi;
-  int col, k_tiles;
-  int r[kIdxAhead];
-  __device__ IndexRing(const int* gi_, int col_, int k_tiles_) : gi(gi_), col(col_), k_tiles(k_tiles_) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int a = 0; a < kIdxAhead; ++a) r[a] = load(a);
-  }
-  __device__ __forceinline__ int load(int kt) const {
-    return col < kTileK && kt < k_tiles ? __ldg(gi + kt * kTileK + col) : 0;
-  }
-  template <class Body>
-  __device__ __forceinline__ void for_tiles(Body&& body) {
-    for (int kt0 = 0; kt0 < k_tiles; kt0 += kIdxAhead) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int a = 0; a < kIdxAhead; ++a) {
-        const int kt = kt0 + a;
-        if (kt >= k_tiles) break;
-        const int row = r[a];
-        r[a] = load(kt + kIdxAhead);
-        body(kt, row);
-      }
-    }
-  }
-};
-
 // kGather = 1: lanes 0..kTileK/4-1 of each producer warp own one gathered row of every k-tile and issue its
 // kTileN/64 TMA boxes (64 tokens x 1 row, 128 bytes) at the row's unswizzled 128-byte slot of the SW128 atom; the
 // copy engine swizzles by address. Rows past the gathered columns (-1) read row padded_k, out of bounds: zeros.
@@ -130,9 +99,11 @@ __device__ void produce_tma(Params const& p, Pipeline& pipeline, TA const& tAgA,
   const int* gi = p.gidx + size_t(m_tile / p.tiles_per_block) * p.kg;
   const int tok0 = n_tile * kTileN;
   const int k_tiles = p.kg / kTileK;
-  IndexRing ring(gi, issuer ? kk : kTileK, k_tiles);
+  int next_row = issuer ? __ldg(gi + kk) : 0;
   PipeState write = cutlass::make_producer_start_state<Pipeline>();
-  ring.for_tiles([&](int kt, int row) {
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int row = next_row;
+    if (issuer && kt + 1 < k_tiles) next_row = __ldg(gi + (kt + 1) * kTileK + kk);
     pipeline.producer_acquire(write);
     auto* bar = pipeline.producer_get_barrier(write);
     const int stage = write.index();
@@ -153,7 +124,7 @@ __device__ void produce_tma(Params const& p, Pipeline& pipeline, TA const& tAgA,
       }
     }
     ++write;
-  });
+  }
 }
 
 __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem, int m_tile, int n_tile) {
@@ -178,18 +149,20 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
     produce_tma(p, pipeline, tAgA, tAsA, tEgE, tEsE, sB, m_tile, n_tile);
     return;
   }
-  // The gather index of a k-tile is staged in shared memory (double-buffered) by the first kTileK producer threads,
-  // from a register ring loaded kIdxAhead k-tiles ahead: one k-tile of lead left every iteration waiting on a
-  // global load (the producer, not the tensor cores, set the pace).
+  // The gather index of a k-tile is staged in shared memory (double-buffered), loaded one k-tile ahead by
+  // the first kTileK producer threads so its latency hides behind the previous tile's copies.
   const int* gi = p.gidx + size_t(m_tile / p.tiles_per_block) * p.kg;
   const int tok0 = n_tile * kTileN;
   constexpr int kChunks = kTileN / 8;  // 16-byte chunks per gathered row
   const int k_tiles = p.kg / kTileK;
-  IndexRing ring(gi, tid, k_tiles);
+  int next_row = tid < kTileK ? __ldg(gi + tid) : 0;
   PipeState write = cutlass::make_producer_start_state<Pipeline>();
-  ring.for_tiles([&](int kt, int next_row) {
+  for (int kt = 0; kt < k_tiles; ++kt) {
     int* idx = smem.gidx[kt & 1];
-    if (tid < kTileK) idx[tid] = next_row;
+    if (tid < kTileK) {
+      idx[tid] = next_row;
+      if (kt + 1 < k_tiles) next_row = __ldg(gi + (kt + 1) * kTileK + tid);
+    }
     cutlass::arch::NamedBarrier::sync(128, 1);
     pipeline.producer_acquire(write);
     auto* bar = pipeline.producer_get_barrier(write);
@@ -210,7 +183,7 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
     }
     cutlass::arch::cpasync_barrier_arrive_noinc(reinterpret_cast<uint64_t const*>(bar));
     ++write;
-  });
+  }
 }
 
 template <class Accum>
