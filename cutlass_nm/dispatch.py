@@ -137,6 +137,10 @@ def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: 
     if kind is VNMWeight and m <= VNM_DECODE_MAX_M:
         return "nm_decode"  # a V:N:M weight read as 2:M streams faster than the SPTC tile at one token
     major, minor = (9, 0) if device is None else device_info(device).capability
+    if kind is VNMWeight and major >= 8:
+        # vnm_sm80 (mma.sp) beat vnm_sm90 (wgmma.sp) on all 12 rows of the H100's same-run comparison
+        # (results/h100/vnm_sm80_vs_sm90_ring_a24eda1.md); vnm_sm90 stays a family to force or tune
+        return "vnm_sm80"
     prefix = "vnm" if kind is VNMWeight else "sptc24"
     if (major, minor) == (9, 0):
         return f"{prefix}_sm90"
