@@ -31,7 +31,7 @@ def configs(tokens: int) -> list:
     out = []
     for warps, rows, stage, ahead, tr in itertools.product(WARPS, ROWS, STAGE, AHEAD, TRANSPOSE):
         cfg = fam.Config(max_tokens=tokens, warps=warps, rows=rows, stage_x=stage, ahead=ahead, transpose=tr)
-        if rows * tokens <= 64 and not (tokens > 1 and (stage or tr)) and not (tr and rows > 4):
+        if rows * tokens <= 64 and not (tokens > 1 and stage) and not (tr and rows > 4):
             out.append(cfg)
     return out
 

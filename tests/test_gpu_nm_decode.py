@@ -89,3 +89,29 @@ def test_one_token_variants(variant, pattern, vector, n, k):
     ref = x.double() @ w.to_dense().double().T
     assert torch.isfinite(y).all()
     assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
+
+
+MULTI_TOKEN_VARIANTS = [(tokens, m, rows, tr) for tokens, m in ((2, 2), (4, 3), (8, 5), (16, 16))
+                        for rows in (1, 4) for tr in (0, 1) if rows * tokens <= 64]
+
+
+@pytest.mark.parametrize("variant", MULTI_TOKEN_VARIANTS, ids=lambda v: "T{}m{}r{}t{}".format(*v))
+@pytest.mark.parametrize("pattern,vector,n,k", [("3:7", 1, 1000, 1003), ("1:8", 8, 333, 5000),
+                                                ("2:8", 1, 64, 16384)])
+def test_multi_token_variants(variant, pattern, vector, n, k):
+    """Several tokens: the swizzled staged x read by plain and transposed gathers, with tails, shared indices,
+    groups straddling 32-position steps and a split-K shape."""
+    tokens, m, rows, tr = variant
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=8, rows=rows, transpose=tr)
+    g = torch.Generator(device="cuda").manual_seed(9)
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=g)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), pattern, vector=vector)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    cutlass_nm.set_selector(lambda family, problem: cfg)
+    try:
+        y = cutlass_nm.matmul(x, w, out=out, family="nm_decode")
+    finally:
+        cutlass_nm.set_selector(None)
+    ref = x.double() @ w.to_dense().double().T
+    assert torch.isfinite(y).all()
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3

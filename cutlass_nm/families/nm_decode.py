@@ -33,8 +33,8 @@ CTAS_PER_SM = 2  # split-K until the grid has this many CTAs per SM
 class Config(FamilyConfig):
     """Tokens handled per launch (accumulators per thread), warps per CTA, weight rows per warp, whether one
     token's x is also staged in shared memory (several tokens always are) or gathered straight from L1, how
-    many chunks of 8 nonzeros each lane keeps in flight, and (one token) whether a warp's chunks are transposed
-    through shared memory so that its lanes gather neighbouring x columns."""
+    many chunks of 8 nonzeros each lane keeps in flight, and whether a warp's chunks are transposed through shared
+    memory so that its lanes gather neighbouring x columns."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -94,8 +94,8 @@ class _DecodeFamily:
             return f"m={problem.m} exceeds this config's max_tokens={cfg.max_tokens} (the decode path takes m <= 16)"
         if problem.types.out_dtype not in ("f32", problem.types.dtype):
             return "output must be the input dtype or f32"
-        if cfg.transpose and (cfg.max_tokens > 1 or cfg.rows > 4):
-            return "transpose takes one token (max_tokens=1) and at most 4 rows per warp"
+        if cfg.transpose and cfg.rows > 4:
+            return "transpose takes at most 4 rows per warp (its shared-memory buffers)"
         if cfg.max_tokens > 1 and cfg.stage_x:
             return "several tokens always stage x: stage_x=1 would rebuild the stage_x=0 kernel"
         if cfg.rows * cfg.max_tokens > MAX_ACCUMULATORS:

@@ -6,8 +6,8 @@
 //
 // Grid (split, row blocks); a cluster of `split` CTAs shares one block of kWarps * kRows rows and splits its
 // nonzeros (in chunks of 8) along k. Each CTA stages the x columns its k-range touches in shared memory,
-// token-contiguous (xs[col][token]), so one 16-byte load gives 8 tokens of a column (one token: x is read
-// directly). Lane l of a warp streams
+// token-contiguous in swizzled units (xs_offset), so one 16-byte load gives 8 tokens of a column (one token: x is
+// read directly unless stage_x). Lane l of a warp streams
 // chunks l, l + 32, ... of its kRows rows with 16-byte value loads (8-byte index loads, once for all rows when
 // they share indices; both bypass L1), kAhead chunks in flight in registers (issued before x is staged), and keeps
 // kRows x kMaxTokens fp32 sums. Warp shuffles, then the cluster (distributed
@@ -26,7 +26,7 @@ constexpr int kWarps = ${warps};
 constexpr int kRows = ${rows};  // rows per warp
 constexpr int kBlockRows = kWarps * kRows;
 constexpr int kAhead = ${ahead};  // chunks of 8 nonzeros each lane keeps in flight
-constexpr bool kTranspose = ${transpose};  // one token: gather neighbouring nonzeros across lanes (see below)
+constexpr bool kTranspose = ${transpose};  // gather neighbouring nonzeros across lanes (see below)
 constexpr int kTransposeBytes = kTranspose ? kRows * 256 * (sizeof(${element}) + 1) : 0;  // per warp
 constexpr int kRedBytes = (kBlockRows * kMaxTokens * 4 + 15) / 16 * 16;  // reduction buffer, 16-byte aligned
 constexpr bool kStage = ${stage_x};  // x columns staged in shared memory (always for several tokens)
@@ -43,21 +43,37 @@ __device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn
 __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 
-// The kMaxTokens tokens of one staged column, as floats.
-__device__ __forceinline__ void load_column(const Element* col, float (&xv)[kMaxTokens]) {
+// Staged x: column c's tokens in units of kUnit elements (one shared-memory load each: 4, 8 or 16 bytes); unit u
+// = c * kUnitsPerCol + q sits at u ^ (row % kUnitsPerRow), row = u / kUnitsPerRow (a 128-byte line holds
+// kUnitsPerRow units). The XOR stays inside the line, so the layout is a bijection; it spreads columns that share
+// a line's bank pattern, which neighbouring gathers (transposed) would otherwise hit.
+constexpr int kUnit = kMaxTokens < 8 ? kMaxTokens : 8;
+constexpr int kUnitsPerCol = kMaxTokens / kUnit;
+constexpr int kUnitsPerRow = 64 / kUnit;
+__device__ __forceinline__ int xs_offset(int c, int q) {
   if constexpr (kMaxTokens == 1) {
-    xv[0] = to_float(col[0]);
+    return c;
+  } else {
+    const int u = c * kUnitsPerCol + q;
+    return (u ^ ((u / kUnitsPerRow) % kUnitsPerRow)) * kUnit;
+  }
+}
+
+// The kMaxTokens tokens of staged column c, as floats.
+__device__ __forceinline__ void load_column(const Element* xs, int c, float (&xv)[kMaxTokens]) {
+  if constexpr (kMaxTokens == 1) {
+    xv[0] = to_float(xs[c]);
   } else if constexpr (kMaxTokens == 2) {
-    float2 f = to_float2(*reinterpret_cast<const uint32_t*>(col), Element());
+    float2 f = to_float2(*reinterpret_cast<const uint32_t*>(xs + xs_offset(c, 0)), Element());
     xv[0] = f.x; xv[1] = f.y;
   } else if constexpr (kMaxTokens == 4) {
-    uint2 u = *reinterpret_cast<const uint2*>(col);
+    uint2 u = *reinterpret_cast<const uint2*>(xs + xs_offset(c, 0));
     float2 a = to_float2(u.x, Element()), b = to_float2(u.y, Element());
     xv[0] = a.x; xv[1] = a.y; xv[2] = b.x; xv[3] = b.y;
   } else {
 #pragma unroll
     for (int q = 0; q < kMaxTokens / 8; ++q) {
-      uint4 u = reinterpret_cast<const uint4*>(col)[q];
+      uint4 u = *reinterpret_cast<const uint4*>(xs + xs_offset(c, q));
       const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
       for (int h = 0; h < 4; ++h) {
@@ -90,11 +106,11 @@ __device__ __forceinline__ void stage_x(const Element* __restrict__ x, Element* 
       if constexpr (kMaxTokens >= 8) {
 #pragma unroll
         for (int q = 0; q < kMaxTokens / 8; ++q) {
-          reinterpret_cast<uint4*>(xs + c * kMaxTokens)[q] = reinterpret_cast<const uint4*>(v[b])[q];
+          *reinterpret_cast<uint4*>(xs + xs_offset(c, q)) = reinterpret_cast<const uint4*>(v[b])[q];
         }
       } else {
 #pragma unroll
-        for (int t = 0; t < kMaxTokens; ++t) xs[c * kMaxTokens + t] = v[b][t];
+        for (int t = 0; t < kMaxTokens; ++t) xs[xs_offset(c, 0) + t] = v[b][t];
       }
     }
   }
@@ -189,7 +205,7 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
           }
         } else if (shared_idx) {
           float xv[kMaxTokens];
-          load_column(xs + (col0 + reinterpret_cast<const uint8_t*>(&cur.i[0])[e]) * kMaxTokens, xv);
+          load_column(xs, col0 + reinterpret_cast<const uint8_t*>(&cur.i[0])[e], xv);
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             const float w = to_float(reinterpret_cast<const Element*>(&cur.v[r])[e]);
@@ -200,7 +216,7 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             float xv[kMaxTokens];
-            load_column(xs + (col0 + reinterpret_cast<const uint8_t*>(&cur.i[r])[e]) * kMaxTokens, xv);
+            load_column(xs, col0 + reinterpret_cast<const uint8_t*>(&cur.i[r])[e], xv);
             const float w = to_float(reinterpret_cast<const Element*>(&cur.v[r])[e]);
 #pragma unroll
             for (int t = 0; t < kMaxTokens; ++t) acc[r][t] = fmaf(w, xv[t], acc[r][t]);
@@ -232,13 +248,19 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
           const int pos = 32 * e + lane;
           const int col = c0 + col0 + ti[(shared_idx ? 0 : r) * 256 + pos];
           const float w = to_float(tv[r * 256 + pos]);
-          float xv;
+          float xv[kMaxTokens];
           if constexpr (kStage) {  // positions past the piece (idle lanes) have no staged column
-            xv = j + 32 * e < p1 * 8 ? to_float(xs[col - c0]) : 0.f;
+            if (j + 32 * e < p1 * 8) {
+              load_column(xs, col - c0, xv);
+            } else {
+#pragma unroll
+              for (int t = 0; t < kMaxTokens; ++t) xv[t] = 0.f;
+            }
           } else {
-            xv = col < k ? to_float(__ldg(x + col)) : 0.f;
+            xv[0] = col < k ? to_float(__ldg(x + col)) : 0.f;
           }
-          acc[r][0] = fmaf(w, xv, acc[r][0]);
+#pragma unroll
+          for (int t = 0; t < kMaxTokens; ++t) acc[r][t] = fmaf(w, xv[t], acc[r][t]);
         }
         q += step_q; g += step_g;
         if (q >= keep) { q -= keep; ++g; }
