@@ -211,11 +211,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
         console.print("[red]give --shape M,N,K or --model NAME")
         return 2
     table = Table("m x n x k", "trials", "measured", "pruned", "failed", "best ms", "best config", "seconds")
+    gpus = _resolve_gpus(args.gpus)
     with Progress(console=console, transient=True) as bar:
-        task = bar.add_task("tuning", total=len(shapes) * args.trials)
+        task = bar.add_task("tuning", total=len(shapes) * args.trials * max(1, len(gpus)))
         for m, n, k in sorted(set(shapes)):
             problem = Problem(m, n, k, KernelTypes(args.dtype, args.dtype, args.bias), str(pattern))
             family = args.family or tuned_family(pattern, m)
+            if gpus:
+                table.add_row(*_tune_on_gpus(problem, family, gpus, args, bar, task))
+                continue
             res = tune_problem(problem, family=family, n_trials=args.trials, timeout_s=args.timeout,
                                storage=args.storage, db_url=args.db, jobs=args.jobs, fixed=_fixed(args.fix),
                                objective=args.objective,
@@ -225,6 +229,44 @@ def cmd_tune(args: argparse.Namespace) -> int:
                           _compact(res.best_config.to_record()) if res.best_config else "—", f"{res.seconds:.0f}")
     console.print(table)
     return 0
+
+
+def _gpu_list(text: str) -> list[int] | str:
+    if text == "all":
+        return text
+    try:
+        gpus = [int(g) for g in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--gpus takes 'all' or GPU indices such as 0,1; got {text!r}") from None
+    if not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus):
+        raise argparse.ArgumentTypeError(f"--gpus takes distinct non-negative GPU indices; got {text!r}")
+    return gpus
+
+
+def _resolve_gpus(gpus: list[int] | str | None) -> list[int]:
+    if gpus != "all":
+        return gpus or []
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("--gpus all: no CUDA GPU here (give indices to plan, or tune on the GPU host)")
+    return list(range(torch.cuda.device_count()))
+
+
+def _tune_on_gpus(problem: Any, family: str, gpus: list[int], args: argparse.Namespace, bar: Any, task: Any
+                  ) -> tuple[str, ...]:
+    """One process per GPU on a shared study; a table row summing theirs."""
+    from .tune.gpus import tune_on_gpus
+
+    t0 = time.time()
+    runs = tune_on_gpus(problem, gpus, family=family, n_trials=args.trials, timeout_s=args.timeout,
+                        storage=args.storage, db_url=args.db, fixed=_fixed(args.fix), objective=args.objective,
+                        progress=lambda done, msg: bar.update(task, advance=1, description=msg[:70]))
+    best = min((r for r in runs if r["best_ms"] is not None), key=lambda r: r["best_ms"], default=None)
+    return (f"{problem.m} x {problem.n} x {problem.k} on GPUs {','.join(map(str, gpus))}",
+            *(str(sum(r[f] for r in runs)) for f in ("asked", "measured", "pruned", "failed")),
+            f"{best['best_ms']:.4f}" if best else "—", _compact(best["best_config"]) if best else "—",
+            f"{time.time() - t0:.0f}")
 
 
 def tuned_family(pattern: Any, m: int) -> str:
@@ -309,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, help="parallel nvcc processes (default: all cores)")
     p.add_argument("--objective", default="time", choices=("time", "energy", "edp", "pareto"),
                    help="minimize time (default), energy per call (NVML), energy x time, or both (Pareto study)")
+    p.add_argument("--gpus", type=_gpu_list, help="tune on several GPUs of this host, one process each sharing one "
+                   "study: 'all' or indices, e.g. 0,1 (--trials is per GPU; --storage defaults to a journal file)")
     p.set_defaults(fn=cmd_tune)
     p = sub.add_parser("bench", help="time every family against cuBLAS and cuSPARSELt (seed shape sets, reports)")
     from .bench.suite import add_arguments as bench_arguments
