@@ -42,3 +42,12 @@ def test_gpu_list_argument():
     for bad in ("0,0", "x", "-1", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             _gpu_list(bad)
+
+
+def test_tune_api_takes_gpus(tmp_path):
+    """cutlass_nm.tune.tune(..., gpus=[...]) routes each problem to the per-GPU processes."""
+    from cutlass_nm.tune import tune
+
+    (runs,) = tune([(PROBLEM.m, PROBLEM.n, PROBLEM.k)], gpus=[3], n_trials=4, stand_in=True,
+                   storage=f"journal:{tmp_path / 's.log'}", db_url=f"sqlite:///{tmp_path / 't.sqlite'}")
+    assert [r["gpu"] for r in runs] == [3] and runs[0]["asked"] == 4 and runs[0]["measured"] >= 1
