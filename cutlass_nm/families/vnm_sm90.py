@@ -33,7 +33,8 @@ class Config(FamilyConfig):
     consumer warpgroups (2 split tile_m = 128 in halves), the per-call x transpose (0: padded shared-memory tile
     whose stores conflict 8 ways, the original; 1: swizzled tile, conflict-free stores) and the B gather (0: 16-byte
     cp.async by the producer warpgroup, the original; 1: one TMA box of 64 tokens x 1 row per gathered row and
-    64-token chunk, swizzled by the copy engine)."""
+    64-token chunk, swizzled by the copy engine) and, for the cp.async gather, how its producer issues (0: one
+    row at a time, the original; 1: batches of index loads, then the batch's copies back to back)."""
 
     tile_m: int = 64
     tile_n: int = 128
@@ -42,6 +43,7 @@ class Config(FamilyConfig):
     consumers: int = 1
     transpose: int = 0
     gather: int = 0
+    producer: int = 0
 
     SPACE: ClassVar = {
         "tile_m": (64, 128),
@@ -51,6 +53,7 @@ class Config(FamilyConfig):
         "consumers": (1, 2),
         "transpose": (0, 1),
         "gather": (0, 1),
+        "producer": (0, 1),
     }
 
 
@@ -82,6 +85,8 @@ class _VnmSm90Family:
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := half_inputs_only(problem.types)) is not None:
             return reason
+        if cfg.gather == 1 and cfg.producer == 1:
+            return "producer=1 batches the cp.async gather: it does not apply to the TMA gather (gather=1)"
         if cfg.consumers == 2 and cfg.tile_m != 128:
             return "two consumer warpgroups split tile_m in halves of 64: tile_m must be 128"
         acc = cfg.tile_m * cfg.tile_n // (128 * cfg.consumers)
@@ -93,6 +98,8 @@ class _VnmSm90Family:
             return f"{cfg.stages} stages of {smem_per_stage(cfg)} B do not fit in shared memory"
         if problem.m < 1 or problem.n < 1 or problem.k < 1:
             return "m, n, k must be >= 1"
+        if cfg.producer == 1 and (problem.k + K_ALIGN) * (-(-problem.m // 8) * 8) >= 2**31:
+            return "producer=1 addresses the transposed x with 32-bit offsets: k * m must stay below 2^31"
         return None
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
@@ -102,7 +109,8 @@ class _VnmSm90Family:
         return template("vnm_sm90.cu").substitute(
             element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
             tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
-            has_bias="true" if types.bias else "false", transpose=int(c.transpose), gather=int(c.gather))
+            has_bias="true" if types.bias else "false", transpose=int(c.transpose), gather=int(c.gather),
+            producer=int(c.producer))
 
     def heuristic(self, problem: Problem) -> Config:
         """From benchmarks/results/h100/vnm.json: 128x256x64, 5 stages, 2 consumers was the fastest config on
@@ -120,9 +128,10 @@ def fallback_config(cfg: Config, problem: Problem) -> Config:
     """The tile_m = 64 config a tile_m = 128 kernel hands V = 64 weights to: the same tile on one consumer
     warpgroup where that fits, else 64x256x64, 5 stages."""
     same = Config(tile_m=64, tile_n=cfg.tile_n, tile_k=cfg.tile_k, stages=cfg.stages, consumers=1,
-                  transpose=cfg.transpose, gather=cfg.gather)
+                  transpose=cfg.transpose, gather=cfg.gather, producer=cfg.producer)
     return same if FAMILY.check(same, problem) is None else Config(tile_m=64, tile_n=256, tile_k=64, stages=5,
-                                                                   transpose=cfg.transpose, gather=cfg.gather)
+                                                                   transpose=cfg.transpose, gather=cfg.gather,
+                                                                   producer=cfg.producer)
 
 
 class _Launcher:

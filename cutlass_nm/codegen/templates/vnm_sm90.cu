@@ -37,6 +37,10 @@ constexpr int kConsumers = ${consumers};
 constexpr bool kHasBias = ${has_bias};
 constexpr int kGather = ${gather};  // B rows: 0 = 16-byte cp.async by the producer warpgroup, 1 = TMA 1-row boxes
 constexpr int kTranspose = ${transpose};  // 0: padded tile (8-way store conflicts), 1: swizzled, conflict-free
+// kGather = 0 only. 0: one gathered row per step (its index load, address and cp.async form a dependent chain of
+// ~50 cycles, 16 of them per stage at tile_n = 256); 1: a batch of index loads first, then that many cp.async back
+// to back (the loop fully unrolled: constant destination offsets).
+constexpr int kProducer = ${producer};
 
 constexpr int kThreads = 128 * (1 + kConsumers);
 using TileShape = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
@@ -127,6 +131,48 @@ __device__ void produce_tma(Params const& p, Pipeline& pipeline, TA const& tAgA,
   }
 }
 
+// kProducer = 1. B's shared-memory address without CuTe's per-element swizzled-pointer arithmetic: CuTe's layout of
+// smem_B without its swizzle is a sum over (token, row, stage), and the rows a thread copies, r0 + i * kStep with
+// r0 < kStep, never carry into r0's digits (kStep divides 8 or is a multiple of it), so each copy's offset is the
+// thread's (token, r0) part + a compile-time row part + the stage's part; the 128B swizzle (bits 4-6 ^= bits 7-9)
+// then applies to the absolute address (smem_B is 1024-byte aligned). CNM_HOST_PROBE below checks this against
+// CuTe for every element of every stage.
+constexpr int kStep = 128 / (kTileN / 8);  // gathered rows the producer warpgroup covers per pass
+constexpr int kPasses = kTileK / kStep;
+using SmemLayoutB = typename Mainloop::SmemLayoutB;
+static_assert(kProducer == 0 || cute::is_same_v<typename Mainloop::SmemLayoutAtomB, GMMA::Layout_MN_SW128_Atom<Element>>,
+              "the batched producer computes MN-major 128B-swizzled addresses");
+static_assert(kStep % 8 == 0 || 8 % kStep == 0, "no carries between a thread's first row and its pass offsets");
+
+CUTE_HOST_DEVICE uint32_t b_offset(int n, int k, int s) {  // elements, unswizzled
+  return uint32_t(get_nonswizzle_portion(SmemLayoutB{})(n, k, s));
+}
+
+CUTE_HOST_DEVICE uint32_t b_swizzle(uint32_t byte_addr) { return byte_addr ^ ((byte_addr >> 3) & 0x70u); }
+
+// This thread's 16-byte chunk (tokens tok..tok+7) of rows r0 + i * kStep of one stage: the batch's index loads
+// first (independent shared-memory loads), then its cp.async back to back. idx holds each gathered row's element
+// offset in xt (row * ldx, < 2^31: the family checks), -1 past the gathered columns.
+__device__ __forceinline__ void gather_rows(Params const& p, const int* idx, uint32_t thread_base, int r0, int tok,
+                                            bool tok_ok) {
+  constexpr int kBatch = kPasses < 8 ? kPasses : 8;
+  static_assert(kPasses % kBatch == 0, "gather batches");
+  const Element* xt_tok = p.xt + (tok_ok ? tok : 0);
+  CUTLASS_PRAGMA_UNROLL
+  for (int b = 0; b < kPasses; b += kBatch) {
+    int rows[kBatch];
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kBatch; ++i) rows[i] = idx[r0 + (b + i) * kStep];
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kBatch; ++i) {
+      const bool valid = tok_ok && rows[i] >= 0;
+      const Element* src = xt_tok + uint32_t(valid ? rows[i] : 0);
+      const uint32_t dst = b_swizzle(thread_base + b_offset(0, (b + i) * kStep, 0) * uint32_t(sizeof(Element)));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+    }
+  }
+}
+
 __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem, int m_tile, int n_tile) {
   int tid = threadIdx.x;
   auto const& ml = p.mainloop;
@@ -160,7 +206,7 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
   for (int kt = 0; kt < k_tiles; ++kt) {
     int* idx = smem.gidx[kt & 1];
     if (tid < kTileK) {
-      idx[tid] = next_row;
+      idx[tid] = kProducer == 0 || next_row < 0 ? next_row : next_row * p.ldx;  // batched: xt element offsets
       if (kt + 1 < k_tiles) next_row = __ldg(gi + (kt + 1) * kTileK + tid);
     }
     cutlass::arch::NamedBarrier::sync(128, 1);
@@ -174,12 +220,19 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
     const int j = tid % kChunks;
     const int tok = tok0 + j * 8;
     const bool tok_ok = tok < p.ldx;
-    CUTLASS_PRAGMA_UNROLL
-    for (int kk = tid / kChunks; kk < kTileK; kk += 128 / kChunks) {
-      int row = idx[kk];
-      bool valid = tok_ok && row >= 0;
-      const Element* src = valid ? p.xt + size_t(row) * p.ldx + tok : p.xt;
-      cp_async_16(&sB(j * 8, kk, stage), src, valid);
+    if constexpr (kProducer == 0) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int kk = tid / kChunks; kk < kTileK; kk += 128 / kChunks) {
+        int row = idx[kk];
+        bool valid = tok_ok && row >= 0;
+        const Element* src = valid ? p.xt + size_t(row) * p.ldx + tok : p.xt;
+        cp_async_16(&sB(j * 8, kk, stage), src, valid);
+      }
+    } else {
+      const int r0 = tid / kChunks;
+      const uint32_t base = cute::cast_smem_ptr_to_uint(smem.tensors.smem_B.begin()) +
+                            (b_offset(j * 8, r0, 0) + b_offset(0, 0, stage)) * uint32_t(sizeof(Element));
+      gather_rows(p, idx, base, r0, tok, tok_ok);
     }
     cutlass::arch::cpasync_barrier_arrive_noinc(reinterpret_cast<uint64_t const*>(bar));
     ++write;
@@ -393,3 +446,26 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
 }
 
 }  // extern "C"
+
+#ifdef CNM_HOST_PROBE
+// nvcc -DCNM_HOST_PROBE ... -o probe && ./probe: prints the number of B elements whose batched-producer address
+// differs from CuTe's swizzled layout (0 expected), over every token chunk, thread row, pass and stage.
+#include <cstdio>
+int main() {
+  const uintptr_t base = 1u << 20;  // any 1024-byte aligned shared-memory address
+  Tensor sB = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(base)), SmemLayoutB{});
+  long bad = 0, checked = 0;
+  for (int s = 0; s < kStages; ++s)
+    for (int r0 = 0; r0 < kStep; ++r0)
+      for (int i = 0; i < kPasses; ++i)
+        for (int n = 0; n < kTileN; ++n) {
+          uint32_t thread_base = uint32_t(base) + (b_offset(n / 8 * 8, r0, 0) + b_offset(0, 0, s)) * sizeof(Element);
+          uint32_t mine = b_swizzle(thread_base + b_offset(0, i * kStep, 0) * sizeof(Element)) + (n % 8) * sizeof(Element);
+          uint32_t cute_addr = uint32_t(reinterpret_cast<uintptr_t>(raw_pointer_cast(&sB(n, r0 + i * kStep, s))));
+          bad += mine != cute_addr;
+          ++checked;
+        }
+  printf("%ld %ld\n", bad, checked);
+  return 0;
+}
+#endif
