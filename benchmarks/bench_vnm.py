@@ -164,6 +164,8 @@ def main() -> None:
     ap.add_argument("--sm80-configs", nargs="*", default=SM80_CONFIGS)
     ap.add_argument("--families", nargs="*", help="vnm families to run (default: every registered one)")
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="run only the first N shapes")
+    ap.add_argument("--mnk", nargs="*", help="shapes MxNxK instead of the default set")
+    ap.add_argument("--patterns", nargs="*", default=PATTERNS)
     args = ap.parse_args()
     wanted = [f for f in ("vnm_sm90", "vnm_sm80") if f in FAMILIES and (args.families is None or f in args.families)]
     specs = {"vnm_sm90": args.sm90_configs, "vnm_sm80": args.sm80_configs}
@@ -174,8 +176,9 @@ def main() -> None:
     for f in failures:
         print("build failed:", f, flush=True)
     rows = []
-    for m, n, k in SHAPES[: args.shapes]:
-        for pattern in PATTERNS:
+    shapes = [tuple(map(int, s.split("x"))) for s in args.mnk] if args.mnk else SHAPES[: args.shapes]
+    for m, n, k in shapes:
+        for pattern in args.patterns:
             rows.extend(bench_row(pattern, m, n, k, configs, args.families))
     env = environment()
     if args.out:

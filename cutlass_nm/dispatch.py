@@ -57,7 +57,6 @@ DECODE_MAX_M = 16  # the general N:M decode path's largest m
 # V:N:M on the decode path up to here: at m = 4 it beat vnm_sm90 on 5 of 8 rows of results/h100/nm_decode.md,
 # both LLaMA MLP shapes at 128:2:8 among them (1.19x vs 0.93x, 0.94x vs 0.80x over cuBLAS)
 VNM_DECODE_MAX_M = 4
-VNM_SM90_MAX_M = 16  # above the decode path, vnm_sm90 up to here (LLaMA MLP decode 0.89-0.90x vs vnm_sm80 0.81-0.87x)
 
 
 def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torch.Tensor | None = None, *,
@@ -140,10 +139,6 @@ def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: 
     if kind is VNMWeight and m <= VNM_DECODE_MAX_M:
         return "nm_decode"  # a V:N:M weight read as 2:M streams faster than the SPTC tile at one token
     major, minor = (9, 0) if device is None else device_info(device).capability
-    if kind is VNMWeight and major >= 8 and not (m <= VNM_SM90_MAX_M and (major, minor) == (9, 0)):
-        # vnm_sm80 (mma.sp) beat vnm_sm90 (wgmma.sp) on all 12 rows (m >= 2048) of the H100's same-run comparison
-        # (results/h100/vnm_sm80_vs_sm90_ring_a24eda1.md)
-        return "vnm_sm80"
     prefix = "vnm" if kind is VNMWeight else "sptc24"
     if (major, minor) == (9, 0):
         return f"{prefix}_sm90"

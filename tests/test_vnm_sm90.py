@@ -136,3 +136,32 @@ def test_tile_m_128_hands_v64_weights_to_its_tile_m_64_twin(monkeypatch):
     w32, _ = cutlass_nm.prune(torch.randn(64, 256), "32:2:8")
     with pytest.raises(cutlass_nm.ShapeError, match="V % tile_m"):
         launcher(torch.randn(4, 256), w32, None, torch.empty(4, 64))
+
+
+def test_batched_producer_rejects_what_it_cannot_run():
+    p = Problem(2048, 4096, 4096, F16)
+    assert "TMA gather" in FAM.check(Config(tile_m=128, tile_n=256, consumers=2, gather=1, producer=1), p)
+    huge = Problem(2**17, 4096, 2**14, F16)  # xt would need offsets past 2^31 elements
+    assert "2^31" in FAM.check(Config(tile_m=128, tile_n=256, consumers=2, producer=1), huge)
+    assert FAM.check(Config(tile_m=128, tile_n=256, consumers=2, producer=0), huge) is None
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("tile_n", [256, 128, 64])  # 4, 8 and 16 gathered rows per producer pass
+def test_batched_producer_addresses_match_cute(tmp_path, tile_n):
+    """The batched producer's shared-memory addresses (unswizzled CuTe offsets split per row pass, then the 128B
+    swizzle) equal CuTe's swizzled layout of B for every element of every stage: the template's host probe."""
+    import subprocess
+
+    from cutlass_nm.build.compiler import cutlass_include_dirs, nvcc_path
+
+    cfg = Config(tile_m=64, tile_n=tile_n, tile_k=64, stages=3, transpose=1, producer=1)
+    src = tmp_path / "probe.cu"
+    src.write_text(FAM.source(cfg, F16))
+    exe = tmp_path / "probe"
+    cmd = [nvcc_path(), "-std=c++17", "-O1", "--expt-relaxed-constexpr", "-DCNM_HOST_PROBE",
+           "-gencode=arch=compute_90a,code=compute_90a", *[f"-I{d}" for d in cutlass_include_dirs()], str(src),
+           "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=900)
+    bad, checked = map(int, subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split())
+    assert checked == 3 * 64 * tile_n and bad == 0
