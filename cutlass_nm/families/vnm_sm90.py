@@ -23,6 +23,7 @@ from .launch import check_status
 
 SMEM_BYTES = 232448  # sm90 opt-in shared memory per block
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per consumer thread before spilling
+SM_COUNT = 132  # H100 / H200: the heuristic's wave estimate
 K_ALIGN = 128  # gathered K is padded to this (a multiple of every tile_k), zero values / valid metadata
 ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "float"}
 
@@ -113,11 +114,16 @@ class _VnmSm90Family:
             producer=int(c.producer))
 
     def heuristic(self, problem: Problem) -> Config:
-        """128x256x64, 5 stages, 2 consumers, swizzled transpose, batched producer: the fastest or within 2 % of it
-        on all 12 rows (m >= 2048, V = 128, 2:8 and 2:16) of benchmarks/results/h200/vnm_producer.md; V = 64
-        weights run its tile_m = 64 fallback (the Problem does not carry V). Small m: a 64-token tile."""
+        """Swizzled transpose and batched producer throughout (H200: benchmarks/results/h200/vnm_producer.md and
+        vnm_small_m.md). 128x256x64, 5 stages, 2 consumers: the fastest or within 2 % of it on all 12 rows with
+        m >= 2048 (V = 128, 2:8 and 2:16), and at m = 256 where it still makes half a wave of CTAs; with fewer CTAs
+        (256 x 4096) 128x128x64, 8 stages was 1.3x faster. m <= 64: a 64x64x128 tile. V = 64 weights run the
+        tile_m = 64 fallback (the Problem does not carry V)."""
         if problem.m <= 64:
             return Config(tile_m=64, tile_n=64, tile_k=128, stages=6, transpose=1, producer=1)
+        ctas = -(-problem.n // 128) * -(-problem.m // 256)
+        if 2 * ctas < SM_COUNT:
+            return Config(tile_m=128, tile_n=128, tile_k=64, stages=8, consumers=2, transpose=1, producer=1)
         return Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, transpose=1, producer=1)
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
