@@ -147,12 +147,13 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="small dims, CPU ok (a smoke run, no figures)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--patterns", default="2:4,128:2:8", help="comma-separated patterns to sparsify with")
+    ap.add_argument("--decode", default="1,4,16", help="comma-separated decode batch sizes (one token each)")
     args = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.float16 if dev == "cuda" else torch.float32
     dim, hidden, heads = (256, 512, 4) if args.tiny else (4096, 11008, 32)
     prefill = [(1, 64)] if args.tiny else [(1, 2048), (4, 2048)]
-    decode = [1, 4] if args.tiny else [1, 4, 16]
+    decode = [1, 4] if args.tiny else [int(b) for b in args.decode.split(",")]
     torch.manual_seed(0)
     dense = Block(dim, hidden, heads).to(dev, dtype).eval()
     rows, checks = [], []

@@ -5,6 +5,7 @@
 set -uo pipefail
 export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
 mkdir -p "$CUTLASS_NM_CACHE" "$OUT"
+if [ -f .kc/kcache.tar.xz ]; then tar -C "$CUTLASS_NM_CACHE" -xJf .kc/kcache.tar.xz; fi
 CUTLASS_NM_TEST_FAMILIES=vnm_sm90 timeout 240 python3 -m pytest -m gpu -q tests/test_gpu_vnm.py 2>&1 \
   | tee "$OUT/gpu_tests_vnm_sm90.log" | tail -4
 timeout 150 python3 benchmarks/precompile_gpu_tests.py --families sptc24_sm90,nm_decode,vnm_sm90 \

@@ -54,9 +54,10 @@ def _no_selector(family: Family, problem: Problem) -> None:
 
 _WEIGHTS = (Sparse24Weight, VNMWeight, NMWeight)
 DECODE_MAX_M = 16  # the general N:M decode path's largest m
-# V:N:M on the decode path up to here: at m = 4 it beat vnm_sm90 on 5 of 8 rows of results/h100/nm_decode.md,
-# both LLaMA MLP shapes at 128:2:8 among them (1.19x vs 0.93x, 0.94x vs 0.80x over cuBLAS)
-VNM_DECODE_MAX_M = 4
+# V:N:M on the decode path up to here: in the H200's LLaMA-7B block at 128:2:8 (results/h200/llama_block.json) the
+# MLP ran 1.29x over dense at one token on it but 0.89x at 4 tokens, where vnm_sm90 with the batched gather ran 1.14x
+# at 16 tokens (its time barely depends on m this small)
+VNM_DECODE_MAX_M = 1
 
 
 def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torch.Tensor | None = None, *,

@@ -79,7 +79,7 @@ def test_default_family_by_weight_kind_gpu_and_m(monkeypatch):
     monkeypatch.setattr(dispatch, "device_info", lambda d: DeviceInfo(132, (9, 0), "H100"))
     assert default_family(dev) == "sptc24_sm90"
     assert default_family(dev, cutlass_nm.VNMWeight) == "nm_decode"  # m = 1: read as 2:M
-    assert default_family(dev, cutlass_nm.VNMWeight, m=4) == "nm_decode"  # read as 2:M
+    assert default_family(dev, cutlass_nm.VNMWeight, m=2) == "vnm_sm90"
     assert default_family(dev, cutlass_nm.VNMWeight, m=16) == "vnm_sm90"
     # wgmma.sp with the batched gather beat mma.sp on all 12 rows (m >= 2048) of results/h200/vnm_producer.md
     assert default_family(dev, cutlass_nm.VNMWeight, m=2048) == "vnm_sm90"
