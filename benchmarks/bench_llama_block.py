@@ -142,6 +142,30 @@ def bench_pattern(pattern: str, dense: nn.Module, dims: tuple[int, int], phases:
     return rows, checks
 
 
+def precompile_block(patterns: list[str], dims: tuple[int, int], token_counts: list[int], dtype: torch.dtype) -> None:
+    """Compile, in parallel, the heuristic kernels every projection of the block will ask for (matmul would
+    otherwise compile them one at a time on first use)."""
+    from cutlass_nm.dispatch import default_family
+    from cutlass_nm.families import KernelTypes, Problem, get_family
+    from cutlass_nm.families.launch import dtype_name
+    from cutlass_nm.formats import Sparse24Weight
+    from cutlass_nm.formats.vnm import VNMWeight
+    from cutlass_nm.kernels import precompile
+    from cutlass_nm.patterns import Pattern
+
+    dim, hidden = dims
+    types = KernelTypes(dtype_name(dtype), dtype_name(dtype), False)
+    kids = set()
+    for pattern in patterns:
+        kind = VNMWeight if Pattern.parse(pattern).v else Sparse24Weight
+        for m in token_counts:
+            family = get_family(default_family(torch.device("cuda"), kind, m, dtype))
+            for n, k in ((dim, dim), (hidden, dim), (dim, hidden)):
+                kids.add((family.name, family.heuristic(Problem(m, n, k, types, pattern)), types))
+    failed = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
+    print(f"precompiled {len(kids)} kernels, {len(failed)} failed", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="small dims, CPU ok (a smoke run, no figures)")
@@ -156,6 +180,8 @@ def main() -> None:
     decode = [1, 4] if args.tiny else [int(b) for b in args.decode.split(",")]
     torch.manual_seed(0)
     dense = Block(dim, hidden, heads).to(dev, dtype).eval()
+    if dev == "cuda":
+        precompile_block(args.patterns.split(","), (dim, hidden), [b * t for b, t in prefill] + decode, dtype)
     rows, checks = [], []
     with torch.inference_mode():
         for pattern in args.patterns.split(","):

@@ -37,15 +37,19 @@ PATTERNS = ("16:32", "2:4", "12:32", "8:32", "1:4", "2:8", "4:32", "1:8")
 # base configs of the sweep; each is also tried with split-K 2 and 4 where the tiles do not fill the GPU
 _BASES = (Config(), Config(block_rows=256, block_tokens=64, k_cols=64), Config(block_tokens=256, thread_tokens=16),
           Config(k_cols=64))
-SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": t}) for t in (1, 0) for c in _BASES)
+# longer k-tiles (more compressed steps per barrier at high sparsity) and 16-row thread tiles; transposed x only
+_WIDE = (Config(block_rows=256, block_tokens=64, k_cols=128), Config(block_tokens=256, thread_tokens=16, k_cols=64),
+         Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2))
+SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": t}) for t in (1, 0) for c in _BASES) + tuple(
+    Config(**{**c.to_record(), "x_transposed": 1}) for c in _WIDE)
 TYPES = {"f32": KernelTypes("f32", "f32", False), "f16": KernelTypes("f16", "f16", False)}
 SMS = 132
 
 
-def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, ...]) -> list[Config]:
+def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, ...], pattern: str) -> list[Config]:
     """The sweep's valid configs for a problem, with split-K variants where the CTAs cover under 2 waves."""
     out: list[Config] = []
-    p = Problem(m, n, k, types)
+    p = Problem(m, n, k, types, pattern)
     for base in sweep:
         tiles = -(-n // base.block_rows) * -(-m // base.block_tokens)
         for split in (1, 2, 4):
@@ -109,7 +113,7 @@ def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...],
                 # fp16 rows reuse the fp32 winner, and a pattern of a density already swept (2:4 after 16:32)
                 # reuses that winner: both run the same k-tiles (no sweep)
                 win = _WINNERS.get((m, n, k, pattern)) or _WINNERS.get((m, n, k, p.density))
-                todo = [win] if win else candidates(m, n, k, types, sweep)
+                todo = [win] if win else candidates(m, n, k, types, sweep, pattern)
                 if time.time() > _DEADLINE[0]:  # past --budget-s: the heuristic only
                     todo = [heur]
                 ref = reference(xs[0], ws[0])
@@ -144,6 +148,7 @@ def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...],
                                  "tflops_effective": 2 * m * n * k * p.density / t.p50_ms / 1e9,
                                  "heuristic_ms": heur_t.p50_ms if heur_t else None,
                                  "configs_timed": len(timed), "tuned_by_sweep": len(timed) > 1,
+                                 "sweep": [{"config": c.to_record(), "median_ms": tt.p50_ms} for tt, c, _ in timed],
                                  "config_source": "sweep" if len(timed) > 1 else "heuristic (past --budget-s)"
                                  if cfg == heur and not win else "winner of the same density (fp32 sweep)",
                                  "config": cfg.to_record(),
@@ -219,8 +224,9 @@ def main() -> None:
     sweep = SWEEP[: args.sweep] if args.sweep else SWEEP
     t0 = time.time()
     _DEADLINE[0] = t0 + args.budget_s if args.budget_s else float("inf")
+    # fp16 rows run one of the fp32 candidates
     kids = {(FAMILY.name, c, TYPES[d]) for d in dtypes for n, k in nks for m in tokens
-            for c in candidates(m, n, k, TYPES["f32"], sweep)}  # fp16 rows run one of the fp32 candidates
+            for pat in patterns for c in candidates(m, n, k, TYPES["f32"], sweep, pat)}
     bad = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
     print(f"compiled {len(kids)} kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)
     for r in bad[:3]:

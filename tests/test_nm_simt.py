@@ -38,6 +38,11 @@ def test_check_rejects_impossible_configs():
     big = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=128, stages=5)
     assert "register" in FAMILY.check(Config(block_rows=256, block_tokens=256, thread_tokens=16), p)
     assert smem_bound(big) > 227 * 1024 and "shared memory" in FAMILY.check(big, p)
+    # the bound follows the pattern's k-tile: long k-tiles fit at high sparsity, not at 2:4
+    long_k = Config(block_rows=256, block_tokens=64, k_cols=128, x_transposed=1)
+    assert FAMILY.check(long_k, Problem(256, 4096, 4096, F32, "1:8")) is None
+    assert "shared memory" in FAMILY.check(long_k, Problem(256, 4096, 4096, F32, "2:4"))
+    assert smem_bound(long_k, "1:8") < smem_bound(long_k, "2:4") <= smem_bound(long_k)
     assert "output" in FAMILY.check(Config(), Problem(256, 64, 64, KernelTypes("f32", "f16", False)))
     valid = all_configs(FAMILY, p)
     assert Config() in valid and 100 < len(valid) < 10000

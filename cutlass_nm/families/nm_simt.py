@@ -25,6 +25,7 @@ import torch
 
 from ..errors import LaunchError
 from ..formats.nm import NMWeight
+from ..patterns import Pattern, PatternError
 from .base import FamilyConfig, KernelTypes, Problem
 from .launch import check_status, workspace
 
@@ -64,7 +65,7 @@ class Config(FamilyConfig):
         from ..tune.perfmodel import SIMT_FLOPS
 
         m, n, k = problem.m, problem.n, problem.k
-        resident = max(1, min(SMEM_BYTES // max(1, smem_bound(self)), 2048 // self.threads))
+        resident = max(1, min(SMEM_BYTES // max(1, smem_bound(self, problem.pattern)), 2048 // self.threads))
         tiles = -(-n // self.block_rows) * -(-m // self.block_tokens) * self.split_k
         waves = -(-tiles // (sm_count * resident)) * resident
         acc = self.thread_rows * self.thread_tokens
@@ -75,14 +76,25 @@ class Config(FamilyConfig):
         return (max(waves * per_tile / issue, l2) * (1 + 1 / self.stages) + reduce) * 1e3
 
 
-def smem_bound(cfg: Config) -> int:
-    """Shared memory of the fast path for patterns of density N/M <= 1/2 with vector >= 8 (a k-tile holds <=
-    k_cols columns of x and <= k_cols / 2 kept weights per row). Denser patterns, or a k-tile past k_cols
-    (M > k_cols), may need more: the launcher re-checks against the GPU and raises LaunchError."""
-    x = max(cfg.block_tokens * (cfg.k_cols + 4), cfg.k_cols * (cfg.block_tokens + 4)) * 4
-    w = cfg.k_cols // 2 * cfg.block_rows * 4
-    cols = max(1, cfg.block_rows // 8) * cfg.k_cols * 4
-    return cfg.stages * (x + w + cols)
+def smem_bound(cfg: Config, pattern: str = "") -> int:
+    """Shared memory the launcher will ask for with this config: the k-tile of ``pattern`` (whole M-groups,
+    kgroups_for) staged ``stages`` deep, as x (token-major or, x_transposed, column-major) + kept weights +
+    column indices (counted for a vector of 8: larger vectors need fewer). Without a pattern: the worst case
+    of density N/M <= 1/2 within k_cols. The launcher re-checks against the GPU and raises LaunchError."""
+    try:
+        pat = Pattern.parse(pattern) if pattern else None
+    except PatternError:
+        pat = None
+    if pat is None or pat.v is not None:
+        ktd, ktc = cfg.k_cols, cfg.k_cols // 2
+    else:
+        kg = kgroups_for(pat.m, cfg.k_cols)
+        ktd, ktc = kg * pat.m, kg * pat.n
+    pitch = cfg.k_cols + 4 if ktd <= cfg.k_cols else -(-ktd // 8) * 8 + 4
+    x = max(cfg.block_tokens * pitch, ktd * (cfg.block_tokens + 4) if cfg.x_transposed else 0) * 4
+    w = ktc * cfg.block_rows * 4
+    cols = max(1, cfg.block_rows // 8) * ktc * 4
+    return cfg.stages * (-(-(x + w + cols) // 128) * 128)
 
 
 def kgroups_for(m: int, k_cols: int) -> int:
@@ -133,8 +145,8 @@ class _SimtFamily:
         acc = cfg.thread_rows * cfg.thread_tokens
         if cfg.threads * (acc + cfg.thread_rows + cfg.thread_tokens + 40) > MAX_REGS:
             return f"{cfg.threads} threads x {acc} accumulators exceed the register file"
-        if smem_bound(cfg) > SMEM_BYTES:
-            return f"{cfg.stages} stages need {smem_bound(cfg)} B of shared memory (> {SMEM_BYTES})"
+        if (need := smem_bound(cfg, problem.pattern)) > SMEM_BYTES:
+            return f"{cfg.stages} stages need {need} B of shared memory (> {SMEM_BYTES}) for {problem.pattern}"
         if problem.m < 1 or problem.n < 1 or problem.k < 1:
             return "m, n, k must be >= 1"
         return None
