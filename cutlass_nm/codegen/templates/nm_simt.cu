@@ -66,6 +66,24 @@ __device__ __forceinline__ void load_w(const float* w, float (&wv)[kTR]) {
   }
 }
 
+// A thread's kTT x values at column ``col`` of the stage (xs already offset to the thread's first token):
+// mode 2 reads float4s along a column-major x^T tile, mode 1 scalars along token-major rows.
+template <int kMode>
+__device__ __forceinline__ void load_x(const float* xs, int col, float (&xv)[kTT]) {
+  if constexpr (kMode == 2) {
+    const float* xp = xs + col * kPitchT;
+#pragma unroll
+    for (int b = 0; b < kTT; b += 4) {
+      const float4 x4 = *reinterpret_cast<const float4*>(xp + b * 8);
+      xv[b] = x4.x; xv[b + 1] = x4.y; xv[b + 2] = x4.z; xv[b + 3] = x4.w;
+    }
+  } else {
+    const float* xp = xs + col;
+#pragma unroll
+    for (int b = 0; b < kTT; ++b) xv[b] = xp[b * 8 * kPitchFast];
+  }
+}
+
 // acc += wv ⊗ xv: one k step of the thread's kTR x kTT register tile.
 __device__ __forceinline__ void outer_fma(const float (&wv)[kTR], const float (&xv)[kTT], float (&acc)[kTR][kTT]) {
 #pragma unroll
@@ -179,30 +197,33 @@ nm_simt_kernel(Params p) {
     const float* xs = reinterpret_cast<const float*>(stage) + (kMode == 2 ? tloc : tloc * pitch);
     const float* ws = reinterpret_cast<const float*>(stage + p.x_bytes) + rloc;
     const int* cs = reinterpret_cast<const int*>(stage + p.x_bytes + p.w_bytes);
-    if (kMode == 2) {
+    if (kFast) {
+      // Register double buffering: step j + 1's x and w fragments, and step j + 2's column, are read from
+      // shared memory while step j's FMAs run, so no step waits on the index -> address -> load chain.
       const int* cp = cs + vrow[0];
-#pragma unroll 4
-      for (int j = 0; j < p.ktc; ++j) {
-        const float* xp = xs + cp[j] * kPitchT;
-        float xv[kTT], wv[kTR];
-#pragma unroll
-        for (int b = 0; b < kTT; b += 4) {
-          const float4 x4 = *reinterpret_cast<const float4*>(xp + b * 8);
-          xv[b] = x4.x; xv[b + 1] = x4.y; xv[b + 2] = x4.z; xv[b + 3] = x4.w;
-        }
-        load_w(ws + j * kBR, wv);
-        outer_fma(wv, xv, acc);
+      const int ktc = p.ktc;
+      float xa[kTT], wa[kTR], xb[kTT], wb[kTR];  // fragments of even (a) and odd (b) steps
+      load_x<kMode>(xs, cp[0], xa);
+      load_w(ws, wa);
+      int col = cp[min(1, ktc - 1)];
+      int j = 0;
+      for (; j + 2 < ktc; j += 2) {  // steps j + 1 and j + 2 exist: no guards in the steady state
+        load_x<kMode>(xs, col, xb);
+        load_w(ws + (j + 1) * kBR, wb);
+        col = cp[j + 2];
+        outer_fma(wa, xa, acc);
+        load_x<kMode>(xs, col, xa);
+        load_w(ws + (j + 2) * kBR, wa);
+        col = cp[min(j + 3, ktc - 1)];
+        outer_fma(wb, xb, acc);
       }
-    } else if (kFast) {
-      const int* cp = cs + vrow[0];
-#pragma unroll 4
-      for (int j = 0; j < p.ktc; ++j) {
-        const float* xp = xs + cp[j];
-        float xv[kTT], wv[kTR];
-#pragma unroll
-        for (int b = 0; b < kTT; ++b) xv[b] = xp[b * 8 * kPitchFast];
-        load_w(ws + j * kBR, wv);
-        outer_fma(wv, xv, acc);
+      if (j + 1 < ktc) {  // two steps left
+        load_x<kMode>(xs, col, xb);
+        load_w(ws + (j + 1) * kBR, wb);
+        outer_fma(wa, xa, acc);
+        outer_fma(wb, xb, acc);
+      } else {
+        outer_fma(wa, xa, acc);
       }
     } else {
       for (int j = 0; j < p.ktc; ++j) {
