@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Nsight Compute on nm_simt (two configs, 2048 x 4096 x 4096, 16:32) and on cuBLAS SGEMM of the same shape.
+#   bash .device/on-device.sh bash benchmarks/profile_nm_simt.sh
+set -uo pipefail
+export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
+mkdir -p "$CUTLASS_NM_CACHE"
+S="--section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section SchedulerStats --section Occupancy --section InstructionStats"
+for cfg in '{"x_transposed": 1}' '{"block_rows": 256, "block_tokens": 128, "thread_rows": 16, "k_cols": 64, "stages": 2, "x_transposed": 1}'; do
+  name=$(echo "$cfg" | tr -dc '0-9a-z_' | head -c 60)
+  timeout 150 ncu --clock-control none -k regex:nm_simt_kernel --launch-skip 2 --launch-count 1 $S \
+    python3 benchmarks/profile_nm_simt.py --mnk 2048x4096x4096 --pattern 16:32 --config "$cfg" \
+    > "$OUT/ncu_nm_simt_$name.txt" 2>&1
+  grep -E "Duration|Issue Slots Busy|Executed Ipc A|Stall|FMA|Shared|Bank|Registers Per|Achieved Occ|Block Limit|No Eligible|One or More" "$OUT/ncu_nm_simt_$name.txt" | head -60
+done
+timeout 100 ncu --clock-control none --launch-skip 2 --launch-count 1 $S python3 -c "
+import torch
+torch.backends.cuda.matmul.allow_tf32 = False
+a, b = torch.randn(2048, 4096, device='cuda'), torch.randn(4096, 4096, device='cuda')
+for _ in range(4): torch.mm(a, b)
+torch.cuda.synchronize()" > "$OUT/ncu_sgemm.txt" 2>&1
+grep -E "gemm|Duration|Issue Slots Busy|Executed Ipc A|FMA|Registers Per|Achieved Occ|Shared" "$OUT/ncu_sgemm.txt" | head -30
