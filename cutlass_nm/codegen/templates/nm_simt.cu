@@ -32,6 +32,9 @@ constexpr bool kTransposed = ${x_transposed};  // mode 2 where the fast path app
 constexpr int kWarpRows = 4 * kTR, kWarpTokens = 8 * kTT;
 constexpr int kWarpsR = kBR / kWarpRows, kWarpsT = kBT / kWarpTokens;
 constexpr int kThreads = 32 * kWarpsR * kWarpsT;
+// two CTAs per SM where 128 registers per thread hold the tile (the compiler may otherwise take more and
+// halve the resident warps)
+constexpr int kMinBlocks = kTR * kTT <= 64 && kThreads <= 256 ? 2 : 1;
 constexpr int kPitchFast = kKC + 4;  // floats; = 4 mod 8 words: 8 consecutive tokens hit 8 bank groups
 constexpr int kPitchT = kBT + 4;     // mode 2: floats per column of the x^T tile
 static_assert(kTT % 4 == 0, "mode 2 reads a thread's tokens as float4s");
@@ -92,44 +95,20 @@ __device__ __forceinline__ void outer_fma(const float (&wv)[kTR], const float (&
     for (int b = 0; b < kTT; ++b) acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
 }
 
-// One k-tile into one pipeline stage: x [kBT][ktd] (token-major, pitch floats per token), W [ktc][kBR], cols
-// [nvb][ktc]. Out-of-range tokens and columns are zero-filled.
-template <int kMode>
-__device__ __forceinline__ void load_tile(const Params& p, char* stage, int kt, int row0, int tok0, int vb0,
-                                          int xt0, int xc, int xstep) {
+// Mode 0's k-tile into one pipeline stage: x [kBT][ktd] (token-major, p.pitch floats per token) by 4-byte
+// elements, W [ktc][kBR], cols [nvb][ktc]. Out-of-range tokens and columns are zero-filled.
+__device__ __forceinline__ void load_tile_general(const Params& p, char* stage, int kt, int row0, int tok0,
+                                                  int vb0) {
   float* xs = reinterpret_cast<float*>(stage);
   float* ws = reinterpret_cast<float*>(stage + p.x_bytes);
   int* cs = reinterpret_cast<int*>(stage + p.x_bytes + p.w_bytes);
-  constexpr bool kFast = kMode != 0;
-  const int pitch = kFast ? kPitchFast : p.pitch;
   const int k0 = kt * p.ktd, j0 = kt * p.ktc;
-  if (kMode == 2) {  // x^T rows k0 .. k0 + ktd, tokens tok0 .. tok0 + kBT, 16-byte chunks along tokens
-    constexpr int kChunks = kBT / 4;
-    for (int e = threadIdx.x; e < p.ktd * kChunks; e += kThreads) {
-      const int r = e / kChunks, c = (e - r * kChunks) * 4;
-      const int gk = k0 + r, gt = tok0 + c;
-      const bool ok = gk < p.k && gt < p.m_pad;
-      const float* src = ok ? p.x + static_cast<int64_t>(gk) * p.m_pad + gt : p.x;
-      cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(xs + r * kPitchT + c, src, ok);
-    }
-  } else if (kFast) {  // 16-byte chunks: thread (xt0, xc) copies chunk xc of tokens xt0, xt0 + xstep, ...
-    if (xc >= 0) {
-      const int gk = k0 + xc;
-      for (int t = xt0; t < kBT; t += xstep) {
-        const int gt = tok0 + t;
-        const bool ok = gt < p.m && gk < p.k;
-        const float* src = ok ? p.x + static_cast<int64_t>(gt) * p.k + gk : p.x;
-        cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(xs + t * pitch + xc, src, ok);
-      }
-    }
-  } else {  // 4-byte elements: a warp copies 32 consecutive columns of one token at a time
-    for (int e = threadIdx.x; e < kBT * p.ktd; e += kThreads) {
-      const int t = e / p.ktd, c = e - t * p.ktd;
-      const int gt = tok0 + t, gk = k0 + c;
-      const bool ok = gt < p.m && gk < p.k;
-      const float* src = ok ? p.x + static_cast<int64_t>(gt) * p.k + gk : p.x;
-      cutlass::arch::cp_async_zfill<4>(xs + t * pitch + c, src, ok);
-    }
+  for (int e = threadIdx.x; e < kBT * p.ktd; e += kThreads) {  // a warp copies 32 columns of one token
+    const int t = e / p.ktd, c = e - t * p.ktd;
+    const int gt = tok0 + t, gk = k0 + c;
+    const bool ok = gt < p.m && gk < p.k;
+    const float* src = ok ? p.x + static_cast<int64_t>(gt) * p.k + gk : p.x;
+    cutlass::arch::cp_async_zfill<4>(xs + t * p.pitch + c, src, ok);
   }
   constexpr int kWChunks = kBR / 4;
   for (int e = threadIdx.x; e < p.ktc * kWChunks; e += kThreads) {
@@ -143,8 +122,95 @@ __device__ __forceinline__ void load_tile(const Params& p, char* stage, int kt, 
   }
 }
 
+// The fast modes' copy plan, computed once per thread: every source address of k-tile kt is a base pointer
+// moved by kt tiles plus a fixed stride per chunk, so a chunk costs a pointer add, a compare and the cp.async
+// (recomputing each address from its indices cost ~28 instructions per 16-byte chunk).
+template <int kMode>
+struct TileCopier {
+  static constexpr int kChunks = kBT / 4;        // mode 2: 16-byte chunks per row of the x^T tile
+  static constexpr int kRowStep = kThreads / kChunks;
+  static constexpr int kWChunks = kBR / 4;       // 16-byte chunks per compressed step of W
+  static constexpr int kWStep = kThreads / kWChunks;
+  static_assert(kMode != 2 || kThreads % kChunks == 0, "mode 2: threads must cover whole x^T rows");
+  static_assert(kThreads % kWChunks == 0, "threads must cover whole W steps");
+
+  const float* x0;   // this thread's first x chunk at k-tile 0
+  int64_t x_step;    // elements between this thread's successive x chunks (rows of x^T or tokens)
+  int x_first, x_stride, x_limit;  // mode 2: first row, row step, rows; mode 1: first token, token step, tokens
+  int x_dst, x_dst_step;           // floats into the stage
+  int x_col;                       // mode 1: the chunk's column within the tile (-1: this thread copies no x)
+  bool tok_ok;                     // mode 2: the chunk's tokens exist
+  const float* w0;
+  int64_t w_step;
+  int w_first, w_dst;
+  const int* c0;
+  int c_v, c_j, c_dv, c_dj;
+
+  __device__ TileCopier(const Params& p, int row0, int tok0, int vb0) {
+    const int t = threadIdx.x;
+    if (kMode == 2) {
+      const int c = (t % kChunks) * 4;
+      x_first = t / kChunks; x_stride = kRowStep; x_limit = p.ktd;
+      x0 = p.x + static_cast<int64_t>(x_first) * p.m_pad + tok0 + c;
+      x_step = static_cast<int64_t>(kRowStep) * p.m_pad;
+      x_dst = x_first * kPitchT + c; x_dst_step = kRowStep * kPitchT;
+      tok_ok = tok0 + c < p.m_pad; x_col = 0;
+    } else {  // chunk column x_col of every x_stride-th token from x_first
+      const int cpr = p.ktd / 4, step = kThreads / cpr;
+      x_col = t < step * cpr ? (t % cpr) * 4 : -1;
+      x_first = t / cpr; x_stride = step; x_limit = kBT;
+      x0 = p.x + static_cast<int64_t>(tok0 + x_first) * p.k + max(x_col, 0);
+      x_step = static_cast<int64_t>(step) * p.k;
+      x_dst = x_first * kPitchFast + x_col; x_dst_step = step * kPitchFast;
+      tok_ok = true;
+    }
+    w_first = t / kWChunks;
+    const int r = (t % kWChunks) * 4;
+    w0 = p.wt + static_cast<int64_t>(w_first) * p.n_pad + row0 + r;
+    w_step = static_cast<int64_t>(kWStep) * p.n_pad;
+    w_dst = w_first * kBR + r;
+    c_v = t / p.ktc; c_j = t % p.ktc; c_dv = kThreads / p.ktc; c_dj = kThreads % p.ktc;
+    c0 = p.cols + static_cast<int64_t>(vb0) * p.nnz_pad;
+  }
+
+  __device__ __forceinline__ void issue(const Params& p, char* stage, int kt, int tok0) const {
+    float* xs = reinterpret_cast<float*>(stage);
+    float* ws = reinterpret_cast<float*>(stage + p.x_bytes);
+    int* cs = reinterpret_cast<int*>(stage + p.x_bytes + p.w_bytes);
+    const int k0 = kt * p.ktd, j0 = kt * p.ktc;
+    if (kMode == 2) {  // rows k0 + r of x^T, out-of-range rows or tokens zero-filled
+      const float* src = x0 + static_cast<int64_t>(k0) * p.m_pad;
+      float* dst = xs + x_dst;
+      for (int r = x_first; r < x_limit; r += x_stride, src += x_step, dst += x_dst_step) {
+        const bool ok = tok_ok && k0 + r < p.k;
+        cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(dst, ok ? src : p.x, ok);
+      }
+    } else if (x_col >= 0) {  // tokens tok0 + t, columns k0 + x_col .. + 4
+      const bool col_ok = k0 + x_col < p.k;
+      const float* src = x0 + k0;
+      float* dst = xs + x_dst;
+      for (int t = x_first; t < x_limit; t += x_stride, src += x_step, dst += x_dst_step) {
+        const bool ok = col_ok && tok0 + t < p.m;
+        cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(dst, ok ? src : p.x, ok);
+      }
+    }
+    {  // kept weights: always in range (the layout pads rows and steps)
+      const float* src = w0 + static_cast<int64_t>(j0) * p.n_pad;
+      float* dst = ws + w_dst;
+      for (int j = w_first; j < p.ktc; j += kWStep, src += w_step, dst += kWStep * kBR)
+        cutlass::arch::cp_async<16, cutlass::arch::CacheOperation::Global>(dst, src);
+    }
+    int v = c_v, j = c_j;  // column indices [nvb][ktc], element e = v * ktc + j
+    for (int e = threadIdx.x; e < p.nvb * p.ktc; e += kThreads) {
+      cutlass::arch::cp_async<4>(cs + e, c0 + static_cast<int64_t>(v) * p.nnz_pad + j0 + j);
+      j += c_dj; v += c_dv;
+      if (j >= p.ktc) { j -= p.ktc; ++v; }
+    }
+  }
+};
+
 template <int kMode, class Out>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
 nm_simt_kernel(Params p) {
   constexpr bool kFast = kMode != 0;
   extern __shared__ __align__(16) char smem[];
@@ -156,13 +222,6 @@ nm_simt_kernel(Params p) {
   const int tloc = (warp / kWarpsR) * kWarpTokens + (lane & 7) * (kMode == 2 ? 4 : 1);
   const int pitch = kFast ? kPitchFast : p.pitch;
 
-  // x copy assignment (fast path): chunk column xc of every xstep-th token from xt0
-  int xt0 = 0, xc = -1, xstep = 1;
-  if (kFast) {
-    const int cpr = p.ktd / 4;
-    xstep = kThreads / cpr;
-    if (threadIdx.x < xstep * cpr) { xt0 = threadIdx.x / cpr; xc = (threadIdx.x - xt0 * cpr) * 4; }
-  }
   // this thread's column-index row(s) within the stage
   int vrow[kTR];
 #pragma unroll
@@ -180,17 +239,21 @@ nm_simt_kernel(Params p) {
 #pragma unroll
     for (int b = 0; b < kTT; ++b) acc[a][b] = 0.f;
 
+  const TileCopier<kMode> copier(p, row0, tok0, vb0);
+  auto load = [&](int s, int kt) {
+    if constexpr (kFast) copier.issue(p, smem + s * p.stage_bytes, kt, tok0);
+    else load_tile_general(p, smem + s * p.stage_bytes, kt, row0, tok0, vb0);
+  };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < count) load_tile<kMode>(p, smem + s * p.stage_bytes, kt0 + s, row0, tok0, vb0, xt0, xc, xstep);
+    if (s < count) load(s, kt0 + s);
     cutlass::arch::cp_async_fence();
   }
   for (int i = 0; i < count; ++i) {
     cutlass::arch::cp_async_wait<kStages - 2>();
     __syncthreads();
     const int next = i + kStages - 1;
-    if (next < count)
-      load_tile<kMode>(p, smem + (next % kStages) * p.stage_bytes, kt0 + next, row0, tok0, vb0, xt0, xc, xstep);
+    if (next < count) load(next % kStages, kt0 + next);
     cutlass::arch::cp_async_fence();
 
     const char* stage = smem + (i % kStages) * p.stage_bytes;
