@@ -39,7 +39,9 @@ _BASES = (Config(), Config(block_rows=256, block_tokens=64, k_cols=64), Config(b
           Config(k_cols=64))
 # longer k-tiles (more compressed steps per barrier at high sparsity) and 16-row thread tiles; transposed x only
 _WIDE = (Config(block_rows=256, block_tokens=64, k_cols=128), Config(block_tokens=256, thread_tokens=16, k_cols=64),
-         Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2))
+         Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2),
+         Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3),
+         Config(block_rows=256, block_tokens=64, thread_rows=16, k_cols=64))
 SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": t}) for t in (1, 0) for c in _BASES) + tuple(
     Config(**{**c.to_record(), "x_transposed": 1}) for c in _WIDE)
 TYPES = {"f32": KernelTypes("f32", "f32", False), "f16": KernelTypes("f16", "f16", False)}

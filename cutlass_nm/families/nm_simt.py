@@ -158,12 +158,16 @@ class _SimtFamily:
         return template("nm_simt.cu").substitute(element=ELEMENTS[types.dtype], **fields)
 
     def heuristic(self, problem: Problem) -> Config:
-        """128x128 CTAs of 8x8 thread tiles; split k when the tiles do not fill two waves of 132 SMs."""
-        tiles = -(-problem.n // 128) * -(-problem.m // 128)
+        """Transposed x throughout (H200 sweep, benchmarks/results/h200/nm_simt_sweep.json): 256x128 CTAs of
+        16x8 thread tiles once the tokens fill the GPU, else 256x64 CTAs of 8x8 tiles; split k when the tiles
+        do not fill two waves of 132 SMs."""
+        if problem.m >= 1024:
+            return Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, x_transposed=1)
+        tiles = -(-problem.n // 256) * -(-problem.m // 64)
         split = 1
         while split < 4 and tiles * split < 264 and problem.k >= 1024 * split:
             split *= 2
-        return Config(split_k=split)
+        return Config(block_rows=256, block_tokens=64, k_cols=64, split_k=split, x_transposed=1)
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, cfg, types)
