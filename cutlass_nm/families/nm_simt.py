@@ -159,7 +159,8 @@ class _SimtFamily:
 
     def heuristic(self, problem: Problem) -> Config:
         """Transposed x throughout (H200 sweep, benchmarks/results/h200/nm_simt_sweep.json): 256x128 CTAs of
-        16x8 thread tiles once the tokens fill the GPU, else 256x64 CTAs of 8x8 tiles; split k when the tiles
+        16x8 thread tiles once the tokens fill the GPU, else 256x64 CTAs of 8x8 tiles (2 stages: room for the
+        column indices of vector-1 weights); split k when the tiles
         do not fill two waves of 132 SMs."""
         if problem.m >= 1024:
             return Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, x_transposed=1)
@@ -167,7 +168,7 @@ class _SimtFamily:
         split = 1
         while split < 4 and tiles * split < 264 and problem.k >= 1024 * split:
             split *= 2
-        return Config(block_rows=256, block_tokens=64, k_cols=64, split_k=split, x_transposed=1)
+        return Config(block_rows=256, block_tokens=64, k_cols=64, stages=2, split_k=split, x_transposed=1)
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, cfg, types)
