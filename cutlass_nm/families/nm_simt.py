@@ -160,8 +160,7 @@ class _SimtFamily:
     def heuristic(self, problem: Problem) -> Config:
         """Transposed x throughout (H200 sweep, benchmarks/results/h200/nm_simt_sweep.json): 256x128 CTAs of
         16x8 thread tiles once the tokens fill the GPU, else 256x64 CTAs of 8x8 tiles (2 stages: room for the
-        column indices of vector-1 weights); split k when the tiles
-        do not fill two waves of 132 SMs."""
+        column indices of vector-1 weights); split k when the tiles do not fill two waves of 132 SMs."""
         if problem.m >= 1024:
             return Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, x_transposed=1)
         tiles = -(-problem.n // 256) * -(-problem.m // 64)

@@ -95,36 +95,11 @@ __device__ __forceinline__ void outer_fma(const float (&wv)[kTR], const float (&
     for (int b = 0; b < kTT; ++b) acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
 }
 
-// Mode 0's k-tile into one pipeline stage: x [kBT][ktd] (token-major, p.pitch floats per token) by 4-byte
-// elements, W [ktc][kBR], cols [nvb][ktc]. Out-of-range tokens and columns are zero-filled.
-__device__ __forceinline__ void load_tile_general(const Params& p, char* stage, int kt, int row0, int tok0,
-                                                  int vb0) {
-  float* xs = reinterpret_cast<float*>(stage);
-  float* ws = reinterpret_cast<float*>(stage + p.x_bytes);
-  int* cs = reinterpret_cast<int*>(stage + p.x_bytes + p.w_bytes);
-  const int k0 = kt * p.ktd, j0 = kt * p.ktc;
-  for (int e = threadIdx.x; e < kBT * p.ktd; e += kThreads) {  // a warp copies 32 columns of one token
-    const int t = e / p.ktd, c = e - t * p.ktd;
-    const int gt = tok0 + t, gk = k0 + c;
-    const bool ok = gt < p.m && gk < p.k;
-    const float* src = ok ? p.x + static_cast<int64_t>(gt) * p.k + gk : p.x;
-    cutlass::arch::cp_async_zfill<4>(xs + t * p.pitch + c, src, ok);
-  }
-  constexpr int kWChunks = kBR / 4;
-  for (int e = threadIdx.x; e < p.ktc * kWChunks; e += kThreads) {
-    const int j = e / kWChunks, r = (e - j * kWChunks) * 4;
-    cutlass::arch::cp_async<16, cutlass::arch::CacheOperation::Global>(
-        ws + j * kBR + r, p.wt + static_cast<int64_t>(j0 + j) * p.n_pad + row0 + r);
-  }
-  for (int e = threadIdx.x; e < p.nvb * p.ktc; e += kThreads) {
-    const int v = e / p.ktc, j = e - v * p.ktc;
-    cutlass::arch::cp_async<4>(cs + e, p.cols + static_cast<int64_t>(vb0 + v) * p.nnz_pad + j0 + j);
-  }
-}
-
-// The fast modes' copy plan, computed once per thread: every source address of k-tile kt is a base pointer
-// moved by kt tiles plus a fixed stride per chunk, so a chunk costs a pointer add, a compare and the cp.async
-// (recomputing each address from its indices cost ~28 instructions per 16-byte chunk).
+// One k-tile into one pipeline stage: x (mode 2: x^T [ktd][kPitchT]; else token-major [kBT][pitch]), W [ktc][kBR],
+// cols [nvb][ktc]; out-of-range tokens and columns are zero-filled. The copy plan is computed once per thread:
+// every source address of k-tile kt is a base pointer moved by kt tiles plus a fixed stride per chunk, so a
+// chunk costs a pointer add, a compare and the cp.async (recomputing each address from its indices cost ~28
+// instructions per 16-byte chunk). Mode 0 (any alignment) copies x by 4-byte elements.
 template <int kMode>
 struct TileCopier {
   static constexpr int kChunks = kBT / 4;        // mode 2: 16-byte chunks per row of the x^T tile
@@ -155,7 +130,7 @@ struct TileCopier {
       x_step = static_cast<int64_t>(kRowStep) * p.m_pad;
       x_dst = x_first * kPitchT + c; x_dst_step = kRowStep * kPitchT;
       tok_ok = tok0 + c < p.m_pad; x_col = 0;
-    } else {  // chunk column x_col of every x_stride-th token from x_first
+    } else if (kMode == 1) {  // chunk column x_col of every x_stride-th token from x_first
       const int cpr = p.ktd / 4, step = kThreads / cpr;
       x_col = t < step * cpr ? (t % cpr) * 4 : -1;
       x_first = t / cpr; x_stride = step; x_limit = kBT;
@@ -163,6 +138,8 @@ struct TileCopier {
       x_step = static_cast<int64_t>(step) * p.k;
       x_dst = x_first * kPitchFast + x_col; x_dst_step = step * kPitchFast;
       tok_ok = true;
+    } else {  // mode 0: element loop in issue()
+      x0 = p.x; x_step = 0; x_first = x_stride = x_limit = x_dst = x_dst_step = 0; x_col = -1; tok_ok = true;
     }
     w_first = t / kWChunks;
     const int r = (t % kWChunks) * 4;
@@ -178,20 +155,30 @@ struct TileCopier {
     float* ws = reinterpret_cast<float*>(stage + p.x_bytes);
     int* cs = reinterpret_cast<int*>(stage + p.x_bytes + p.w_bytes);
     const int k0 = kt * p.ktd, j0 = kt * p.ktc;
-    if (kMode == 2) {  // rows k0 + r of x^T, out-of-range rows or tokens zero-filled
+    if constexpr (kMode == 2) {  // rows k0 + r of x^T, out-of-range rows or tokens zero-filled
       const float* src = x0 + static_cast<int64_t>(k0) * p.m_pad;
       float* dst = xs + x_dst;
       for (int r = x_first; r < x_limit; r += x_stride, src += x_step, dst += x_dst_step) {
         const bool ok = tok_ok && k0 + r < p.k;
         cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(dst, ok ? src : p.x, ok);
       }
-    } else if (x_col >= 0) {  // tokens tok0 + t, columns k0 + x_col .. + 4
-      const bool col_ok = k0 + x_col < p.k;
-      const float* src = x0 + k0;
-      float* dst = xs + x_dst;
-      for (int t = x_first; t < x_limit; t += x_stride, src += x_step, dst += x_dst_step) {
-        const bool ok = col_ok && tok0 + t < p.m;
-        cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(dst, ok ? src : p.x, ok);
+    } else if (kMode == 1) {
+      if (x_col >= 0) {  // tokens tok0 + t, columns k0 + x_col .. + 4
+        const bool col_ok = k0 + x_col < p.k;
+        const float* src = x0 + k0;
+        float* dst = xs + x_dst;
+        for (int t = x_first; t < x_limit; t += x_stride, src += x_step, dst += x_dst_step) {
+          const bool ok = col_ok && tok0 + t < p.m;
+          cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(dst, ok ? src : p.x, ok);
+        }
+      }
+    } else {  // a warp copies 32 columns of one token
+      for (int e = threadIdx.x; e < kBT * p.ktd; e += kThreads) {
+        const int t = e / p.ktd, c = e - t * p.ktd;
+        const int gt = tok0 + t, gk = k0 + c;
+        const bool ok = gt < p.m && gk < p.k;
+        const float* src = ok ? p.x + static_cast<int64_t>(gt) * p.k + gk : p.x;
+        cutlass::arch::cp_async_zfill<4>(xs + t * p.pitch + c, src, ok);
       }
     }
     {  // kept weights: always in range (the layout pads rows and steps)
@@ -240,10 +227,7 @@ nm_simt_kernel(Params p) {
     for (int b = 0; b < kTT; ++b) acc[a][b] = 0.f;
 
   const TileCopier<kMode> copier(p, row0, tok0, vb0);
-  auto load = [&](int s, int kt) {
-    if constexpr (kFast) copier.issue(p, smem + s * p.stage_bytes, kt, tok0);
-    else load_tile_general(p, smem + s * p.stage_bytes, kt, row0, tok0, vb0);
-  };
+  auto load = [&](int s, int kt) { copier.issue(p, smem + s * p.stage_bytes, kt, tok0); };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < count) load(s, kt0 + s);
