@@ -32,6 +32,10 @@ PRESETS = {
             (256, 4096, 4096), (64, 4096, 4096), (16, 4096, 4096)],
     # where the untuned kernels trailed cuSPARSELt after mm_search (sptc24_llm.json, tuner.json)
     "contested": [(8192, 8192, 8192), (2048, 11008, 4096), (2048, 12288, 4096), (16384, 4096, 4096)],
+    # the llm preset at m >= 1024 (the issue's acceptance set), plus one small m per regime
+    "accept": [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 4096, 4096), (2048, 11008, 4096),
+               (2048, 4096, 11008), (2048, 12288, 4096), (16384, 4096, 4096), (1024, 4096, 4096),
+               (256, 4096, 4096), (16, 4096, 4096)],
 }
 
 
@@ -40,10 +44,24 @@ def sweep_configs(family, grid: str = "coarse") -> list:
 
     ``coarse``: tiles x clusters x schedules. ``focused``: the best large-m configs of the coarse sweep and the
     tuner (cooperative, 256x128x128 / 128x256x64, their clusters) x {persistent, stream-K} x the runtime-only
-    raster order and swizzle, which cost no extra compile (10 kernels, 90 points).
+    raster order and swizzle, which cost no extra compile (10 kernels, 90 points). ``pipe``: CUTLASS's sparse
+    mainloop against ours (``mma_pipe`` 0 / 1) on the tiles and clusters that won somewhere, cuSPARSELt's
+    128x256x64 cluster 2x1 among them, and the small-m heuristic tiles (26 kernels, 4 raster/swizzle points each).
     """
     probe = Problem(4096, 4096, 4096, KernelTypes("f16", "f16", False))
-    if grid == "coarse":
+    if grid == "pipe":
+        kernels = [dict(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn, scheduler=sch)
+                   for tm, tn, tk, cm, cn, sch in (
+                       (256, 128, 128, 1, 1, "persistent"), (256, 128, 128, 1, 2, "persistent"),
+                       (256, 128, 128, 2, 1, "persistent"), (256, 128, 64, 1, 1, "persistent"),
+                       (256, 128, 64, 1, 2, "persistent"), (128, 256, 64, 2, 1, "persistent"),
+                       (128, 256, 64, 1, 2, "persistent"), (128, 256, 64, 2, 2, "persistent"),
+                       (128, 256, 128, 2, 1, "persistent"), (256, 128, 128, 1, 2, "streamk"),
+                       (128, 256, 64, 2, 1, "streamk"), (128, 64, 128, 1, 1, "persistent"),
+                       (128, 64, 128, 2, 1, "persistent"))]
+        points = [dict(kern, mma_pipe=pipe, raster=r, swizzle=sw)
+                  for kern in kernels for pipe in (0, 1) for r, sw in (("heuristic", 1), ("m", 1), ("n", 1), ("n", 8))]
+    elif grid == "coarse":
         points = [dict(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn, schedule=sched)
                   for tm, tn, tk, (cm, cn), sched in itertools.product(
                       (128, 256), (64, 128, 256), (64, 128), ((1, 1), (2, 1), (1, 2)), ("cooperative", "pingpong"))]
@@ -64,7 +82,7 @@ def main() -> None:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="quick")
     ap.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
     ap.add_argument("--sweep", action="store_true", help="also time a grid of sm90 configs per shape")
-    ap.add_argument("--grid", choices=["coarse", "focused"], default="coarse", help="which --sweep grid")
+    ap.add_argument("--grid", choices=["coarse", "focused", "pipe"], default="coarse", help="which --sweep grid")
     ap.add_argument("--min-m", type=int, default=0, help="only shapes with m >= this")
     ap.add_argument("--families", default="sptc24_sm90,sptc24_sm80", help="heuristic rows for these families")
     ap.add_argument("--reps", type=int, default=100)

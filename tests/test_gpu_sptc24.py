@@ -46,6 +46,10 @@ def _precompile_in_parallel():
         for m, n, k, d, o, b in problems:
             types = KernelTypes(d, o, b)
             kids.add((name, fam.heuristic(Problem(m, n, k, types)), types))
+    if "sptc24_sm90" in _families():
+        sm90 = get_family("sptc24_sm90")
+        kids.update(("sptc24_sm90", sm90.Config(**f, mma_pipe=1), KernelTypes("f16", "f16", False)) for f in PIPELINED)
+        kids.add(("sptc24_sm90", sm90.Config(**PIPELINED[0], mma_pipe=1), KernelTypes("bf16", "f32", True)))
     failures = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
     assert not failures, failures[0]
 
@@ -114,3 +118,39 @@ def test_gpu_error_paths():
     wn = cutlass_nm.compress(torch.randn(260, 512, device="cuda", dtype=torch.float16), prune=True)
     with pytest.raises(ShapeError, match="multiple of 8"):
         cutlass_nm.matmul(torch.randn(8, 512, device="cuda", dtype=torch.float16), wn)
+
+
+# Our pipelined sparse mainloop (mma_pipe = 1) across schedules, tile K, clusters and stream-K; k-tile counts of
+# 1, even and odd, and tails in every dimension. Kernels built directly from their configs.
+PIPELINED = [
+    dict(tile_m=256, tile_n=128, tile_k=128, cluster_m=1, cluster_n=1),
+    dict(tile_m=128, tile_n=256, tile_k=64, cluster_m=2, cluster_n=1),
+    dict(tile_m=256, tile_n=128, tile_k=64, cluster_m=1, cluster_n=2, scheduler="streamk"),
+    dict(tile_m=128, tile_n=128, tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong"),
+    dict(tile_m=128, tile_n=64, tile_k=128, cluster_m=2, cluster_n=1),
+]
+PIPELINED_SHAPES = [(1, 256, 64), (7, 288, 384), (129, 544, 1088), (300, 1056, 2112), (2048, 2048, 4096)]
+
+
+@pytest.mark.parametrize("fields", PIPELINED, ids=lambda f: "_".join(str(v) for v in f.values()))
+@pytest.mark.parametrize("shape", PIPELINED_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_pipelined_mainloop(fields, shape):
+    if "sptc24_sm90" not in _families():
+        pytest.skip("needs an sm_90 GPU")
+    from cutlass_nm.families import KernelTypes, get_family
+    from cutlass_nm.kernels import get_kernel
+
+    fam = get_family("sptc24_sm90")
+    cfg = fam.Config(**fields, mma_pipe=1)
+    m, n, k = shape
+    for dtype, out_dtype, with_bias in ((torch.float16, torch.float16, False), (torch.bfloat16, torch.float32, True)):
+        if dtype == torch.bfloat16 and fields != PIPELINED[0]:
+            continue  # one bf16 + bias + fp32-output kernel is enough to cover the epilogue variants
+        names = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+        kern = get_kernel((fam.name, cfg, KernelTypes(names[dtype], names[out_dtype], with_bias)))
+        x, w, bias, ref = _case(m, n, k, dtype, seed=hash((str(fields), shape)) % 2**31, with_bias=with_bias)
+        y = torch.full((m, n), float("nan"), device="cuda", dtype=out_dtype)
+        kern(x, w, bias, y)
+        torch.cuda.synchronize()
+        assert torch.isfinite(y).all(), "unwritten (poisoned) or non-finite outputs"
+        assert rel_err(y, ref) < TOL[dtype], (cfg, dtype)

@@ -21,8 +21,9 @@ RASTER_ORDER = {"heuristic": 0, "m": 1, "n": 2}  # cutlass::gemm::kernel::detail
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
     """CTA tile, cluster, schedule, pipeline depth (0 = as many as fit), raster swizzle, tile scheduler
-    (persistent data-parallel, or stream-K, which splits the last wave's K across idle SMs) and raster order
-    (CUTLASS picks by problem shape, or along M / along N)."""
+    (persistent data-parallel, or stream-K, which splits the last wave's K across idle SMs), raster order
+    (CUTLASS picks by problem shape, or along M / along N) and the consumer mainloop (``mma_pipe`` 0: CUTLASS's,
+    which waits for each k-tile's wgmma.sp batch before the next; 1: ours, one batch kept in flight)."""
 
     tile_m: int = 128
     tile_n: int = 128
@@ -34,6 +35,7 @@ class Config(FamilyConfig):
     swizzle: int = 1
     scheduler: str = "persistent"
     raster: str = "heuristic"
+    mma_pipe: int = 0
 
     SPACE: ClassVar = {
         "tile_m": (64, 128, 256),
@@ -46,6 +48,7 @@ class Config(FamilyConfig):
         "swizzle": (1, 2, 4, 8),
         "scheduler": ("persistent", "streamk"),
         "raster": ("heuristic", "m", "n"),
+        "mma_pipe": (0, 1),
     }
 
 
@@ -100,7 +103,7 @@ class _Sm90Family:
             tile=(cfg.tile_m, cfg.tile_n, cfg.tile_k), cluster=(cfg.cluster_m, cfg.cluster_n),
             schedule=cfg.schedule, stages=cfg.stages, dtype=types.dtype, out_dtype=types.out_dtype,
             bias=types.bias, streamk=cfg.scheduler == "streamk")
-        return emit_sm90(op, has_bias="true" if types.bias else "false")
+        return emit_sm90(op, has_bias="true" if types.bias else "false", mma_pipe=cfg.mma_pipe)
 
     def heuristic(self, problem: Problem) -> Config:
         """Picked from a measured sweep (benchmarks/results/h100/sptc24_llm.json, graph-timed): the best
