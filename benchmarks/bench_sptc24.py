@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 import cutlass_nm
-from cutlass_nm.bench.baselines import cublas_dense, cusparselt_isolated
+from cutlass_nm.bench.baselines import MODES, cublas_dense, cusparselt_isolated
 from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.families import KernelTypes, Problem, get_family
@@ -86,6 +86,8 @@ def main() -> None:
     ap.add_argument("--min-m", type=int, default=0, help="only shapes with m >= this")
     ap.add_argument("--families", default="sptc24_sm90,sptc24_sm80", help="heuristic rows for these families")
     ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--cusparselt", default=",".join(MODES),
+                    help=f"cuSPARSELt baselines to time, comma-separated (of {','.join(MODES)})")
     ap.add_argument("--out", type=Path, help="write JSON rows here")
     ap.add_argument("--compile-only", action="store_true", help="build every kernel the run needs, then stop")
     ap.add_argument("--tuned", action="store_true",
@@ -163,7 +165,8 @@ def bench_shape(shape, dtype, args, types, grid, failed, tuned_selector=None) ->
                      "tflops": flops / t.p50_ms / 1e9, "rel_err": err})
 
     record("cublas", cublas_dense(xs, dense))
-    for name, res in cusparselt_isolated(m, n, k, args.dtype, args.reps).items():
+    modes = tuple(mode for mode in args.cusparselt.split(",") if mode)
+    for name, res in cusparselt_isolated(m, n, k, args.dtype, args.reps, modes).items():
         if "median_ms" in res:
             res["tflops"] = flops / res["median_ms"] / 1e9
         rows.append({**base, "impl": name, **res})

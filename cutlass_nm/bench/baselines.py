@@ -45,10 +45,11 @@ def cusparselt(xs: list[torch.Tensor], ws: list[torch.Tensor], mode: str) -> Cal
     return lambda i: torch._cslt_sparse_mm(comp[i], xts[i], alg_id=alg, split_k=split_k, split_k_mode=split_k_mode)
 
 
-def cusparselt_isolated(m: int, n: int, k: int, dtype: str, reps: int) -> dict[str, dict]:
-    """Time each cuSPARSELt mode in a child process; errors come back as rows."""
+def cusparselt_isolated(m: int, n: int, k: int, dtype: str, reps: int, modes: tuple[str, ...] = MODES
+                        ) -> dict[str, dict]:
+    """Time each cuSPARSELt mode (of ``MODES``) in a child process; errors come back as rows."""
     out = {}
-    for name in MODES:
+    for name in modes:
         proc = subprocess.run([sys.executable, "-m", "cutlass_nm.bench.baselines", str(m), str(n), str(k), dtype,
                                str(reps), name], capture_output=True, text=True, timeout=900)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]

@@ -39,6 +39,12 @@ def template(name: str) -> Template:
     return Template(resources.files(__package__).joinpath("templates", name).read_text())
 
 
+def fragment(name: str) -> str:
+    """Device code shared by several templates (``templates/*.cuh``), spliced into a translation unit as text:
+    a kernel's source, and so its cache key, stays one self-contained file."""
+    return resources.files(__package__).joinpath("templates", name).read_text()
+
+
 def sm90_sparse_operation(*, tile: tuple[int, int, int], cluster: tuple[int, int], schedule: str,
                           stages: int, dtype: str, out_dtype: str, bias: bool, streamk: bool = False) -> GemmOperation:
     """A wgmma.sp GEMM D(MxN, col-major) = A(MxK, row-major, 2:4) · B(KxN, col-major)."""
@@ -63,7 +69,8 @@ def emit_sm90(op: GemmOperation, **subs: object) -> str:
     # cutlass_library 4.2 reads a custom epilogue from the emitter, not the operation.
     emitter.epilogue_functor = op.epilogue_functor
     body = emitter.emit(op)
-    return template("sptc24_sm90.cu").substitute(operation=body, name=op.procedural_name(), **subs)
+    return template("sptc24_sm90.cu").substitute(operation=body, name=op.procedural_name(),
+                                                 sparse_mainloop=fragment("sparse_mainloop.cuh"), **subs)
 
 
 def sm80_sparse_operation(*, tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int,

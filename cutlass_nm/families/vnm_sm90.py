@@ -35,7 +35,9 @@ class Config(FamilyConfig):
     whose stores conflict 8 ways, the original; 1: swizzled tile, conflict-free stores) and the B gather (0: 16-byte
     cp.async by the producer warpgroup, the original; 1: one TMA box of 64 tokens x 1 row per gathered row and
     64-token chunk, swizzled by the copy engine) and, for the cp.async gather, how its producer issues (0: one
-    row at a time, the original; 1: batches of index loads, then the batch's copies back to back)."""
+    row at a time, the original; 1: batches of index loads, then the batch's copies back to back), and the consumer
+    mainloop (``mma_pipe`` 0: CUTLASS's sparse collective, which drains each k-tile's wgmma.sp batch; 1: ours,
+    one batch kept in flight)."""
 
     tile_m: int = 64
     tile_n: int = 128
@@ -45,6 +47,7 @@ class Config(FamilyConfig):
     transpose: int = 0
     gather: int = 0
     producer: int = 0
+    mma_pipe: int = 0
 
     SPACE: ClassVar = {
         "tile_m": (64, 128),
@@ -55,6 +58,7 @@ class Config(FamilyConfig):
         "transpose": (0, 1),
         "gather": (0, 1),
         "producer": (0, 1),
+        "mma_pipe": (0, 1),
     }
 
 
@@ -104,14 +108,14 @@ class _VnmSm90Family:
         return None
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
-        from ..codegen.cutlass_emit import template
+        from ..codegen.cutlass_emit import fragment, template
 
         c = Config.from_record(cfg.to_record())  # only validated ints reach the source
         return template("vnm_sm90.cu").substitute(
             element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
             tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
             has_bias="true" if types.bias else "false", transpose=int(c.transpose), gather=int(c.gather),
-            producer=int(c.producer))
+            producer=int(c.producer), mma_pipe=int(c.mma_pipe), sparse_mainloop=fragment("sparse_mainloop.cuh"))
 
     def heuristic(self, problem: Problem) -> Config:
         """Swizzled transpose and batched producer throughout (H200: benchmarks/results/h200/vnm_producer.md and

@@ -8,7 +8,8 @@
 //     stage (CUTLASS's sparse-collective descriptors); all 128 threads gather the B rows of the stage with 16-byte
 //     cp.async (zero-filled past the gather row / token tail) into the swizzled MN-major layout wgmma reads, and
 //     arrive on the stage's full barrier when their copies land (cp.async.mbarrier.arrive.noinc);
-//   * consumer warpgroup(s): CUTLASS's sparse collective mma() (wgmma.sp from shared memory), then a predicated
+//   * consumer warpgroup(s): CUTLASS's sparse collective mma() or ours (mma_pipe = 1, templates/sparse_mainloop.cuh:
+//     one wgmma.sp batch kept in flight), from shared memory, then a predicated
 //     register epilogue (bias per row, conversion, tails in n and m).
 #include <cstdint>
 #include <cuda.h>
@@ -24,6 +25,7 @@
 #include "cutlass/numeric_conversion.h"
 #include "cutlass/util/packed_stride.hpp"
 
+${sparse_mainloop}
 namespace cnm_vnm {
 using namespace cute;
 
@@ -41,6 +43,8 @@ constexpr int kTranspose = ${transpose};  // 0: padded tile (8-way store conflic
 // ~50 cycles, 16 of them per stage at tile_n = 256); 1: a batch of index loads first, then that many cp.async back
 // to back (the loop fully unrolled: constant destination offsets).
 constexpr int kProducer = ${producer};
+// 0: CUTLASS's sparse consumer mainloop (drains each k-tile's wgmma.sp batch); 1: cnm::PipelinedSparseMma.
+constexpr int kMmaPipe = ${mma_pipe};
 
 constexpr int kThreads = 128 * (1 + kConsumers);
 using TileShape = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
@@ -370,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ cons
     const int thread_idx = threadIdx.x - 128;
     TiledMma tiled_mma;
     Tensor accum = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
-    Mainloop collective;
+    cute::conditional_t<kMmaPipe == 1, cnm::PipelinedSparseMma<Mainloop>, Mainloop> collective;
     const int k_tiles = p.kg / kTileK;
     PipeState read;
     collective.mma(pipeline, read, accum, k_tiles, thread_idx, smem.tensors, p.mainloop);
