@@ -20,7 +20,8 @@ def kernel_of(cfg: dict) -> str:
 
 
 def main() -> None:
-    data = json.load(open(sys.argv[1]))
+    with open(sys.argv[1]) as f:
+        data = json.load(f)
     env = data["environment"]
     rows = [r for r in data["rows"] if "median_ms" in r]
     shapes = sorted({(r["m"], r["n"], r["k"]) for r in rows}, key=lambda s: (-s[0] * s[1] * s[2]))
