@@ -46,12 +46,13 @@ SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": t}) for t in (1, 0) for
     Config(**{**c.to_record(), "x_transposed": 1}) for c in _WIDE)
 TYPES = {"f32": KernelTypes("f32", "f32", False), "f16": KernelTypes("f16", "f16", False)}
 SMS = 132
+VECTOR = 32  # the weights' index-sharing vector (the format's default); the problems carry it for exact checks
 
 
 def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, ...], pattern: str) -> list[Config]:
     """The sweep's valid configs for a problem, with split-K variants where the CTAs cover under 2 waves."""
     out: list[Config] = []
-    p = Problem(m, n, k, types, pattern)
+    p = Problem(m, n, k, types, pattern, VECTOR)
     for base in sweep:
         tiles = -(-n // base.block_rows) * -(-m // base.block_tokens)
         for split in (1, 2, 4):
@@ -87,16 +88,16 @@ def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...],
         wd = [torch.randn(n, k, device="cuda", dtype=dt, generator=g) for _ in range(dense_copies)]
         for pattern in patterns:
             p = Pattern.parse(pattern)
-            w0 = compress_nm(wd[0], p, 32, prune=True)
+            w0 = compress_nm(wd[0], p, VECTOR, prune=True)
             wbytes = w0.values.numel() * 4 + w0.indices.numel()
             wcopies = copies_to_rotate(wbytes)
-            ws = [w0] + [compress_nm(wd[i % dense_copies], p, 32, prune=True) for i in range(1, wcopies)]
+            ws = [w0] + [compress_nm(wd[i % dense_copies], p, VECTOR, prune=True) for i in range(1, wcopies)]
             for m in tokens:
                 xcopies = copies_to_rotate(m * k * dt.itemsize + n * k * dt.itemsize)
                 xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=g) for _ in range(xcopies)]
                 base = {"m": m, "n": n, "k": k, "dtype": dname}
                 key = (m, n, k, dname)
-                heur = FAMILY.heuristic(Problem(m, n, k, types))
+                heur = FAMILY.heuristic(Problem(m, n, k, types, pattern, VECTOR))
                 if key not in _DENSE:  # the dense baseline once per shape and dtype
                     ys = [torch.empty(m, n, device="cuda", dtype=dt) for _ in range(max(xcopies, dense_copies))]
                     copies = max(xcopies, dense_copies)

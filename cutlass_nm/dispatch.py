@@ -8,6 +8,7 @@ the kernel. Later calls do no I/O: one dict lookup, then the launch.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,8 @@ Selector = Callable[[Family, Problem], Any]  # returns a Config, or None to use 
 _selector: Selector | None = None
 _RESOLVED: dict[tuple, Callable] = {}
 _IN_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # f32: general N:M on CUDA cores (nm_simt) only
+_REFUSED_WARNED: set[str] = set()  # families whose selected config check() refused (warned once each)
+log = logging.getLogger("cutlass_nm.dispatch")
 
 
 def set_selector(selector: Selector | None) -> None:
@@ -78,7 +81,7 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
     if x2.shape[0] == 0:
         return y
     key = (x2.shape[0], w.out_features, w.in_features, x.dtype, out_dtype, bias is not None, x.device, family,
-           type(w), w.pattern)
+           type(w), w.pattern, w.vector if isinstance(w, NMWeight) else 0)
     kernel = _RESOLVED.get(key)
     if kernel is None:
         kernel = _resolve(key)
@@ -149,8 +152,9 @@ def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: 
 
 
 def _resolve(key: tuple) -> Callable:
-    """Slow path, once per problem: choose family and config, compile or load, remember."""
-    m, n, k, dtype, out_dtype, has_bias, device, family_name, kind, pattern = key
+    """Slow path, once per problem: choose family and config, compile or load, remember. ``key`` is matmul's:
+    (m, n, k, dtype, out_dtype, bias, device, family, weight type, pattern, vector (N:M weights; else 0))."""
+    m, n, k, dtype, out_dtype, has_bias, device, family_name, kind, pattern, vector = key
     family_name = family_name or default_family(device, kind, m, dtype)
     if family_name not in FAMILIES:
         raise ShapeError(f"no kernel family {family_name!r} is built into this version for {kind.__name__} "
@@ -161,9 +165,18 @@ def _resolve(key: tuple) -> Callable:
     if dtype_name(dtype) not in getattr(family, "input_dtypes", HALF_DTYPES):  # f32: the CUDA-core family only
         raise InputError(f"{family.name} takes {'/'.join(getattr(family, 'input_dtypes', HALF_DTYPES))} inputs, "
                          f"got {dtype}")
-    problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias), str(pattern))
+    problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias), str(pattern),
+                      vector)
     cfg = (_selector or _default_selector())(family, problem)
-    if cfg is None or family.check(cfg, problem) is not None:
+    if cfg is not None and (why := family.check(cfg, problem)) is not None:
+        # e.g. a DB winner tuned on vector-32 weights offered for a vector-1 weight of the same shape (the DB key
+        # has no vector): never launched, the heuristic runs instead
+        level = logging.DEBUG if family.name in _REFUSED_WARNED else logging.WARNING
+        log.log(level, "cutlass_nm: %s's selected config %s cannot run %s: %s; using the heuristic config",
+                family.name, cfg, problem, why)
+        _REFUSED_WARNED.add(family.name)
+        cfg = None
+    if cfg is None:
         cfg = family.heuristic(problem)
     reason = family.check(cfg, problem)
     if reason is not None:

@@ -29,6 +29,7 @@ CONFIGS = [Config(), Config(split_k=4), Config(block_rows=32, block_tokens=32, t
            Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, x_transposed=1)]
 TRANSPOSED = Config(x_transposed=1, split_k=2)
 CONFIG_PATTERNS = ["3:7", "16:32", "1:8", "2:4", "13:64"]
+MATMUL_PATTERNS = ["1:4", "2:8", "3:7", "5:16", "16:32", "2:4", "31:64", "1:2"]
 
 
 def _types() -> list[KernelTypes]:
@@ -39,8 +40,11 @@ def _types() -> list[KernelTypes]:
 @pytest.fixture(scope="module", autouse=True)
 def _precompiled():
     """Build every kernel this module runs in parallel first (bias does not change the source)."""
-    kids = {(FAMILY.name, FAMILY.heuristic(Problem(m, n, k, t)), t) for m, n, k in SHAPES for t in _types()}
-    kids |= {(FAMILY.name, FAMILY.heuristic(Problem(m, 512, 768, t)), t) for m in (1, 16) for t in _types()}
+    # the heuristic's stages and rows follow the weight's pattern and vector (what fits shared memory)
+    kids = {(FAMILY.name, FAMILY.heuristic(Problem(m, n, k, t, p, v)), t) for m, n, k in SHAPES for t in _types()
+            for p in MATMUL_PATTERNS for v in (1, 8, 32, 64)}
+    kids |= {(FAMILY.name, FAMILY.heuristic(Problem(m, 512, 768, t, p, 32)), t) for m in (1, 3, 16) for t in _types()
+             for p in ("5:16", "2:8")}
     kids |= {(FAMILY.name, c, KernelTypes("f32", "f32", False)) for c in CONFIGS}
     kids |= {(FAMILY.name, TRANSPOSED, t) for t in _types()}
     bad = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
@@ -66,7 +70,7 @@ def _err(y, ref) -> float:
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("pattern", ["1:4", "2:8", "3:7", "5:16", "16:32", "2:4", "31:64", "1:2"])
+@pytest.mark.parametrize("pattern", MATMUL_PATTERNS)
 @pytest.mark.parametrize("vector", [1, 8, 32, 64])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=NAMES.get)
 def test_matmul_matches_reference(shape, pattern, vector, dtype):
@@ -100,8 +104,8 @@ def test_transposed_x_matches_reference(shape, pattern, vector, dtype):
 def test_configs_fp32(cfg, pattern, vector):
     m, n, k = 200, 600, 2048
     types = KernelTypes("f32", "f32", True)
-    if (reason := FAMILY.check(cfg, Problem(m, n, k, types, pattern))) is not None:
-        assert "shared memory" in reason  # the pattern's k-tile does not fit: refused before any launch
+    if (reason := FAMILY.check(cfg, Problem(m, n, k, types, pattern, vector))) is not None:
+        assert "shared memory" in reason  # the k-tile does not fit this pattern and vector: refused before launch
         pytest.skip(reason)
     x, w, b, ref = _case(m, n, k, pattern, torch.float32, vector, seed=3)
     y = torch.full((m, n), float("nan"), device="cuda")

@@ -80,6 +80,146 @@ def test_layout_reconstructs_the_weight(pattern, vector):
     assert dense[rows:].abs().sum() == 0 and dense[:, k:].abs().sum() == 0
 
 
+# 256x64 CTAs of 8x8 tiles, 64-column k-tiles, 3 stages, x transposed: the heuristic's measured choice below
+# m = 1024; at vector 1 the launcher refused it for 16:32, 2:4, 31:64 and 1:2 (status 3: 36 LaunchErrors in
+# benchmarks/results/h200/gpu_tests_nm_simt_97a47db_failed.log) and ran it for 1:4, 2:8, 3:7, 5:16 and every
+# pattern at vectors 8, 32 and 64
+WIDE3 = Config(block_rows=256, block_tokens=64, k_cols=64, stages=3, x_transposed=1)
+
+
+def test_smem_bound_is_the_launchers_arithmetic():
+    """cnm_run: stage = ceil128(x + ktc * block_rows * 4 + nvb * ktc * 4), nvb = block_rows / vector (>= 1)."""
+    # 16:32 in 64 columns: kgroups 2, ktd 64, ktc 32; W 32 x 256 x 4 = 32768 B
+    # vector >= thread_rows with x_transposed: x^T tile 64 x (64 + 4) floats = 17408 B (mode 2)
+    assert smem_bound(WIDE3, "16:32", 32) == 3 * (17408 + 32768 + 8 * 32 * 4)  # 153600
+    assert smem_bound(WIDE3, "16:32", 8) == 3 * (17408 + 32768 + 32 * 32 * 4)  # 162816
+    # vector 1 < thread_rows: token-major x, 64 x (64 + 4) floats; 256 index rows
+    assert smem_bound(WIDE3, "16:32", 1) == 3 * (17408 + 32768 + 256 * 32 * 4) == 248832
+    # Config(): 128x128, k_cols 32; 3:7 -> kgroups 4, ktd 28, ktc 12; x token-major 128 x 36 floats; W 6144 B
+    assert smem_bound(Config(), "3:7", 32) == 3 * 24832  # 18432 + 6144 + 4 rows x 12 x 4 = 24768 -> 24832
+    assert smem_bound(Config(), "3:7", 64) == 3 * 24704  # 2 index rows: 24672 -> 24704
+    assert smem_bound(Config(), "3:7", 1) == 3 * (18432 + 6144 + 128 * 12 * 4)  # 30720, a multiple of 128
+    # vector > block_rows: one index row
+    small = Config(block_rows=32, block_tokens=32, thread_rows=4, thread_tokens=4)
+    assert smem_bound(small, "2:4", 64) == smem_bound(small, "2:4", 32)
+
+
+@pytest.mark.parametrize("cfg", [WIDE3, Config(), Config(x_transposed=1, split_k=2),
+                                 Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2,
+                                        x_transposed=1)], ids=str)
+@pytest.mark.parametrize("pattern", ["2:4", "1:8", "3:7", "5:16", "16:32", "31:64"])
+def test_smem_bound_grows_as_the_vector_shrinks(cfg, pattern):
+    sizes = [smem_bound(cfg, pattern, v) for v in (64, 32, 16, 8, 1)]
+    assert sizes == sorted(sizes) and sizes[-1] > sizes[0]
+    assert smem_bound(cfg, pattern) == smem_bound(cfg, pattern, 0) == max(sizes)  # unknown: the worst case
+
+
+@pytest.mark.parametrize("pattern", ["1:4", "2:8", "3:7", "5:16", "16:32", "2:4", "31:64", "1:2"])
+def test_check_matches_the_h200_launches(pattern):
+    refused = {"16:32", "2:4", "31:64", "1:2"}  # at vector 1, by the launcher on the H200
+    for vector in (1, 8, 32, 64):
+        reason = FAMILY.check(WIDE3, Problem(256, 1000, 1003, F32, pattern, vector))
+        if vector == 1 and pattern in refused:
+            assert "shared memory" in reason and "vector 1" in reason
+        else:
+            assert reason is None, reason
+    # vector unknown: never under-counted
+    assert (FAMILY.check(WIDE3, Problem(256, 1000, 1003, F32, pattern)) is None) == (pattern not in refused)
+
+
+def test_check_accepts_vector_32_and_refuses_vector_1():
+    p32, p1 = Problem(256, 4096, 4096, F32, "16:32", 32), Problem(256, 4096, 4096, F32, "16:32", 1)
+    assert FAMILY.check(WIDE3, p32) is None
+    reason = FAMILY.check(WIDE3, p1)
+    assert reason == f"3 stages need 248832 B of shared memory (> {227 * 1024}) for 16:32, vector 1"
+    assert FAMILY.check(WIDE3, Problem(256, 4096, 4096, F32, "16:32")).endswith("the worst vector (unknown)")
+    assert Problem(1, 2, 3, F32).vector == 0  # other weight types: not applicable
+
+
+@pytest.mark.parametrize("types", [F32, KernelTypes("bf16", "f32", True)])
+@pytest.mark.parametrize("pattern", ["2:4", "1:8", "3:7", "5:16", "16:32", "31:32", "63:64"])
+@pytest.mark.parametrize("vector", [0, 1, 8, 32])
+@pytest.mark.parametrize("m", [1, 256, 4096])
+def test_heuristic_fits_every_vector(types, pattern, vector, m):
+    for n, k in ((4096, 4096), (11008, 4096), (4096, 11008), (1000, 1003)):
+        p = Problem(m, n, k, types, pattern, vector)
+        cfg = FAMILY.heuristic(p)
+        assert FAMILY.check(cfg, p) is None
+        assert cfg.x_transposed == 1 and cfg.k_cols == 64 and cfg.block_tokens == (128 if m >= 1024 else 64)
+        if m >= 1024:
+            assert cfg.stages == 2 and cfg.thread_rows == 16
+        if vector in (8, 32) and pattern not in ("31:32", "63:64"):  # as measured: 256 rows, 3 stages below 1024
+            assert cfg.block_rows == 256 and cfg.stages == (2 if m >= 1024 else 3)
+
+
+def test_heuristic_stages_follow_the_vector():
+    p = [Problem(256, 4096, 4096, F32, "16:32", v) for v in (32, 1, 0)]
+    assert [FAMILY.heuristic(q).stages for q in p] == [3, 2, 2]
+    assert FAMILY.heuristic(p[0]) == Config(**{**WIDE3.to_record(), "split_k": 4})  # 64 CTAs: split k
+    assert FAMILY.heuristic(Problem(256, 4096, 4096, F32, "1:8", 1)).stages == 3  # few indices: 3 stages fit
+    # vector 1 at 63:64: 2 stages of 256 rows do not fit (292864 B): the CTA's rows are halved
+    wide = FAMILY.heuristic(Problem(256, 4096, 4096, F32, "63:64", 1))
+    assert (wide.block_rows, wide.stages) == (128, 2)
+    assert smem_bound(Config(**{**wide.to_record(), "block_rows": 256}), "63:64", 1) > 227 * 1024
+
+
+def _nm_key(vector, m=256, n=4096, k=4096, pattern="16:32"):
+    from cutlass_nm.patterns import Pattern
+
+    return (m, n, k, torch.float32, torch.float32, False, torch.device("cpu"), "nm_simt", NMWeight,
+            Pattern.parse(pattern), vector)
+
+
+def test_dispatch_refuses_a_selected_config_that_does_not_fit(monkeypatch, caplog):
+    """A DB winner tuned on vector-32 weights, offered for a vector-1 weight of the same shape (the DB key has no
+    vector), is never launched: dispatch runs the heuristic, and says so once."""
+    from cutlass_nm import dispatch
+
+    built, seen = [], []
+    monkeypatch.setattr(dispatch, "get_kernel", lambda kid: built.append(kid) or object())
+    monkeypatch.setattr(dispatch, "_REFUSED_WARNED", set())
+
+    def selector(family, problem):
+        seen.append(problem)
+        return WIDE3
+
+    cutlass_nm.set_selector(selector)
+    try:
+        with caplog.at_level("DEBUG", logger="cutlass_nm.dispatch"):
+            dispatch._resolve(_nm_key(32))
+            dispatch._resolve(_nm_key(1))
+            dispatch._resolve(_nm_key(1, n=11008))
+    finally:
+        cutlass_nm.set_selector(None)
+    assert [p.vector for p in seen] == [32, 1, 1]  # the selector and check() see the weight's vector
+    assert built[0] == ("nm_simt", WIDE3, F32)  # it fits vector 32: used
+    for kid, p in zip(built[1:], seen[1:], strict=True):
+        assert kid[1] != WIDE3 and kid[1] == FAMILY.heuristic(p) and FAMILY.check(kid[1], p) is None
+    warned = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "using the heuristic" in warned[0].getMessage()
+    assert "vector 1" in warned[0].getMessage()
+    assert len([r for r in caplog.records if r.levelname == "DEBUG" and "heuristic" in r.getMessage()]) == 1
+
+
+def test_tuner_problem_carries_the_measured_vector(tmp_path):
+    from tune_helpers import env, no_build
+
+    from cutlass_nm.bench.run import NM_VECTOR
+    from cutlass_nm.tune import tune_problem
+
+    checked = []
+
+    def measure(cfg, reps=50):
+        checked.append(cfg)
+        return {"status": "ok", "p20_ms": 1.0, "p50_ms": 1.0, "p80_ms": 1.0, "iterations": reps}
+
+    res = tune_problem(Problem(256, 4096, 4096, F32, "16:32"), family="nm_simt", n_trials=3, storage=None,
+                       db_url=f"sqlite:///{tmp_path / 't.sqlite'}", env=env(), measure=measure, build=no_build,
+                       jobs=1, warm_start=0, retime_top=1, seed=0)
+    assert res.problem.vector == NM_VECTOR == 32
+    assert checked and all(FAMILY.check(c, res.problem) is None for c in checked)
+
+
 @pytest.mark.parametrize("name", ["sptc24_sm90", "sptc24_sm80", "vnm_sm90", "nm_decode"])
 def test_half_families_reject_fp32_in_check(name):
     fam = FAMILIES[name]
@@ -92,7 +232,7 @@ def test_dispatch_refuses_fp32_for_every_family_but_simt():
     for name, fam in FAMILIES.items():
         if "f32" in getattr(fam, "input_dtypes", ()):
             continue
-        key = (32, 256, 512, torch.float32, torch.float32, False, torch.device("cpu"), name, fam.weight, "2:4")
+        key = (32, 256, 512, torch.float32, torch.float32, False, torch.device("cpu"), name, fam.weight, "2:4", 0)
         with pytest.raises(InputError, match=r"inputs, got torch\.float32"):
             _resolve(key)
 

@@ -38,7 +38,7 @@ def test_dispatch_asks_the_selector_with_the_weights_pattern():
     set_selector(selector)
     try:
         key = (2048, 4096, 4096, torch.float16, torch.float16, False, torch.device("cpu"), "vnm_sm90", VNMWeight,
-               Pattern.parse("128:2:16"))
+               Pattern.parse("128:2:16"), 0)
         with pytest.raises(_Seen):
             _resolve(key)
     finally:

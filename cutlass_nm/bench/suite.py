@@ -77,14 +77,15 @@ def plan(shapes: list[shp.Shape], families: list[str], types: Any, patterns: dic
     """Cases to time and (shape, family) pairs skipped with the reason. One config per (shape, family):
     the tuning DB's if it has one that runs the problem, else the heuristic."""
     from ..families import Problem, get_family
+    from .run import NM_VECTOR
 
     cases: list[Case] = []
     skipped: list[dict] = []
     for s in shapes:
-        p = Problem(s.m, s.n, s.k, types)
         for name in families:
             fam = get_family(name)
             kind = weight_kind(fam)
+            p = Problem(s.m, s.n, s.k, types, vector=NM_VECTOR if kind == "nm" else 0)  # make_weight's vector
             reason = None if kind else f"weight type {getattr(fam, 'weight', None)!r} has no pattern set here"
             cfg, tuned = None, False
             if reason is None:

@@ -41,13 +41,17 @@ class KernelTypes:
 @dataclass(frozen=True, slots=True)
 class Problem:
     """y(m x n) = x(m x k) · W(n x k)ᵀ: m tokens, n out_features, k in_features, W's sparsity pattern (tuned
-    winners are kept per pattern: a 128:2:8 and a 128:2:16 weight of one shape are different problems)."""
+    winners are kept per pattern: a 128:2:8 and a 128:2:16 weight of one shape are different problems) and,
+    for a general N:M weight (``NMWeight``), its ``vector``: the consecutive rows that share kept positions
+    (1 = element-wise, 32 = the format's default). 0 = not applicable (other weight types) or unknown; a
+    family whose resources depend on it (nm_simt's column indices) then checks the worst case."""
 
     m: int
     n: int
     k: int
     types: KernelTypes
     pattern: str = "2:4"
+    vector: int = 0
 
 
 def half_inputs_only(types: KernelTypes) -> str | None:

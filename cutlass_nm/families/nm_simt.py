@@ -17,14 +17,14 @@ in a workspace first (a pass over x, small beside the GEMM). With ``x_transposed
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import ClassVar
 
 import torch
 
 from ..errors import LaunchError
-from ..formats.nm import NMWeight
+from ..formats.nm import VECTORS, NMWeight
 from ..patterns import Pattern, PatternError
 from .base import FamilyConfig, KernelTypes, Problem
 from .launch import check_status, workspace
@@ -65,7 +65,8 @@ class Config(FamilyConfig):
         from ..tune.perfmodel import SIMT_FLOPS
 
         m, n, k = problem.m, problem.n, problem.k
-        resident = max(1, min(SMEM_BYTES // max(1, smem_bound(self, problem.pattern)), 2048 // self.threads))
+        resident = max(1, min(SMEM_BYTES // max(1, smem_bound(self, problem.pattern, problem.vector)),
+                               2048 // self.threads))
         tiles = -(-n // self.block_rows) * -(-m // self.block_tokens) * self.split_k
         waves = -(-tiles // (sm_count * resident)) * resident
         acc = self.thread_rows * self.thread_tokens
@@ -76,11 +77,23 @@ class Config(FamilyConfig):
         return (max(waves * per_tile / issue, l2) * (1 + 1 / self.stages) + reduce) * 1e3
 
 
-def smem_bound(cfg: Config, pattern: str = "") -> int:
-    """Shared memory the launcher will ask for with this config: the k-tile of ``pattern`` (whole M-groups,
-    kgroups_for) staged ``stages`` deep, as x (token-major or, x_transposed, column-major) + kept weights +
-    column indices (counted for a vector of 8: larger vectors need fewer). Without a pattern: the worst case
-    of density N/M <= 1/2 within k_cols. The launcher re-checks against the GPU and raises LaunchError."""
+def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
+    """Shared memory the launcher (cnm_run, codegen/templates/nm_simt.cu) asks for with this config, computed as
+    it does: ``stages`` x one stage rounded up to 128 B, a stage being the k-tile of ``pattern`` (whole M-groups,
+    kgroups_for: ktd dense columns, ktc kept steps) as x + kept weights (ktc x block_rows) + column indices.
+    x is column-major ktd x (block_tokens + 4) when x_transposed and the fast path applies (k-tile within
+    k_cols, ``vector`` >= thread_rows), else token-major block_tokens x pitch: the fast pitch k_cols + 4 (taken
+    when x is 16-byte aligned, the larger) or the general ceil8(ktd) + 4. The column indices are one row of ktc
+    ints per ``vector`` of the CTA's rows: block_rows / vector rows (at least 1), so vector-1 weights stage 32x
+    the indices of vector-32 ones. ``vector`` 0 (unknown): the largest over the format's vectors, so an unknown
+    vector never under-counts. Without a pattern: the worst case of density N/M <= 1/2 within k_cols. Exact
+    against sm_90's limit (SMEM_BYTES); the launcher re-checks against the GPU (163 KB on sm_80).
+
+    The tuning DB's problem key has no vector, so a winner tuned on vector-32 weights is also offered for
+    vector-1 weights of the same shape: rather than adding the vector to the key (a migration), this exact
+    bound makes ``check`` refuse such a winner and dispatch falls back to the heuristic."""
+    if vector < 1:
+        return max(smem_bound(cfg, pattern, v) for v in VECTORS)
     try:
         pat = Pattern.parse(pattern) if pattern else None
     except PatternError:
@@ -90,10 +103,15 @@ def smem_bound(cfg: Config, pattern: str = "") -> int:
     else:
         kg = kgroups_for(pat.m, cfg.k_cols)
         ktd, ktc = kg * pat.m, kg * pat.n
-    pitch = cfg.k_cols + 4 if ktd <= cfg.k_cols else -(-ktd // 8) * 8 + 4
-    x = max(cfg.block_tokens * pitch, ktd * (cfg.block_tokens + 4) if cfg.x_transposed else 0) * 4
+    fast = ktd <= cfg.k_cols and vector >= cfg.thread_rows  # the launcher's condition for modes 1 and 2
+    if cfg.x_transposed and fast:  # mode 2
+        x = ktd * (cfg.block_tokens + 4) * 4
+    else:  # mode 1 (aligned x, k and ktd multiples of 4) or mode 0
+        pitch = cfg.k_cols + 4 if fast and ktd % 4 == 0 else -(-ktd // 8) * 8 + 4
+        x = cfg.block_tokens * pitch * 4
     w = ktc * cfg.block_rows * 4
-    cols = max(1, cfg.block_rows // 8) * ktc * 4
+    index_rows = cfg.block_rows // vector if cfg.block_rows >= vector else 1  # the launcher's p.nvb
+    cols = index_rows * ktc * 4
     return cfg.stages * (-(-(x + w + cols) // 128) * 128)
 
 
@@ -145,8 +163,10 @@ class _SimtFamily:
         acc = cfg.thread_rows * cfg.thread_tokens
         if cfg.threads * (acc + cfg.thread_rows + cfg.thread_tokens + 40) > MAX_REGS:
             return f"{cfg.threads} threads x {acc} accumulators exceed the register file"
-        if (need := smem_bound(cfg, problem.pattern)) > SMEM_BYTES:
-            return f"{cfg.stages} stages need {need} B of shared memory (> {SMEM_BYTES}) for {problem.pattern}"
+        if (need := smem_bound(cfg, problem.pattern, problem.vector)) > SMEM_BYTES:
+            vector = f"vector {problem.vector}" if problem.vector > 0 else "the worst vector (unknown)"
+            return (f"{cfg.stages} stages need {need} B of shared memory (> {SMEM_BYTES}) for {problem.pattern}, "
+                    f"{vector}")
         if problem.m < 1 or problem.n < 1 or problem.k < 1:
             return "m, n, k must be >= 1"
         return None
@@ -159,15 +179,28 @@ class _SimtFamily:
 
     def heuristic(self, problem: Problem) -> Config:
         """Transposed x throughout (H200 sweep, benchmarks/results/h200/nm_simt_sweep.json): 256x128 CTAs of
-        16x8 thread tiles once the tokens fill the GPU, else 256x64 CTAs of 8x8 tiles (2 stages: room for the
-        column indices of vector-1 weights); split k when the tiles do not fill two waves of 132 SMs."""
+        16x8 thread tiles, 2 stages, once the tokens fill the GPU, else 256x64 CTAs of 8x8 tiles with 3 stages
+        (the sweep's choice) where they fit this problem's pattern and vector (smem_bound, exact), else 2 (the
+        column indices of vector-1 weights at dense patterns; an unknown vector counts as the worst); split k
+        when the tiles do not fill two waves of 132 SMs. Where 2 stages do not fit either (vector 1 at dense
+        patterns such as 31:32 or 63:64), the CTA's rows are halved: the config fits every N:M with M <= 64."""
+
+        def fits(cfg: Config) -> bool:
+            return smem_bound(cfg, problem.pattern, problem.vector) <= SMEM_BYTES
+
         if problem.m >= 1024:
-            return Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, x_transposed=1)
-        tiles = -(-problem.n // 256) * -(-problem.m // 64)
-        split = 1
-        while split < 4 and tiles * split < 264 and problem.k >= 1024 * split:
-            split *= 2
-        return Config(block_rows=256, block_tokens=64, k_cols=64, stages=2, split_k=split, x_transposed=1)
+            cfg = Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, x_transposed=1)
+        else:
+            tiles = -(-problem.n // 256) * -(-problem.m // 64)
+            split = 1
+            while split < 4 and tiles * split < 264 and problem.k >= 1024 * split:
+                split *= 2
+            cfg = Config(block_rows=256, block_tokens=64, k_cols=64, stages=3, split_k=split, x_transposed=1)
+            if not fits(cfg):
+                cfg = replace(cfg, stages=2)
+        while not fits(cfg) and cfg.block_rows > 64:  # both tiles keep >= 64 threads (threads = block_rows)
+            cfg = replace(cfg, block_rows=cfg.block_rows // 2)
+        return cfg
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, cfg, types)

@@ -19,12 +19,13 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
 
 from ..families import KernelTypes, Problem, get_family
+from ..formats.nm import NMWeight
 from ..store.fingerprint import EnvFields, ProblemKey
 from . import perfmodel
 from .space import all_configs, space_of, suggest
@@ -170,6 +171,10 @@ def tune_problem(problem: Problem, *, family: str = "sptc24_sm90", n_trials: int
         raise InputError(f"objective {objective!r} is not one of {OBJECTIVES}")
     energy_ms = 0.0 if objective == "time" else ENERGY_MS
     fam = get_family(family)
+    if getattr(fam, "weight", None) is NMWeight and not problem.vector:
+        from ..bench.run import NM_VECTOR
+
+        problem = replace(problem, vector=NM_VECTOR)  # what the worker times (make_weight): exact check()s
     store = Store(db_url)
     worker = None
     if env is None:
