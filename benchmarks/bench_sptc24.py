@@ -32,6 +32,7 @@ PRESETS = {
             (256, 4096, 4096), (64, 4096, 4096), (16, 4096, 4096)],
     # where the untuned kernels trailed cuSPARSELt after mm_search (sptc24_llm.json, tuner.json)
     "contested": [(8192, 8192, 8192), (2048, 11008, 4096), (2048, 12288, 4096), (16384, 4096, 4096)],
+    "small": [(16, 4096, 4096), (64, 4096, 4096)],
     # the llm preset at m >= 1024 (the issue's acceptance set), plus one small m per regime
     "accept": [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 4096, 4096), (2048, 11008, 4096),
                (2048, 4096, 11008), (2048, 12288, 4096), (16384, 4096, 4096), (1024, 4096, 4096),
@@ -49,7 +50,12 @@ def sweep_configs(family, grid: str = "coarse") -> list:
     128x256x64 cluster 2x1 among them, and the small-m heuristic tiles (26 kernels, 4 raster/swizzle points each).
     """
     probe = Problem(4096, 4096, 4096, KernelTypes("f16", "f16", False))
-    if grid == "pipe":
+    if grid == "small":  # m <= 64: the 128x64x128 tiles, data-parallel or stream-K (n / 128 CTAs fill few SMs)
+        points = [dict(tile_m=128, tile_n=64, tile_k=128, cluster_m=cm, cluster_n=1, scheduler=sch, mma_pipe=pipe,
+                       raster=r, swizzle=sw)
+                  for cm, sch, pipe, (r, sw) in itertools.product((1, 2), ("persistent", "streamk"), (0, 1),
+                                                                   (("heuristic", 1), ("n", 8)))]
+    elif grid == "pipe":
         kernels = [dict(tile_m=tm, tile_n=tn, tile_k=tk, cluster_m=cm, cluster_n=cn, scheduler=sch)
                    for tm, tn, tk, cm, cn, sch in (
                        (256, 128, 128, 1, 1, "persistent"), (256, 128, 128, 1, 2, "persistent"),
@@ -82,7 +88,8 @@ def main() -> None:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="quick")
     ap.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
     ap.add_argument("--sweep", action="store_true", help="also time a grid of sm90 configs per shape")
-    ap.add_argument("--grid", choices=["coarse", "focused", "pipe"], default="coarse", help="which --sweep grid")
+    ap.add_argument("--grid", choices=["coarse", "focused", "pipe", "small"], default="coarse",
+                    help="which --sweep grid")
     ap.add_argument("--min-m", type=int, default=0, help="only shapes with m >= this")
     ap.add_argument("--families", default="sptc24_sm90,sptc24_sm80", help="heuristic rows for these families")
     ap.add_argument("--reps", type=int, default=100)

@@ -148,15 +148,14 @@ def test_heuristic_fits_every_vector(types, pattern, vector, m):
         assert cfg.x_transposed == 1 and cfg.k_cols == 64 and cfg.block_tokens == (128 if m >= 1024 else 64)
         if m >= 1024:
             assert cfg.stages == 2 and cfg.thread_rows == 16
-        if vector in (8, 32) and pattern not in ("31:32", "63:64"):  # as measured: 256 rows, 3 stages below 1024
-            assert cfg.block_rows == 256 and cfg.stages == (2 if m >= 1024 else 3)
+        if vector in (8, 32) and pattern not in ("31:32", "63:64"):  # 256 rows, 2 stages
+            assert cfg.block_rows == 256 and cfg.stages == 2
 
 
-def test_heuristic_stages_follow_the_vector():
+def test_heuristic_rows_follow_the_vector():
     p = [Problem(256, 4096, 4096, F32, "16:32", v) for v in (32, 1, 0)]
-    assert [FAMILY.heuristic(q).stages for q in p] == [3, 2, 2]
-    assert FAMILY.heuristic(p[0]) == Config(**{**WIDE3.to_record(), "split_k": 4})  # 64 CTAs: split k
-    assert FAMILY.heuristic(Problem(256, 4096, 4096, F32, "1:8", 1)).stages == 3  # few indices: 3 stages fit
+    assert [FAMILY.heuristic(q).stages for q in p] == [2, 2, 2]
+    assert FAMILY.heuristic(p[0]) == Config(**{**WIDE3.to_record(), "stages": 2, "split_k": 4})  # 64 CTAs: split k
     # vector 1 at 63:64: 2 stages of 256 rows do not fit (292864 B): the CTA's rows are halved
     wide = FAMILY.heuristic(Problem(256, 4096, 4096, F32, "63:64", 1))
     assert (wide.block_rows, wide.stages) == (128, 2)

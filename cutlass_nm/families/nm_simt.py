@@ -179,11 +179,11 @@ class _SimtFamily:
 
     def heuristic(self, problem: Problem) -> Config:
         """Transposed x throughout (H200 sweep, benchmarks/results/h200/nm_simt_sweep.json): 256x128 CTAs of
-        16x8 thread tiles, 2 stages, once the tokens fill the GPU, else 256x64 CTAs of 8x8 tiles with 3 stages
-        (the sweep's choice) where they fit this problem's pattern and vector (smem_bound, exact), else 2 (the
-        column indices of vector-1 weights at dense patterns; an unknown vector counts as the worst); split k
-        when the tiles do not fill two waves of 132 SMs. Where 2 stages do not fit either (vector 1 at dense
-        patterns such as 31:32 or 63:64), the CTA's rows are halved: the config fits every N:M with M <= 64."""
+        16x8 thread tiles once the tokens fill the GPU, else 256x64 CTAs of 8x8 tiles; 2 stages (the sweep's
+        3 fit vector-32 weights below m = 1024, but those kernels have not run on a GPU at this template; a
+        follow-up may raise it where smem_bound, now exact per vector, allows); split k when the tiles do not fill
+        two waves of 132 SMs. Where 2 stages do not fit (vector 1 at dense patterns such as 31:32 or 63:64), the
+        CTA's rows are halved: the config fits every N:M with M <= 64."""
 
         def fits(cfg: Config) -> bool:
             return smem_bound(cfg, problem.pattern, problem.vector) <= SMEM_BYTES
@@ -195,9 +195,7 @@ class _SimtFamily:
             split = 1
             while split < 4 and tiles * split < 264 and problem.k >= 1024 * split:
                 split *= 2
-            cfg = Config(block_rows=256, block_tokens=64, k_cols=64, stages=3, split_k=split, x_transposed=1)
-            if not fits(cfg):
-                cfg = replace(cfg, stages=2)
+            cfg = Config(block_rows=256, block_tokens=64, k_cols=64, stages=2, split_k=split, x_transposed=1)
         while not fits(cfg) and cfg.block_rows > 64:  # both tiles keep >= 64 threads (threads = block_rows)
             cfg = replace(cfg, block_rows=cfg.block_rows // 2)
         return cfg

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -57,6 +58,16 @@ def smem_per_stage(cfg: Config) -> int:
     return cfg.tile_m * cfg.tile_k + cfg.tile_m * cfg.tile_k // 8 + cfg.tile_n * cfg.tile_k * 2
 
 
+def pipeline_stages(cfg: Config, out_bytes: int = 2) -> int:
+    """Stages the kernel runs: ``cfg.stages``, or what CUTLASS's auto count fits next to the epilogue's shared
+    memory (two D buffers of its epilogue tile: 128 x 32 cooperative, 64 x 32 pingpong) when ``stages`` is 0."""
+    if cfg.stages:
+        return cfg.stages
+    epi_m = min(128 if cfg.schedule == "cooperative" else 64, cfg.tile_m)
+    epilogue = 2 * epi_m * min(32, cfg.tile_n) * out_bytes
+    return (SMEM_BYTES - epilogue) // (smem_per_stage(cfg) + 32)  # + the stage's pipeline barriers
+
+
 def alignment_rule(problem: Problem) -> str | None:
     """The data-layout rules every sm90 2:4 kernel shares (TMA needs 16-byte strides)."""
     if problem.k % 16:
@@ -94,6 +105,11 @@ class _Sm90Family:
         need = cfg.stages or 2
         if need > fit:
             return f"{need} stages of {smem_per_stage(cfg)} B do not fit in shared memory ({fit} fit)"
+        out_bytes = 4 if problem.types.out_dtype == "f32" else 2
+        if cfg.mma_pipe == 1 and (stages := pipeline_stages(cfg, out_bytes)) < 3:
+            # measured: 128x256x128 (2 stages) ran 14-22 % slower pipelined (results/h100/sptc24_pipe.md)
+            return (f"mma_pipe=1 holds a stage one k-tile longer: it needs >= 3 pipeline stages, "
+                    f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k} runs {stages}")
         return alignment_rule(problem)
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
@@ -106,13 +122,21 @@ class _Sm90Family:
         return emit_sm90(op, has_bias="true" if types.bias else "false", mma_pipe=cfg.mma_pipe)
 
     def heuristic(self, problem: Problem) -> Config:
-        """Picked from a measured sweep (benchmarks/results/h100/sptc24_llm.json, graph-timed): the best
-        geomean config for m > 512 and the best at small m, where the token count m is the GEMM's N."""
+        """Picked from the H100 sweep of both mainloops (benchmarks/results/h100/sptc24_pipe.json, graph-timed):
+        for m > 512 the best single config over the m >= 1024 shapes (cuSPARSELt's own tile, 128x256x64 cluster
+        2x1, on our pipelined mainloop: geomean 1.46x cuBLAS, 1.40x at worst), at small m the best there, where
+        the token count m is the GEMM's N. Pipelined only where the stages allow it (f32 output may not)."""
         if problem.m <= 32:
-            return Config(tile_m=128, tile_n=64, tile_k=128, cluster_m=2, cluster_n=1)
-        if problem.m <= 512:
-            return Config(tile_m=128, tile_n=64, tile_k=128, cluster_m=1, cluster_n=1)
-        return Config(tile_m=256, tile_n=128, tile_k=128, cluster_m=1, cluster_n=2)
+            cfg = Config(tile_m=128, tile_n=64, tile_k=128, cluster_m=2, cluster_n=1, mma_pipe=1)
+        elif problem.m <= 512:
+            cfg = Config(tile_m=128, tile_n=64, tile_k=128, cluster_m=1, cluster_n=1, raster="n", swizzle=8,
+                         mma_pipe=1)
+        else:
+            cfg = Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=2, cluster_n=1, raster="n", swizzle=8,
+                         mma_pipe=1)
+        if self.check(cfg, problem) is not None:
+            cfg = dataclasses.replace(cfg, mma_pipe=0)
+        return cfg
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, cfg, types)
