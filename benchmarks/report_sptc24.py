@@ -11,7 +11,8 @@ from collections import defaultdict
 
 COLUMNS = [("cublas", "cuBLAS ms"), ("cusparselt_default", "cuSPARSELt"), ("cusparselt_search", "cuSPARSELt+search"),
            ("torch_semi_structured", "torch semi-structured"), ("sptc24_sm90_heuristic", "**sptc24_sm90**"),
-           ("sptc24_sm80_heuristic", "sptc24_sm80"), ("sptc24_sm90_sweep", "sm90 best of sweep")]
+           ("sptc24_sm80_heuristic", "sptc24_sm80"), ("sptc24_sm90_sweep", "sm90 best of sweep"),
+           ("sptc24_sm90_tuned", "**sptc24_sm90 tuned**")]
 
 
 def table(result: dict) -> str:
@@ -24,15 +25,19 @@ def table(result: dict) -> str:
         prev = by[key].get(r["impl"])
         if prev is None or r["median_ms"] < prev["median_ms"]:
             by[key][r["impl"]] = r
+    present = {impl for row in by.values() for impl in row}
+    columns = [c for c in COLUMNS if c[0] in present]  # only what this run timed
+    tuned = ("sptc24_sm90_tuned" in present) * (" Tuned: the tuning DB's winner for the shape (from earlier "
+                                                 "sweeps), re-timed in this run; the heuristic column is untuned.")
     lines = [f"2:4 SpMM, {env['gpu']}, {env.get('cutlass')} CUTLASS, torch {env['torch']}, driver {env['driver']}, "
              f"commit {env['commit']}. Speedup over cuBLAS dense fp16 timed in the same run "
-             "(median of CUDA-graph replays over inputs rotated past L2). Untuned: heuristic configs.", "",
-             "| m x n x k | " + " | ".join(c[1] for c in COLUMNS) + " |",
-             "|---" * (len(COLUMNS) + 1) + "|"]
+             "(median of CUDA-graph replays over inputs rotated past L2). Untuned: heuristic configs." + tuned, "",
+             "| m x n x k | " + " | ".join(c[1] for c in columns) + " |",
+             "|---" * (len(columns) + 1) + "|"]
     for key in sorted(by, key=lambda s: (-s[0], -s[1])):
         row = by[key]
         cells = []
-        for impl, _ in COLUMNS:
+        for impl, _ in columns:
             r = row.get(impl)
             if r is None:
                 cells.append("—")
