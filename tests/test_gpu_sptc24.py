@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from gpu_cases import case, rel_err
@@ -26,7 +28,9 @@ def _families() -> list[str]:
     if not torch.cuda.is_available():  # collected, then skipped by the gpu marker with its reason
         return ["sptc24_sm90", "sptc24_sm80"]
     cap = torch.cuda.get_device_capability()
-    return (["sptc24_sm90"] if cap == (9, 0) else []) + (["sptc24_sm80"] if cap >= (8, 0) else [])
+    names = (["sptc24_sm90"] if cap == (9, 0) else []) + (["sptc24_sm80"] if cap >= (8, 0) else [])
+    only = os.environ.get("CUTLASS_NM_TEST_FAMILIES")  # e.g. "sptc24_sm90": test (and build) only these
+    return [n for n in names if not only or n in only.split(",")]
 
 
 @pytest.fixture(scope="module", autouse=True)
