@@ -17,14 +17,13 @@ import statistics
 from pathlib import Path
 
 import torch
+from bench_sptc24 import PRESETS
 
 import cutlass_nm
 from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.families import KernelTypes, Problem, get_family
 from cutlass_nm.kernels import get_kernel
-
-from bench_sptc24 import PRESETS  # noqa: I001  (benchmarks/ is the script's folder)
 
 
 def implementations(m: int, n: int, k: int, tuned_selector) -> tuple[dict, int, dict]:
