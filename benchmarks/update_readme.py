@@ -35,6 +35,27 @@ def tuner_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def interleaved_table(result: dict) -> str:
+    """2:4 against cuBLAS and cuSPARSELt from a ``benchmarks/interleave_sptc24.py`` run."""
+    env = result["environment"]
+    lines = [f"2:4 SpMM, {env['gpu']}, driver {env['driver']}, CUTLASS {env.get('cutlass')}, torch {env['torch']}, "
+             f"commit {env['commit']}; `{env['command']}`. Per shape, 5 rounds of every implementation in rotating "
+             "order (CUDA-graph replays over inputs rotated past L2, 200 ms warm-up each); speedups are medians of "
+             "per-round ratios. Heuristic: untuned; tuned: the winner in the shipped tuning DB of that commit "
+             "(`db/records/h100-80gb-hbm3.jsonl`).", "",
+             "| m x n x k | cuBLAS ms | cuSPARSELt (mm_search) | **sptc24_sm90** heuristic | **sptc24_sm90** tuned "
+             "| tuned / cuSPARSELt | tuned config |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(result["rows"], key=lambda r: (-r["m"], -r["n"] * r["k"])):
+        c = r["configs"].get("sptc24_sm90_tuned", r["configs"]["sptc24_sm90_heuristic"])
+        cfg = (f"{c['tile_m']}x{c['tile_n']}x{c['tile_k']} c{c['cluster_m']}x{c['cluster_n']} {c['scheduler']}, "
+               f"raster {c['raster']}, swizzle {c['swizzle']}, mma_pipe {c.get('mma_pipe', 0)}")
+        lines.append(f"| {r['m']} x {r['n']} x {r['k']} | {r['median_ms']['cublas']:.3f} | "
+                     f"{r['cusparselt_vs_cublas']:.2f}x | {r['sptc24_sm90_heuristic_vs_cublas']:.2f}x | "
+                     f"{r.get('sptc24_sm90_tuned_vs_cublas', float('nan')):.2f}x | "
+                     f"{r.get('sptc24_sm90_tuned_over_cusparselt', float('nan')):.3f} | {cfg} |")
+    return "\n".join(lines)
+
+
 # the full run's JSON where committed, else the --quick run's
 SUITE = next((p for p in (RESULTS / "h100" / "suite.json", RESULTS / "h100" / "suite_quick.json") if p.exists()),
              RESULTS / "h100" / "suite.json")
@@ -50,6 +71,7 @@ def suite_section(result: dict) -> str:
 
 SECTIONS = {
     "sptc24": (RESULTS / "h100" / "sptc24_llm.json", sptc24_table),
+    "sptc24_interleaved": (RESULTS / "h100" / "sptc24_interleaved_confirm.json", interleaved_table),
     "tuner": (RESULTS / "h100" / "tuner.json", tuner_table),
     "suite": (SUITE, suite_section),
 }
