@@ -53,13 +53,16 @@ def normalize_gpu(name: str) -> str:
 
 @functools.cache
 def template_hash(family: str) -> str:
-    """Hash of what shapes ``family``'s emitted code: its launcher template, the shared headers and the
-    CUTLASS emitter module. Per family, so a new family or another family's template change leaves this
-    family's tuning records valid."""
+    """Hash of what shapes ``family``'s emitted code: its launcher template, the shared fragments it splices in
+    (``templates/NAME.cuh`` where the template has a ``${NAME}`` placeholder) and the CUTLASS emitter module. Per
+    family, so a new family or another family's template or fragment change leaves this family's records valid."""
     h = hashlib.sha256()
     root = resources.files("cutlass_nm.codegen")
-    items = [item for item in root.joinpath("templates").iterdir()
-             if item.name == f"{family}.cu" or item.name.endswith(".cuh")]
+    templates = root.joinpath("templates")
+    own = templates.joinpath(f"{family}.cu")
+    text = own.read_text() if own.is_file() else ""
+    items = [item for item in templates.iterdir()
+             if item.name == f"{family}.cu" or (item.name.endswith(".cuh") and f"${{{item.name[:-4]}}}" in text)]
     for item in sorted([*items, root.joinpath("cutlass_emit.py")], key=lambda i: i.name):
         h.update(item.name.encode())
         h.update(item.read_bytes())
