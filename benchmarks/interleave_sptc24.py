@@ -65,6 +65,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="accept")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--min-m", type=int, default=0, help="only shapes with m >= this")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -72,7 +73,7 @@ def main() -> None:
 
     selector = TunedSelector()
     rows = []
-    for m, n, k in PRESETS[args.preset]:
+    for m, n, k in [s for s in PRESETS[args.preset] if s[0] >= args.min_m]:
         impls, copies, configs = implementations(m, n, k, selector)
         names = list(impls)
         times: dict[str, list[float]] = {name: [] for name in names}
