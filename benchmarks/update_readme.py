@@ -71,7 +71,7 @@ def suite_section(result: dict) -> str:
 
 SECTIONS = {
     "sptc24": (RESULTS / "h100" / "sptc24_llm.json", sptc24_table),
-    "sptc24_interleaved": (RESULTS / "h100" / "sptc24_interleaved_confirm.json", interleaved_table),
+    "sptc24_interleaved": (RESULTS / "h100" / "sptc24_interleaved_final.json", interleaved_table),
     "tuner": (RESULTS / "h100" / "tuner.json", tuner_table),
     "suite": (SUITE, suite_section),
 }
