@@ -253,3 +253,12 @@ def test_source_compiles(isolated_cache):
 
     kids = [(FAMILY.name, Config(split_k=2), KernelTypes("bf16", "f32", True))]
     assert not [r for r in precompile(kids, workers=1) if isinstance(r, Exception)]
+
+
+def test_check_refuses_groups_the_launcher_refuses():
+    """M > 64 is refused by check() with the rule, before any compile or launch (the launcher would return 2)."""
+    p = Problem(256, 4096, 4096, F32, "2:128", 32)
+    cfg = FAMILY.heuristic(p)
+    reason = FAMILY.check(cfg, p)
+    assert reason is not None and "M <= 64" in reason and "2:128" in reason
+    assert FAMILY.check(cfg, Problem(256, 4096, 4096, F32, "2:64", 32)) is None

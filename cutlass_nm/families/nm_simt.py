@@ -77,6 +77,17 @@ class Config(FamilyConfig):
         return (max(waves * per_tile / issue, l2) * (1 + 1 / self.stages) + reduce) * 1e3
 
 
+MAX_GROUP = 64  # the largest M the kernel's launcher accepts
+
+
+def _group_size(pattern: str) -> int | None:
+    """M of an N:M (or V:N:M) pattern string, None when it does not parse (no pattern: nothing to refuse)."""
+    try:
+        return Pattern.parse(pattern).m if pattern else None
+    except PatternError:
+        return None
+
+
 def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     """Shared memory the launcher (cnm_run, codegen/templates/nm_simt.cu) asks for with this config, computed as
     it does: ``stages`` x one stage rounded up to 128 B, a stage being the k-tile of ``pattern`` (whole M-groups,
@@ -153,6 +164,9 @@ class _SimtFamily:
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         t = problem.types
+        if (group := _group_size(problem.pattern)) is not None and group > MAX_GROUP:
+            return (f"pattern {problem.pattern}: nm_simt takes N:M with M <= {MAX_GROUP} (its launcher refuses larger "
+                    f"groups); prune to a pattern with M <= {MAX_GROUP}")
         if t.out_dtype not in ("f32", t.dtype):
             return "output must be the input dtype or f32"
         if cfg.block_rows % (4 * cfg.thread_rows) or cfg.block_tokens % (8 * cfg.thread_tokens):
