@@ -32,43 +32,37 @@ NAMESPACE = uuid.UUID("6f1c2a52-8d3e-4c1b-9a57-0c6f5b1d2e41")
 SM90_ROWS = ("sptc24_sm90_sweep", "sptc24_sm90_heuristic", "sptc24_sm90_tuned")
 
 
+def _record(env: EnvFields, run: dict, impl: str, row: dict, dtype: str, cfg: dict, p20: float, p50: float,
+            p80: float, iterations: int, study: str) -> dict:
+    """One ok measurement of ``cfg`` on the row's shape; the uid derives from the run, the implementation and the
+    config, so regenerating gives the same records."""
+    key = ProblemKey.of("sptc24_sm90", Problem(row["m"], row["n"], row["k"], KernelTypes(dtype, dtype, False)))
+    uid = uuid.uuid5(NAMESPACE, json.dumps([run["commit"], run["date"], impl, row["m"], row["n"], row["k"], cfg],
+                                           sort_keys=True))
+    return {**key.to_dict(), "environment": env.to_dict(), "hard_key": env.hard_key, "m": row["m"], "config": cfg,
+            "status": "ok", "p20_ms": p20, "p50_ms": p50, "p80_ms": p80, "iterations": iterations,
+            "host": "h100-device", "study": f"{study}@{run['commit']}", "trial": None, "uid": str(uid),
+            "created_at": run["date"]}
+
+
 def retimed_records(bench: dict, env: EnvFields) -> list[dict]:
     """One measurement per config of each interleaved row: p50 = median over rounds, p20 / p80 over rounds."""
-    run = bench["environment"]
     out = []
     for row in bench["rows"]:
-        types = KernelTypes("f16", "f16", False)
-        key = ProblemKey.of("sptc24_sm90", Problem(row["m"], row["n"], row["k"], types))
         for name, cfg in row["configs"].items():
             rounds = sorted(row["times_ms"][name])
             q = statistics.quantiles(rounds, n=5) if len(rounds) > 1 else rounds * 4
-            uid = uuid.uuid5(NAMESPACE, json.dumps([run["commit"], run["date"], name, row["m"], row["n"], row["k"],
-                                                    cfg], sort_keys=True))
-            out.append({**key.to_dict(), "environment": env.to_dict(), "hard_key": env.hard_key, "m": row["m"],
-                        "config": cfg, "status": "ok", "p20_ms": q[0], "p50_ms": row["median_ms"][name],
-                        "p80_ms": q[3], "iterations": row["rounds"] * row["reps"], "host": "h100-device",
-                        "study": f"interleave_sptc24@{run['commit']}", "trial": None, "uid": str(uid),
-                        "created_at": run["date"]})
+            out.append(_record(env, bench["environment"], name, row, "f16", cfg, q[0], row["median_ms"][name], q[3],
+                               row["rounds"] * row["reps"], "interleave_sptc24"))
     return out
 
 
 def records(bench: dict, env: EnvFields, retimed: frozenset = frozenset()) -> list[dict]:
     """Every timed sm90 row of a bench_sptc24 run, except the shapes in ``retimed``."""
-    run = bench["environment"]
-    out = []
-    for row in bench["rows"]:
-        if row.get("impl") not in SM90_ROWS or "median_ms" not in row or (row["m"], row["n"], row["k"]) in retimed:
-            continue
-        types = KernelTypes(row["dtype"], row["dtype"], False)
-        key = ProblemKey.of("sptc24_sm90", Problem(row["m"], row["n"], row["k"], types))
-        uid = uuid.uuid5(NAMESPACE, json.dumps([run["commit"], run["date"], row["impl"], row["m"], row["n"], row["k"],
-                                                row["config"]], sort_keys=True))
-        out.append({**key.to_dict(), "environment": env.to_dict(), "hard_key": env.hard_key, "m": row["m"],
-                    "config": row["config"], "status": "ok", "p20_ms": row["p20_ms"], "p50_ms": row["median_ms"],
-                    "p80_ms": row["p80_ms"], "iterations": row["reps"], "host": "h100-device",
-                    "study": f"bench_sptc24@{run['commit']}", "trial": None, "uid": str(uid),
-                    "created_at": run["date"]})
-    return out
+    return [_record(env, bench["environment"], row["impl"], row, row["dtype"], row["config"], row["p20_ms"],
+                    row["median_ms"], row["p80_ms"], row["reps"], "bench_sptc24")
+            for row in bench["rows"]
+            if row.get("impl") in SM90_ROWS and "median_ms" in row and (row["m"], row["n"], row["k"]) not in retimed]
 
 
 def main() -> None:
@@ -79,8 +73,9 @@ def main() -> None:
         with open(path) as f:
             benches.append(json.load(f))
     interleaved = [b for b in benches if b["rows"] and "configs" in b["rows"][0]]
+    swept = [b for b in benches if not (b["rows"] and "configs" in b["rows"][0])]
     retimed = frozenset((r["m"], r["n"], r["k"]) for b in interleaved for r in b["rows"])
-    recs = [r for bench in benches if bench not in interleaved for r in records(bench, env, retimed)]
+    recs = [r for bench in swept for r in records(bench, env, retimed)]
     recs += [r for bench in interleaved for r in retimed_records(bench, env)]
     print(json.dumps({"format": FORMAT, "exported_at": max(b["environment"]["date"] for b in benches),
                       "source": " ".join(sys.argv[2:]), "records": len(recs)}))

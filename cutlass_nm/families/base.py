@@ -54,6 +54,15 @@ class Problem:
     vector: int = 0
 
 
+def pipelined_mma_rule(mma_pipe: int, stages: int) -> str | None:
+    """The reason our pipelined sparse mainloop (``mma_pipe`` 1, templates/sparse_mainloop.cuh) cannot run a
+    ``stages``-deep pipeline well: it holds each stage one k-tile longer, so below 3 stages the producer starves
+    (measured: 128x256x128, 2 stages, ran 14-22 % slower pipelined; results/h100/sptc24_pipe.md)."""
+    if mma_pipe == 1 and stages < 3:
+        return f"mma_pipe=1 holds a stage one k-tile longer: it needs >= 3 pipeline stages, this config runs {stages}"
+    return None
+
+
 def half_inputs_only(types: KernelTypes) -> str | None:
     """The reason a family that takes fp16/bf16 inputs only cannot run ``types`` (f32 x: CUDA-core nm_simt)."""
     if types.dtype not in HALF_DTYPES:

@@ -80,10 +80,10 @@ class Config(FamilyConfig):
 MAX_GROUP = 64  # the largest M the kernel's launcher accepts
 
 
-def _group_size(pattern: str) -> int | None:
-    """M of an N:M (or V:N:M) pattern string, None when it does not parse (no pattern: nothing to refuse)."""
+def _parsed(pattern: str) -> Pattern | None:
+    """A problem's pattern string parsed, or None when it is empty or does not parse (then the worst case)."""
     try:
-        return Pattern.parse(pattern).m if pattern else None
+        return Pattern.parse(pattern) if pattern else None
     except PatternError:
         return None
 
@@ -105,10 +105,7 @@ def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     bound makes ``check`` refuse such a winner and dispatch falls back to the heuristic."""
     if vector < 1:
         return max(smem_bound(cfg, pattern, v) for v in VECTORS)
-    try:
-        pat = Pattern.parse(pattern) if pattern else None
-    except PatternError:
-        pat = None
+    pat = _parsed(pattern)
     if pat is None or pat.v is not None:
         ktd, ktc = cfg.k_cols, cfg.k_cols // 2
     else:
@@ -164,7 +161,7 @@ class _SimtFamily:
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         t = problem.types
-        if (group := _group_size(problem.pattern)) is not None and group > MAX_GROUP:
+        if (pat := _parsed(problem.pattern)) is not None and pat.m > MAX_GROUP:
             return (f"pattern {problem.pattern}: nm_simt takes N:M with M <= {MAX_GROUP} (its launcher refuses larger "
                     f"groups); prune to a pattern with M <= {MAX_GROUP}")
         if t.out_dtype not in ("f32", t.dtype):

@@ -10,7 +10,7 @@ from typing import ClassVar
 import torch
 
 from ..formats import Sparse24Weight, meta_sm90
-from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
+from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only, pipelined_mma_rule
 from .launch import check_status, device_info, workspace
 
 SMEM_BYTES = 232448  # sm90 opt-in shared memory per block
@@ -106,10 +106,8 @@ class _Sm90Family:
         if need > fit:
             return f"{need} stages of {smem_per_stage(cfg)} B do not fit in shared memory ({fit} fit)"
         out_bytes = 4 if problem.types.out_dtype == "f32" else 2
-        if cfg.mma_pipe == 1 and (stages := pipeline_stages(cfg, out_bytes)) < 3:
-            # measured: 128x256x128 (2 stages) ran 14-22 % slower pipelined (results/h100/sptc24_pipe.md)
-            return (f"mma_pipe=1 holds a stage one k-tile longer: it needs >= 3 pipeline stages, "
-                    f"{cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k} runs {stages}")
+        if (reason := pipelined_mma_rule(cfg.mma_pipe, pipeline_stages(cfg, out_bytes))) is not None:
+            return reason
         return alignment_rule(problem)
 
     def source(self, cfg: Config, types: KernelTypes) -> str:

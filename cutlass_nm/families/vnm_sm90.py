@@ -18,7 +18,7 @@ import torch
 from ..errors import ShapeError
 from ..formats import meta_sm90
 from ..formats.vnm import VNMWeight
-from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
+from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only, pipelined_mma_rule
 from .launch import check_status
 
 SMEM_BYTES = 232448  # sm90 opt-in shared memory per block
@@ -101,6 +101,8 @@ class _VnmSm90Family:
         need = cfg.stages * smem_per_stage(cfg) + 1024
         if need > SMEM_BYTES:
             return f"{cfg.stages} stages of {smem_per_stage(cfg)} B do not fit in shared memory"
+        if (reason := pipelined_mma_rule(cfg.mma_pipe, cfg.stages)) is not None:
+            return reason
         if problem.m < 1 or problem.n < 1 or problem.k < 1:
             return "m, n, k must be >= 1"
         if cfg.producer == 1 and (problem.k + K_ALIGN) * (-(-problem.m // 8) * 8) >= 2**31:
