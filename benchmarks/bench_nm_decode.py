@@ -81,6 +81,7 @@ def main() -> None:
     ap.add_argument("--vector", type=int, default=1)
     ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES), help="NxK,NxK,...")
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    ap.add_argument("--patterns", default=",".join(PATTERNS))
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     tokens = [int(t) for t in args.tokens.split(",")]
@@ -94,7 +95,7 @@ def main() -> None:
             ws = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
             t_dense = time_rotating(lambda i, xs=xs, ws=ws: torch.mm(xs[i], ws[i].T), copies).p50_ms
             del ws
-            for pattern in PATTERNS:
+            for pattern in args.patterns.split(","):
                 families = ["nm_decode", None] if cutlass_nm.Pattern.parse(pattern).is_vnm else [None]
                 for family in families:
                     rows.append(bench_pattern(pattern, m, n, k, xs, t_dense, bw, args.vector, family))

@@ -24,15 +24,21 @@ SHAPES = [(4096, 4096), (11008, 4096), (8192, 8192)]
 PATTERNS = ["2:8", "16:32"]
 TOKENS = [1, 4, 8, 16]
 WARPS, ROWS, STAGE, AHEAD, TRANSPOSE = (4, 8, 16), (1, 2, 4, 8), (0, 1), (1, 2, 4), (0, 1)
+LANE_ROWS, LANE_ROWS_AHEAD = (0,), (2, 4, 8)
 
 
 def configs(tokens: int) -> list:
+    """The sweep's configs for ``tokens``: the lanes-along-k grid, and the lane_rows grid (warps x ahead)."""
     fam = get_family("nm_decode")
     out = []
-    for warps, rows, stage, ahead, tr in itertools.product(WARPS, ROWS, STAGE, AHEAD, TRANSPOSE):
-        cfg = fam.Config(max_tokens=tokens, warps=warps, rows=rows, stage_x=stage, ahead=ahead, transpose=tr)
-        if rows * tokens <= 64 and not (tokens > 1 and stage) and not (tr and rows > 4):
-            out.append(cfg)
+    if 0 in LANE_ROWS:
+        for warps, rows, stage, ahead, tr in itertools.product(WARPS, ROWS, STAGE, AHEAD, TRANSPOSE):
+            cfg = fam.Config(max_tokens=tokens, warps=warps, rows=rows, stage_x=stage, ahead=ahead, transpose=tr)
+            if rows * tokens <= 64 and not (tokens > 1 and stage) and not (tr and rows > 4):
+                out.append(cfg)
+    if 1 in LANE_ROWS:
+        out += [fam.Config(max_tokens=tokens, warps=warps, ahead=ahead, lane_rows=1)
+                for warps, ahead in itertools.product(WARPS, LANE_ROWS_AHEAD)]
     return out
 
 
@@ -47,10 +53,13 @@ def main() -> None:
     ap.add_argument("--transpose", default="0,1", help="transpose values to sweep (one token)")
     ap.add_argument("--warps", default="4,8,16")
     ap.add_argument("--rows", default="1,2,4,8")
+    ap.add_argument("--lane-rows", default="0", help="lane_rows values: 0 = lanes along k, 1 = one row per lane")
+    ap.add_argument("--lane-rows-ahead", default="2,4,8", help="ahead values of the lane_rows configs")
+    ap.add_argument("--vector", type=int, default=1, help="rows sharing kept positions (the N:M format's vector)")
     args = ap.parse_args()
-    global WARPS, ROWS, STAGE, AHEAD, TRANSPOSE
-    WARPS, ROWS, STAGE, AHEAD, TRANSPOSE = (tuple(int(v) for v in a.split(",")) for a in (
-        args.warps, args.rows, args.stage, args.ahead, args.transpose))
+    global WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, LANE_ROWS, LANE_ROWS_AHEAD
+    WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, LANE_ROWS, LANE_ROWS_AHEAD = (tuple(int(v) for v in a.split(",")) for a in (
+        args.warps, args.rows, args.stage, args.ahead, args.transpose, args.lane_rows, args.lane_rows_ahead))
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     patterns, tokens = args.patterns.split(","), [int(t) for t in args.tokens.split(",")]
     types = KernelTypes("f16", "f16", False)
@@ -64,7 +73,7 @@ def main() -> None:
         t_dense = time_rotating(lambda i, xs=xs, ws=dense: torch.mm(xs[i], ws[i].T), copies).p50_ms
         del dense
         for pattern in patterns:
-            ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern, vector=1)[0]
+            ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern, vector=args.vector)[0]
                   for _ in range(copies)]
             nbytes = ws[0].values.numel() * 2 + ws[0].indices.numel() + (m * k + m * n) * 2
             # a device copy that moves the same bytes (half read, half written): the ceiling at this size
@@ -78,7 +87,8 @@ def main() -> None:
                 err = float((cutlass_nm.matmul(xs[0], ws[0]).float() - ref).norm() / ref.norm())
                 t = time_rotating(lambda i, xs=xs, ws=ws: cutlass_nm.matmul(xs[i], ws[i]), copies, reps=50,
                                   warmup_ms=50)
-                rows.append({"n": n, "k": k, "m": m, "pattern": pattern, "config": cfg.to_record(),
+                rows.append({"n": n, "k": k, "m": m, "pattern": pattern, "vector": args.vector,
+                             "config": cfg.to_record(),
                              "median_ms": t.p50_ms, "cublas_ms": t_dense, "speedup_vs_cublas": t_dense / t.p50_ms,
                              "bytes": nbytes, "same_bytes_copy_ms": t_copy,
                              "effective_tb_s": nbytes / t.p50_ms / 1e9, "rel_err": err})

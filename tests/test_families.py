@@ -116,3 +116,34 @@ def test_each_family_names_its_weight_type():
 
     assert SM90.weight is Sparse24Weight and SM80.weight is Sparse24Weight
     assert get_family("nm_decode").weight is NMWeight
+
+
+def test_nm_decode_lane_rows_rules_and_layout():
+    """lane_rows: its check rules, its shared-memory plan (fp32 x + 16 columns of slack) and the interleaved
+    values layout (a warp's chunk c of its 32 rows contiguous)."""
+    import torch
+
+    from cutlass_nm.families.nm_decode import plan
+    from cutlass_nm.formats.nm import compress_nm, decode_layout, decode_rows_layout
+
+    dec = get_family("nm_decode")
+    p = Problem(4, 4096, 4096, F16)
+    assert dec.check(dec.Config(max_tokens=4, lane_rows=1, ahead=8), p) is None
+    assert "rows=1" in dec.check(dec.Config(max_tokens=4, lane_rows=1, rows=2), p)
+    assert "rows=1" in dec.check(dec.Config(max_tokens=4, lane_rows=1, transpose=1), p)
+    assert "ahead=8" in dec.check(dec.Config(max_tokens=4, ahead=8), p)
+    cfg = dec.Config(max_tokens=4, warps=8, lane_rows=1)
+    assert cfg.block_rows == 256
+    split, piece, smem = plan(cfg, 4096, 1024, 2, 8, 132)
+    red = 256 * 4 * 4
+    cap = (smem - red) // 16 - 16  # fp32 tokens: 16 bytes per staged column
+    assert cap >= (8 * piece - 1) // 2 * 8 + 2 * 8 and smem <= 96 * 1024  # a piece's columns fit
+
+    w = compress_nm(torch.randn(70, 100), "3:7", vector=32, prune=True)
+    values, indices, stride = decode_layout(w)
+    inter, idx2, stride2 = decode_rows_layout(w)
+    assert stride2 == stride and torch.equal(idx2, indices) and inter.shape == (96, stride)
+    blocks = inter.reshape(3, stride // 8, 32, 8)
+    for row, c in ((0, 0), (31, 1), (69, stride // 8 - 1), (40, 2)):
+        assert torch.equal(blocks[row // 32, c, row % 32], values[row, 8 * c:8 * c + 8])
+    assert not blocks[2, :, 6:].any()  # rows 70-95 do not exist: zeros

@@ -115,3 +115,32 @@ def test_multi_token_variants(variant, pattern, vector, n, k):
     ref = x.double() @ w.to_dense().double().T
     assert torch.isfinite(y).all()
     assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
+
+
+LANE_ROWS_VARIANTS = [(tokens, m, warps, ahead) for tokens, m in ((1, 1), (2, 2), (4, 3), (8, 8), (16, 13))
+                      for warps, ahead in ((4, 8), (8, 2), (2, 1))]
+
+
+@pytest.mark.parametrize("variant", LANE_ROWS_VARIANTS, ids=lambda v: "T{}m{}w{}a{}".format(*v))
+@pytest.mark.parametrize("pattern,vector,n,k", [("3:7", 32, 1000, 1003), ("5:16", 64, 520, 4096),
+                                                ("1:8", 8, 333, 5000), ("2:8", 32, 64, 16384),
+                                                ("16:32", 1, 100, 1024)])
+def test_lane_rows_variants(variant, pattern, vector, n, k):
+    """One row per lane: x staged by 16-byte loads (k % 8 == 0) or one column at a time (k = 1003), shared and
+    per-row indices, tails in n, m and k, chunks in flight past a piece's end, and a split-K shape (64 x 16384)."""
+    tokens, m, warps, ahead = variant
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=warps, ahead=ahead,
+                                                             lane_rows=1)
+    g = torch.Generator(device="cuda").manual_seed(13)
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=g)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), pattern, vector=vector)
+    bias = torch.randn(n, device="cuda", dtype=torch.float16, generator=g)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    cutlass_nm.set_selector(lambda family, problem: cfg)
+    try:
+        y = cutlass_nm.matmul(x, w, bias, out=out, family="nm_decode")
+    finally:
+        cutlass_nm.set_selector(None)
+    ref = x.double() @ w.to_dense().double().T + bias.double()
+    assert torch.isfinite(y).all()
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3

@@ -17,7 +17,7 @@ from typing import ClassVar
 import torch
 
 from ..errors import ShapeError
-from ..formats.nm import NMWeight, decode_layout
+from ..formats.nm import NMWeight, decode_layout, decode_rows_layout
 from ..formats.vnm import VNMWeight
 from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status, device_info
@@ -34,7 +34,9 @@ class Config(FamilyConfig):
     """Tokens handled per launch (accumulators per thread), warps per CTA, weight rows per warp, whether one
     token's x is also staged in shared memory (several tokens always are) or gathered straight from L1, how
     many chunks of 8 nonzeros each lane keeps in flight, and whether a warp's chunks are transposed through shared
-    memory so that its lanes gather neighbouring x columns."""
+    memory so that its lanes gather neighbouring x columns. ``lane_rows`` = 1 gives each lane one row and has all
+    lanes walk the same chunks: with indices shared by >= 32 rows every x read is a broadcast (the kernel for the
+    N:M format's default vector = 32); ``rows``, ``transpose`` and ``stage_x`` then do not apply."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -42,14 +44,19 @@ class Config(FamilyConfig):
     stage_x: int = 0
     ahead: int = 1
     transpose: int = 0
+    lane_rows: int = 0
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
-                       "stage_x": (0, 1), "ahead": (1, 2, 4),
-                       "transpose": (0, 1)}
+                       "stage_x": (0, 1), "ahead": (1, 2, 4, 8),
+                       "transpose": (0, 1), "lane_rows": (0, 1)}
 
     @property
     def staged(self) -> bool:
-        return self.max_tokens > 1 or bool(self.stage_x)
+        return self.max_tokens > 1 or bool(self.stage_x) or bool(self.lane_rows)
+
+    @property
+    def block_rows(self) -> int:
+        return self.warps * (32 if self.lane_rows else self.rows)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -58,7 +65,7 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     """(split, piece, smem_bytes) for a launch: split-K (a cluster, sm_90+) until the grid fills ``CTAS_PER_SM``
     CTAs per SM (each CTA keeping >= 32 chunks of 8 nonzeros per row), and x pieces of ``piece`` chunks that
     fit the budget."""
-    block_rows = cfg.warps * cfg.rows
+    block_rows = cfg.block_rows
     chunks = stride // 8
     blocks = -(-n // block_rows)
     split = 1
@@ -70,11 +77,13 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     if not cfg.staged:  # one token read straight from L1: nothing staged
         return split, per_cta, red
     need = ((8 * per_cta - 1) // keep + 2) * group  # x columns one CTA's k-range touches
-    cap = min(need, (SMEM_BUDGET - red) // (2 * cfg.max_tokens))
+    col_bytes = cfg.max_tokens * (4 if cfg.lane_rows else 2)  # lane_rows stages fp32
+    slack = 16 if cfg.lane_rows else 0  # lane_rows stages from the 8-aligned column below, 8 columns per load
+    cap = min(need, (SMEM_BUDGET - red) // col_bytes - slack)
     piece = min(per_cta, (cap // group - 1) * keep // 8)
     if piece < 1:
         raise ShapeError(f"nm_decode: a group of {group} columns does not fit the shared-memory budget")
-    return split, piece, red + cap * 2 * cfg.max_tokens
+    return split, piece, red + (cap + slack) * col_bytes
 
 
 class _DecodeFamily:
@@ -98,6 +107,10 @@ class _DecodeFamily:
             return "transpose takes at most 4 rows per warp (its shared-memory buffers)"
         if cfg.max_tokens > 1 and cfg.stage_x:
             return "several tokens always stage x: stage_x=1 would rebuild the stage_x=0 kernel"
+        if cfg.lane_rows and (cfg.rows != 1 or cfg.transpose or cfg.stage_x):
+            return "lane_rows gives each lane one row and always stages x: rows=1, transpose=0, stage_x=0"
+        if cfg.ahead == 8 and not cfg.lane_rows:
+            return "ahead=8 only with lane_rows (one 16-byte chunk per row in flight; rows x chunks registers)"
         if cfg.rows * cfg.max_tokens > MAX_ACCUMULATORS:
             return f"rows x max_tokens = {cfg.rows * cfg.max_tokens} accumulators per thread > {MAX_ACCUMULATORS}"
         return None
@@ -108,7 +121,8 @@ class _DecodeFamily:
         return template("nm_decode.cu").substitute(element=ELEMENTS[types.dtype], max_tokens=int(cfg.max_tokens),
                                                    warps=int(cfg.warps), rows=int(cfg.rows),
                                                    stage_x=int(cfg.staged), ahead=int(cfg.ahead),
-                                                   transpose="true" if cfg.transpose else "false")
+                                                   transpose="true" if cfg.transpose else "false",
+                                                   lane_rows="true" if cfg.lane_rows else "false")
 
     def heuristic(self, problem: Problem) -> Config:
         """Large CTAs (x staging amortized over many rows); fewer rows per warp as accumulators grow. One token:
@@ -142,7 +156,10 @@ class _Launcher:
         m, k = x.shape
         n, keep, group = w.out_features, w.pattern.n, w.pattern.m
         vector = w.vector if isinstance(w, NMWeight) else 1
-        values, indices, stride = w.layout(("decode",), decode_layout)
+        if self.cfg.lane_rows:
+            values, indices, stride = w.layout(("decode_rows",), decode_rows_layout)
+        else:
+            values, indices, stride = w.layout(("decode",), decode_layout)
         info = device_info(x.device)
         split, piece, smem = plan(self.cfg, n, stride, keep, group, info.sm_count, info.capability >= (9, 0))
         stream = torch.cuda.current_stream(x.device).cuda_stream

@@ -116,3 +116,14 @@ def decode_layout(w: CompressedWeight) -> tuple[torch.Tensor, torch.Tensor, int]
     padded = torch.zeros(indices.shape[0], stride, dtype=torch.uint8, device=w.device)
     padded[:, :nnz] = indices
     return values, padded, stride
+
+
+def decode_rows_layout(w: CompressedWeight) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``decode_layout`` with the values interleaved for one row per lane: [ceil(rows / 32)][stride / 8][32][8]
+    (zeros past the last row), so a warp's chunk of 8 nonzeros for its 32 rows is one 512-byte load."""
+    values, indices, stride = decode_layout(w)
+    rows, blocks = values.shape[0], -(-values.shape[0] // 32)
+    padded = torch.zeros(blocks * 32, stride, dtype=values.dtype, device=values.device)
+    padded[:rows] = values
+    inter = padded.reshape(blocks, 32, stride // 8, 8).transpose(1, 2).contiguous()
+    return inter.reshape(blocks * 32, stride), indices, stride

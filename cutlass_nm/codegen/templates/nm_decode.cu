@@ -12,6 +12,12 @@
 // they share indices; both bypass L1), kAhead chunks in flight in registers (issued before x is staged), and keeps
 // kRows x kMaxTokens fp32 sums. Warp shuffles, then the cluster (distributed
 // shared memory), reduce them; rank 0 adds the bias and writes y.
+//
+// lane_rows = 1 (nm_decode_rows_kernel): lane l of warp w owns one row, blockIdx.y * kBlockRows + 32 w + l, and all
+// lanes walk the same chunks. With indices shared by >= 32 rows (the N:M format's vector) every x read is then a
+// shared-memory broadcast: no bank conflicts and no cross-lane reduction. Values come interleaved
+// ([ceil(n / 32)][chunks][32][8], formats/nm.py decode_rows_layout): a warp's chunk is one 512-byte load. x is
+// staged as fp32, xs[col][token], from 16-byte loads of 8 columns.
 #include <cstdint>
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -24,7 +30,8 @@ using Element = ${element};
 constexpr int kMaxTokens = ${max_tokens};
 constexpr int kWarps = ${warps};
 constexpr int kRows = ${rows};  // rows per warp
-constexpr int kBlockRows = kWarps * kRows;
+constexpr bool kLaneRows = ${lane_rows};
+constexpr int kBlockRows = kLaneRows ? kWarps * 32 : kWarps * kRows;
 constexpr int kAhead = ${ahead};  // chunks of 8 nonzeros each lane keeps in flight
 constexpr bool kTranspose = ${transpose};  // gather neighbouring nonzeros across lanes (see below)
 constexpr int kTransposeBytes = kTranspose ? kRows * 256 * (sizeof(${element}) + 1) : 0;  // per warp
@@ -148,6 +155,34 @@ __device__ __forceinline__ void load_chunk(Chunk& ch, const Element* __restrict_
       ch.i[r] = ch.i[0];
     }
   }
+}
+
+// Rank 0 of the cluster sums the CTAs' partial sums red[kBlockRows][kMaxTokens], adds the bias and writes y.
+template <class Out>
+__device__ __forceinline__ void reduce_store(float* red, const Element* __restrict__ bias, Out* __restrict__ y, int m,
+                                             int n) {
+  const int split = gridDim.x, s = blockIdx.x;
+#if __CUDA_ARCH__ >= 900  // split > 1 (a cluster) is only launched on sm_90+
+  cg::cluster_group cluster = cg::this_cluster();
+  if (split > 1) cluster.sync(); else __syncthreads();
+#else
+  __syncthreads();
+#endif
+  if (s == 0) {
+    for (int i = threadIdx.x; i < kBlockRows * kMaxTokens; i += blockDim.x) {
+      const int r = i / kMaxTokens, t = i - r * kMaxTokens, row = blockIdx.y * kBlockRows + r;
+      if (t >= m || row >= n) continue;
+      float v = red[i];
+#if __CUDA_ARCH__ >= 900
+      for (int q = 1; q < split; ++q) v += cluster.map_shared_rank(red, q)[i];
+#endif
+      if (bias) v += to_float(bias[row]);
+      store(y + static_cast<int64_t>(t) * n + row, v);
+    }
+  }
+#if __CUDA_ARCH__ >= 900
+  if (split > 1) cluster.sync();  // peers' shared memory stays alive until rank 0 has read it
+#endif
 }
 
 template <class Out>
@@ -294,27 +329,130 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
       for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
       if (lane == 0) red[(warp * kRows + r) * kMaxTokens + t] = v;
     }
-#if __CUDA_ARCH__ >= 900  // split > 1 (a cluster) is only launched on sm_90+
-  cg::cluster_group cluster = cg::this_cluster();
-  if (split > 1) cluster.sync(); else __syncthreads();
-#else
-  __syncthreads();
-#endif
-  if (s == 0) {
-    for (int i = threadIdx.x; i < kBlockRows * kMaxTokens; i += blockDim.x) {
-      const int r = i / kMaxTokens, t = i - r * kMaxTokens, row = blockIdx.y * kBlockRows + r;
-      if (t >= m || row >= n) continue;
-      float v = red[i];
-#if __CUDA_ARCH__ >= 900
-      for (int q = 1; q < split; ++q) v += cluster.map_shared_rank(red, q)[i];
-#endif
-      if (bias) v += to_float(bias[row]);
-      store(y + static_cast<int64_t>(t) * n + row, v);
+  reduce_store(red, bias, y, m, n);
+}
+
+// ---- lane_rows = 1 ----
+// Columns [c0, c0 + ncols) of x into xs[col][token] as fp32 (zeros past k and m). vec: c0, k and x are 8-column
+// (16-byte) aligned, so a thread loads 8 columns of one token at once; it may write up to 7 columns past ncols
+// (the host reserves them). Consecutive threads take consecutive tokens: the stores of a warp spread over banks.
+__device__ __forceinline__ void stage_x_f32(const Element* __restrict__ x, float* xs, int m, int k, int c0, int ncols,
+                                            bool vec) {
+  if (vec) {
+    const int units = (ncols + 7) / 8 * kMaxTokens;
+    for (int u = threadIdx.x; u < units; u += blockDim.x) {
+      const int t = u % kMaxTokens, cc = u / kMaxTokens, col = c0 + 8 * cc;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (t < m && col < k) v = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(t) * k + col));
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      float* dst = xs + 8 * cc * kMaxTokens + t;
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        const float2 f = to_float2(w[h], Element());
+        dst[2 * h * kMaxTokens] = f.x;
+        dst[(2 * h + 1) * kMaxTokens] = f.y;
+      }
+    }
+  } else {
+    for (int u = threadIdx.x; u < ncols * kMaxTokens; u += blockDim.x) {
+      const int t = u % kMaxTokens, col = c0 + u / kMaxTokens;
+      xs[u] = (t < m && col < k) ? to_float(x[static_cast<int64_t>(t) * k + col]) : 0.f;
     }
   }
-#if __CUDA_ARCH__ >= 900
-  if (split > 1) cluster.sync();  // peers' shared memory stays alive until rank 0 has read it
-#endif
+}
+
+// The kMaxTokens fp32 tokens of staged column c (16-byte loads; a broadcast when the warp's lanes share c).
+__device__ __forceinline__ void load_column_f32(const float* xs, int c, float (&xv)[kMaxTokens]) {
+  if constexpr (kMaxTokens == 1) {
+    xv[0] = xs[c];
+  } else if constexpr (kMaxTokens == 2) {
+    const float2 f = reinterpret_cast<const float2*>(xs)[c];
+    xv[0] = f.x; xv[1] = f.y;
+  } else {
+#pragma unroll
+    for (int q = 0; q < kMaxTokens / 4; ++q) {
+      const float4 f = reinterpret_cast<const float4*>(xs + c * kMaxTokens)[q];
+      xv[4 * q] = f.x; xv[4 * q + 1] = f.y; xv[4 * q + 2] = f.z; xv[4 * q + 3] = f.w;
+    }
+  }
+}
+
+template <class Out>
+__global__ void __launch_bounds__(kWarps * 32)
+nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__ values,
+                      const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
+                      int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
+  float* xs = reinterpret_cast<float*>(smem + kRedBytes);
+  const int split = gridDim.x, s = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int block = blockIdx.y * kWarps + warp;  // this warp's 32 rows in the interleaved values
+  const int row = block * 32 + lane;
+  const int chunks = stride / 8;
+  const int cb = static_cast<int>(static_cast<int64_t>(chunks) * s / split);
+  const int ce = static_cast<int>(static_cast<int64_t>(chunks) * (s + 1) / split);
+  const Element* vals = values + static_cast<int64_t>(block) * chunks * 256 + lane * 8;
+  const uint8_t* idx = indices + static_cast<int64_t>(min(row, n - 1) / vector) * stride;
+  const bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+
+  float acc[kMaxTokens];
+#pragma unroll
+  for (int t = 0; t < kMaxTokens; ++t) acc[t] = 0.f;
+
+  for (int p0 = cb; p0 < ce; p0 += piece) {
+    const int p1 = min(p0 + piece, ce);
+    const int g0 = p0 * 8 / keep, g1 = (p1 * 8 - 1) / keep;  // groups this piece touches
+    const int c0 = (g0 * group) & ~7;
+    uint4 vb[kAhead];  // this lane's chunks p0 + a, in flight (issued before x is staged)
+    uint2 ib[kAhead];
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a) {
+      if (p0 + a < p1) {
+        vb[a] = ld_stream16(vals + static_cast<int64_t>(p0 + a) * 256);
+        ib[a] = ld_stream8(idx + (p0 + a) * 8);
+      }
+    }
+    __syncthreads();  // the previous piece's columns are no longer read
+    stage_x_f32(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
+    __syncthreads();
+    int g = p0 * 8 / keep, q = p0 * 8 - g * keep;  // the group and place of the next nonzero
+    for (int c = p0; c < p1; c += kAhead) {
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a) {
+        const int cc = c + a;
+        if (cc >= p1) break;
+        const uint4 v = vb[a];
+        const uint2 iv = ib[a];
+        if (cc + kAhead < p1) {
+          vb[a] = ld_stream16(vals + static_cast<int64_t>(cc + kAhead) * 256);
+          ib[a] = ld_stream8(idx + (cc + kAhead) * 8);
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          float xv[kMaxTokens];
+          load_column_f32(xs, g * group - c0 + reinterpret_cast<const uint8_t*>(&iv)[e], xv);
+          const float w = to_float(reinterpret_cast<const Element*>(&v)[e]);
+#pragma unroll
+          for (int t = 0; t < kMaxTokens; ++t) acc[t] = fmaf(w, xv[t], acc[t]);
+          if (++q == keep) { q = 0; ++g; }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kMaxTokens; ++t) red[(warp * 32 + lane) * kMaxTokens + t] = acc[t];
+  reduce_store(red, bias, y, m, n);
+}
+
+
+template <class Out>
+constexpr auto kernel() {
+  if constexpr (kLaneRows) {
+    return nm_decode_rows_kernel<Out>;
+  } else {
+    return nm_decode_kernel<Out>;
+  }
 }
 }  // namespace
 
@@ -353,19 +491,19 @@ int cnm_run(const void* x, const void* values, const void* indices, const void* 
   static int smem_set[2] = {0, 0};  // the opt-in is a function attribute: set once per size increase
   cudaError_t err = cudaSuccess;
   if (smem_bytes > smem_set[out_kind == 1]) {
-    err = out_kind == 1 ? cudaFuncSetAttribute(nm_decode_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    err = out_kind == 1 ? cudaFuncSetAttribute(kernel<float>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                smem_bytes)
-                        : cudaFuncSetAttribute(nm_decode_kernel<Element>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+                        : cudaFuncSetAttribute(kernel<Element>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               smem_bytes);
     if (err != cudaSuccess) return 1000 + int(err);
     smem_set[out_kind == 1] = smem_bytes;
   }
   if (out_kind == 1) {
-    auto kern = nm_decode_kernel<float>;
+    auto kern = kernel<float>();
     err = cudaLaunchKernelEx(&cfg, kern, xs, vs, is, bs, static_cast<float*>(y), m, n, k, keep, group, vector, stride,
                              piece);
   } else {
-    auto kern = nm_decode_kernel<Element>;
+    auto kern = kernel<Element>();
     err = cudaLaunchKernelEx(&cfg, kern, xs, vs, is, bs, static_cast<Element*>(y), m, n, k, keep, group, vector,
                              stride, piece);
   }
