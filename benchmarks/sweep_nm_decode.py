@@ -73,8 +73,8 @@ def main() -> None:
         t_dense = time_rotating(lambda i, xs=xs, ws=dense: torch.mm(xs[i], ws[i].T), copies).p50_ms
         del dense
         for pattern in patterns:
-            ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern, vector=args.vector)[0]
-                  for _ in range(copies)]
+            ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern,
+                                   vector=args.vector)[0] for _ in range(copies)]
             nbytes = ws[0].values.numel() * 2 + ws[0].indices.numel() + (m * k + m * n) * 2
             # a device copy that moves the same bytes (half read, half written): the ceiling at this size
             src = [torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda") for _ in range(copies)]

@@ -134,7 +134,7 @@ def test_nm_decode_lane_rows_rules_and_layout():
     assert "ahead=8" in dec.check(dec.Config(max_tokens=4, ahead=8), p)
     cfg = dec.Config(max_tokens=4, warps=8, lane_rows=1)
     assert cfg.block_rows == 256
-    split, piece, smem = plan(cfg, 4096, 1024, 2, 8, 132)
+    _, piece, smem = plan(cfg, 4096, 1024, 2, 8, 132)
     red = 256 * 4 * 4
     cap = (smem - red) // 16 - 16  # fp32 tokens: 16 bytes per staged column
     assert cap >= (8 * piece - 1) // 2 * 8 + 2 * 8 and smem <= 96 * 1024  # a piece's columns fit
