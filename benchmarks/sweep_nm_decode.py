@@ -24,21 +24,21 @@ SHAPES = [(4096, 4096), (11008, 4096), (8192, 8192)]
 PATTERNS = ["2:8", "16:32"]
 TOKENS = [1, 4, 8, 16]
 WARPS, ROWS, STAGE, AHEAD, TRANSPOSE = (4, 8, 16), (1, 2, 4, 8), (0, 1), (1, 2, 4), (0, 1)
-LANE_ROWS, LANE_ROWS_AHEAD = (0,), (2, 4, 8)
+MODES, MODE_AHEAD = (0,), (2, 4, 8)
 
 
 def configs(tokens: int) -> list:
-    """The sweep's configs for ``tokens``: the lanes-along-k grid, and the lane_rows grid (warps x ahead)."""
+    """The sweep's configs for ``tokens``: the mode 0 grid (lanes along k), and for modes 1 and 2 (one row per
+    lane, tensor cores) warps x ahead."""
     fam = get_family("nm_decode")
     out = []
-    if 0 in LANE_ROWS:
+    if 0 in MODES:
         for warps, rows, stage, ahead, tr in itertools.product(WARPS, ROWS, STAGE, AHEAD, TRANSPOSE):
             cfg = fam.Config(max_tokens=tokens, warps=warps, rows=rows, stage_x=stage, ahead=ahead, transpose=tr)
             if rows * tokens <= 64 and not (tokens > 1 and stage) and not (tr and rows > 4):
                 out.append(cfg)
-    if 1 in LANE_ROWS:
-        out += [fam.Config(max_tokens=tokens, warps=warps, ahead=ahead, lane_rows=1)
-                for warps, ahead in itertools.product(WARPS, LANE_ROWS_AHEAD)]
+    out += [fam.Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=mode)
+            for mode, warps, ahead in itertools.product((m for m in MODES if m), WARPS, MODE_AHEAD)]
     return out
 
 
@@ -53,13 +53,13 @@ def main() -> None:
     ap.add_argument("--transpose", default="0,1", help="transpose values to sweep (one token)")
     ap.add_argument("--warps", default="4,8,16")
     ap.add_argument("--rows", default="1,2,4,8")
-    ap.add_argument("--lane-rows", default="0", help="lane_rows values: 0 = lanes along k, 1 = one row per lane")
-    ap.add_argument("--lane-rows-ahead", default="2,4,8", help="ahead values of the lane_rows configs")
+    ap.add_argument("--modes", default="0", help="0 = lanes along k, 1 = one row per lane, 2 = tensor cores")
+    ap.add_argument("--mode-ahead", default="2,4,8", help="ahead values of the mode 1 and 2 configs")
     ap.add_argument("--vector", type=int, default=1, help="rows sharing kept positions (the N:M format's vector)")
     args = ap.parse_args()
-    global WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, LANE_ROWS, LANE_ROWS_AHEAD
-    WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, LANE_ROWS, LANE_ROWS_AHEAD = (tuple(int(v) for v in a.split(",")) for a in (
-        args.warps, args.rows, args.stage, args.ahead, args.transpose, args.lane_rows, args.lane_rows_ahead))
+    global WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, MODES, MODE_AHEAD
+    WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, MODES, MODE_AHEAD = (tuple(int(v) for v in a.split(",")) for a in (
+        args.warps, args.rows, args.stage, args.ahead, args.transpose, args.modes, args.mode_ahead))
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     patterns, tokens = args.patterns.split(","), [int(t) for t in args.tokens.split(",")]
     types = KernelTypes("f16", "f16", False)

@@ -118,8 +118,8 @@ def test_each_family_names_its_weight_type():
     assert get_family("nm_decode").weight is NMWeight
 
 
-def test_nm_decode_lane_rows_rules_and_layout():
-    """lane_rows: its check rules, its shared-memory plan (fp32 x + 16 columns of slack) and the interleaved
+def test_nm_decode_mode_rules_and_layouts():
+    """Modes 1 and 2: their check rules, its shared-memory plan (fp32 x + 16 columns of slack) and the interleaved
     values layout (a warp's chunk c of its 32 rows contiguous)."""
     import torch
 
@@ -128,11 +128,11 @@ def test_nm_decode_lane_rows_rules_and_layout():
 
     dec = get_family("nm_decode")
     p = Problem(4, 4096, 4096, F16)
-    assert dec.check(dec.Config(max_tokens=4, lane_rows=1, ahead=8), p) is None
-    assert "rows=1" in dec.check(dec.Config(max_tokens=4, lane_rows=1, rows=2), p)
-    assert "rows=1" in dec.check(dec.Config(max_tokens=4, lane_rows=1, transpose=1), p)
+    assert dec.check(dec.Config(max_tokens=4, mode=1, ahead=8), p) is None
+    assert "rows=1" in dec.check(dec.Config(max_tokens=4, mode=1, rows=2), p)
+    assert "rows=1" in dec.check(dec.Config(max_tokens=4, mode=1, transpose=1), p)
     assert "ahead=8" in dec.check(dec.Config(max_tokens=4, ahead=8), p)
-    cfg = dec.Config(max_tokens=4, warps=8, lane_rows=1)
+    cfg = dec.Config(max_tokens=4, warps=8, mode=1)
     assert cfg.block_rows == 256
     _, piece, smem = plan(cfg, 4096, 1024, 2, 8, 132)
     red = 256 * 4 * 4
@@ -147,3 +147,27 @@ def test_nm_decode_lane_rows_rules_and_layout():
     for row, c in ((0, 0), (31, 1), (69, stride // 8 - 1), (40, 2)):
         assert torch.equal(blocks[row // 32, c, row % 32], values[row, 8 * c:8 * c + 8])
     assert not blocks[2, :, 6:].any()  # rows 70-95 do not exist: zeros
+
+    assert dec.check(dec.Config(max_tokens=16, mode=2), Problem(16, 4096, 4096, F16, "2:8", 32)) is None
+    assert "multiple of 32" in dec.check(dec.Config(max_tokens=16, mode=2), Problem(16, 4096, 4096, F16, "2:8", 8))
+    assert "multiple of 32" in dec.check(dec.Config(max_tokens=16, mode=2), Problem(16, 4096, 4096, F16, "128:2:8"))
+    assert dec.Config(mode=2).unit == 16 and dec.Config(mode=1).unit == 8
+
+
+def test_decode_mma_layout_is_the_a_fragment_order():
+    """Lane l = 4 g + c of tile t holds rows (g, g + 8) x positions (2c, 2c + 1) of positions 0-7, then 8-15."""
+    import torch
+
+    from cutlass_nm.formats.nm import compress_nm, decode_layout, decode_mma_layout
+
+    w = compress_nm(torch.randn(70, 100), "3:7", vector=32, prune=True)
+    values, _, stride = decode_layout(w, unit=16)
+    frag, _, stride2 = decode_mma_layout(w)
+    assert stride2 == stride == 48 and frag.shape == (96, 48)
+    frag = frag.reshape(3, stride // 16, 2, 32, 8)
+    for b, s, t, lane in ((0, 0, 0, 0), (1, 2, 1, 13), (2, 1, 0, 31), (2, 2, 1, 7)):
+        g, c = divmod(lane, 4)
+        expect = [values[r, p].item() if r < 70 else 0.0
+                  for kh in (0, 1) for half in (0, 1)
+                  for r in [32 * b + 16 * t + 8 * half + g] for p in (16 * s + 8 * kh + 2 * c, 16 * s + 8 * kh + 2 * c + 1)]
+        assert frag[b, s, t, lane].tolist() == expect

@@ -117,20 +117,20 @@ def test_multi_token_variants(variant, pattern, vector, n, k):
     assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
 
 
-LANE_ROWS_VARIANTS = [(tokens, m, warps, ahead) for tokens, m in ((1, 1), (2, 2), (4, 3), (8, 8), (16, 13))
+MODE1_VARIANTS = [(tokens, m, warps, ahead) for tokens, m in ((1, 1), (2, 2), (4, 3), (8, 8), (16, 13))
                       for warps, ahead in ((4, 8), (8, 2), (2, 1))]
 
 
-@pytest.mark.parametrize("variant", LANE_ROWS_VARIANTS, ids=lambda v: "T{}m{}w{}a{}".format(*v))
+@pytest.mark.parametrize("variant", MODE1_VARIANTS, ids=lambda v: "T{}m{}w{}a{}".format(*v))
 @pytest.mark.parametrize("pattern,vector,n,k", [("3:7", 32, 1000, 1003), ("5:16", 64, 520, 4096),
                                                 ("1:8", 8, 333, 5000), ("2:8", 32, 64, 16384),
                                                 ("16:32", 1, 100, 1024)])
-def test_lane_rows_variants(variant, pattern, vector, n, k):
+def test_mode1_variants(variant, pattern, vector, n, k):
     """One row per lane: x staged by 16-byte loads (k % 8 == 0) or one column at a time (k = 1003), shared and
     per-row indices, tails in n, m and k, chunks in flight past a piece's end, and a split-K shape (64 x 16384)."""
     tokens, m, warps, ahead = variant
     cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=warps, ahead=ahead,
-                                                             lane_rows=1)
+                                                             mode=1)
     g = torch.Generator(device="cuda").manual_seed(13)
     x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=g)
     w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), pattern, vector=vector)
@@ -144,3 +144,44 @@ def test_lane_rows_variants(variant, pattern, vector, n, k):
     ref = x.double() @ w.to_dense().double().T + bias.double()
     assert torch.isfinite(y).all()
     assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
+
+
+MODE2_VARIANTS = [(tokens, m, warps, ahead) for tokens, m in ((1, 1), (4, 3), (8, 8), (16, 11), (16, 16))
+                  for warps, ahead in ((4, 4), (8, 1), (2, 8))]
+
+
+@pytest.mark.parametrize("variant", MODE2_VARIANTS, ids=lambda v: "T{}m{}w{}a{}".format(*v))
+@pytest.mark.parametrize("pattern,vector,n,k", [("3:7", 32, 1000, 1003), ("5:16", 64, 520, 4096),
+                                                ("2:8", 32, 64, 16384), ("16:32", 32, 100, 1024),
+                                                ("1:8", 64, 4096, 4096)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mode2_tensor_core_variants(variant, pattern, vector, n, k, dtype):
+    """Tensor cores (mma.m16n8k16, x columns gathered by ldmatrix): one or two n8 tiles, tails in n (1000, 520,
+    100), m and k (1003: x staged a column at a time), groups straddling 16-position steps (3:7, 5:16), steps in
+    flight past a piece's end, split-K (64 x 16384), fp16 and bf16."""
+    tokens, m, warps, ahead = variant
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=2)
+    g = torch.Generator(device="cuda").manual_seed(17)
+    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dtype, generator=g), pattern, vector=vector)
+    bias = torch.randn(n, device="cuda", dtype=dtype, generator=g)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    cutlass_nm.set_selector(lambda family, problem: cfg)
+    try:
+        y = cutlass_nm.matmul(x, w, bias, out=out, family="nm_decode")
+    finally:
+        cutlass_nm.set_selector(None)
+    ref = x.double() @ w.to_dense().double().T + bias.double()
+    assert torch.isfinite(y).all()
+    assert ((y.double() - ref).norm() / ref.norm()).item() < TOL[dtype]
+
+
+def test_mode2_refuses_unshared_indices():
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=8, mode=2)
+    w, _ = cutlass_nm.prune(torch.randn(256, 512, device="cuda", dtype=torch.float16), "2:8", vector=8)
+    cutlass_nm.set_selector(lambda family, problem: cfg)
+    try:
+        with pytest.raises(cutlass_nm.ShapeError, match="multiple of 32"):
+            cutlass_nm.matmul(torch.randn(4, 512, device="cuda", dtype=torch.float16), w, family="nm_decode")
+    finally:
+        cutlass_nm.set_selector(None)

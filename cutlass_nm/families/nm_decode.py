@@ -17,7 +17,8 @@ from typing import ClassVar
 import torch
 
 from ..errors import ShapeError
-from ..formats.nm import NMWeight, decode_layout, decode_rows_layout
+from ..formats.nm import NMWeight, decode_layout, decode_mma_layout, decode_rows_layout
+from ..patterns import Pattern
 from ..formats.vnm import VNMWeight
 from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status, device_info
@@ -34,9 +35,11 @@ class Config(FamilyConfig):
     """Tokens handled per launch (accumulators per thread), warps per CTA, weight rows per warp, whether one
     token's x is also staged in shared memory (several tokens always are) or gathered straight from L1, how
     many chunks of 8 nonzeros each lane keeps in flight, and whether a warp's chunks are transposed through shared
-    memory so that its lanes gather neighbouring x columns. ``lane_rows`` = 1 gives each lane one row and has all
-    lanes walk the same chunks: with indices shared by >= 32 rows every x read is a broadcast (the kernel for the
-    N:M format's default vector = 32); ``rows``, ``transpose`` and ``stage_x`` then do not apply."""
+    memory so that its lanes gather neighbouring x columns (all ``mode`` = 0: lanes along k). ``mode`` = 1 gives
+    each lane one row and has all lanes walk the same chunks: with indices shared by >= 32 rows every x read is a
+    broadcast. ``mode`` = 2 runs a warp's 32 rows on tensor cores (mma.m16n8k16 over 16 nonzero positions, x
+    columns gathered by ldmatrix; needs vector % 32 == 0). Modes 1 and 2 are for the N:M format's default
+    vector = 32; ``rows``, ``transpose`` and ``stage_x`` do not apply to them."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -44,19 +47,24 @@ class Config(FamilyConfig):
     stage_x: int = 0
     ahead: int = 1
     transpose: int = 0
-    lane_rows: int = 0
+    mode: int = 0
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
                        "stage_x": (0, 1), "ahead": (1, 2, 4, 8),
-                       "transpose": (0, 1), "lane_rows": (0, 1)}
+                       "transpose": (0, 1), "mode": (0, 1, 2)}
 
     @property
     def staged(self) -> bool:
-        return self.max_tokens > 1 or bool(self.stage_x) or bool(self.lane_rows)
+        return self.max_tokens > 1 or bool(self.stage_x) or bool(self.mode)
 
     @property
     def block_rows(self) -> int:
-        return self.warps * (32 if self.lane_rows else self.rows)
+        return self.warps * (32 if self.mode else self.rows)
+
+    @property
+    def unit(self) -> int:
+        """Nonzero positions per step of a row: 8 (16-byte loads), 16 on tensor cores (one mma k-step)."""
+        return 16 if self.mode == 2 else 8
 
 
 @functools.lru_cache(maxsize=4096)
@@ -66,7 +74,7 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     CTAs per SM (each CTA keeping >= 32 chunks of 8 nonzeros per row), and x pieces of ``piece`` chunks that
     fit the budget."""
     block_rows = cfg.block_rows
-    chunks = stride // 8
+    chunks = stride // cfg.unit
     blocks = -(-n // block_rows)
     split = 1
     while clusters and split < MAX_SPLIT and blocks * split < CTAS_PER_SM * sm_count and chunks >= 64 * split:
@@ -76,11 +84,12 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     per_cta = -(-chunks // split)
     if not cfg.staged:  # one token read straight from L1: nothing staged
         return split, per_cta, red
-    need = ((8 * per_cta - 1) // keep + 2) * group  # x columns one CTA's k-range touches
-    col_bytes = cfg.max_tokens * (4 if cfg.lane_rows else 2)  # lane_rows stages fp32
-    slack = 16 if cfg.lane_rows else 0  # lane_rows stages from the 8-aligned column below, 8 columns per load
+    need = ((cfg.unit * per_cta - 1) // keep + 2) * group  # x columns one CTA's k-range touches
+    # mode 1 stages fp32, mode 2 8 or 16 tokens of fp16; both from the 8-aligned column below, 8 columns per load
+    col_bytes = {0: 2 * cfg.max_tokens, 1: 4 * cfg.max_tokens, 2: 2 * max(8, cfg.max_tokens)}[cfg.mode]
+    slack = 16 if cfg.mode else 0
     cap = min(need, (SMEM_BUDGET - red) // col_bytes - slack)
-    piece = min(per_cta, (cap // group - 1) * keep // 8)
+    piece = min(per_cta, (cap // group - 1) * keep // cfg.unit)
     if piece < 1:
         raise ShapeError(f"nm_decode: a group of {group} columns does not fit the shared-memory budget")
     return split, piece, red + (cap + slack) * col_bytes
@@ -107,10 +116,13 @@ class _DecodeFamily:
             return "transpose takes at most 4 rows per warp (its shared-memory buffers)"
         if cfg.max_tokens > 1 and cfg.stage_x:
             return "several tokens always stage x: stage_x=1 would rebuild the stage_x=0 kernel"
-        if cfg.lane_rows and (cfg.rows != 1 or cfg.transpose or cfg.stage_x):
-            return "lane_rows gives each lane one row and always stages x: rows=1, transpose=0, stage_x=0"
-        if cfg.ahead == 8 and not cfg.lane_rows:
-            return "ahead=8 only with lane_rows (one 16-byte chunk per row in flight; rows x chunks registers)"
+        if cfg.mode and (cfg.rows != 1 or cfg.transpose or cfg.stage_x):
+            return f"mode={cfg.mode} gives a warp 32 rows and always stages x: rows=1, transpose=0, stage_x=0"
+        if cfg.ahead == 8 and not cfg.mode:
+            return "ahead=8 only with mode 1 or 2 (rows x chunks in flight would take too many registers)"
+        if cfg.mode == 2 and (Pattern.parse(problem.pattern).is_vnm or problem.vector % 32):
+            return ("mode=2 (tensor cores) needs an N:M weight whose vector of rows sharing positions is a multiple "
+                    f"of 32, got vector {problem.vector} ({problem.pattern})")
         if cfg.rows * cfg.max_tokens > MAX_ACCUMULATORS:
             return f"rows x max_tokens = {cfg.rows * cfg.max_tokens} accumulators per thread > {MAX_ACCUMULATORS}"
         return None
@@ -122,7 +134,7 @@ class _DecodeFamily:
                                                    warps=int(cfg.warps), rows=int(cfg.rows),
                                                    stage_x=int(cfg.staged), ahead=int(cfg.ahead),
                                                    transpose="true" if cfg.transpose else "false",
-                                                   lane_rows="true" if cfg.lane_rows else "false")
+                                                   mode=int(cfg.mode))
 
     def heuristic(self, problem: Problem) -> Config:
         """Large CTAs (x staging amortized over many rows); fewer rows per warp as accumulators grow. One token:
@@ -130,8 +142,6 @@ class _DecodeFamily:
         (benchmarks/sweep_nm_decode.py; results/h100/nm_decode_sweep_m1.json)."""
         tokens = next(t for t in Config.SPACE["max_tokens"] if t >= min(problem.m, 16))
         if tokens == 1:
-            from ..patterns import Pattern
-
             pattern = Pattern.parse(problem.pattern)
             keep, group = (2, pattern.m) if pattern.is_vnm else (pattern.n, pattern.m)
             warps = 4 if problem.n * problem.k < 1 << 25 else 16
@@ -156,10 +166,10 @@ class _Launcher:
         m, k = x.shape
         n, keep, group = w.out_features, w.pattern.n, w.pattern.m
         vector = w.vector if isinstance(w, NMWeight) else 1
-        if self.cfg.lane_rows:
-            values, indices, stride = w.layout(("decode_rows",), decode_rows_layout)
-        else:
-            values, indices, stride = w.layout(("decode",), decode_layout)
+        if self.cfg.mode == 2 and vector % 32:
+            raise ShapeError(f"nm_decode mode 2 needs a vector that is a multiple of 32, got {vector}")
+        build = {0: decode_layout, 1: decode_rows_layout, 2: decode_mma_layout}[self.cfg.mode]
+        values, indices, stride = w.layout((build.__name__,), build)
         info = device_info(x.device)
         split, piece, smem = plan(self.cfg, n, stride, keep, group, info.sm_count, info.capability >= (9, 0))
         stream = torch.cuda.current_stream(x.device).cuda_stream

@@ -104,13 +104,13 @@ def compress_nm(w: torch.Tensor, pattern: str | Pattern, vector: int = 32, *, pr
                     pattern, vector)
 
 
-def decode_layout(w: CompressedWeight) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Values and indices with each row padded (zeros) to a multiple of 8 nonzeros, for 16-byte loads.
+def decode_layout(w: CompressedWeight, unit: int = 8) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Values and indices with each row padded (zeros) to a multiple of ``unit`` nonzeros, for 16-byte loads.
 
     Takes an N:M weight, or a V:N:M weight read as element-wise 2:M (its per-row column offsets)."""
     indices = w.indices if isinstance(w, NMWeight) else w.row_columns()
     nnz = w.values.shape[1]
-    stride = -(-nnz // 8) * 8
+    stride = -(-nnz // unit) * unit
     values = torch.zeros(w.values.shape[0], stride, dtype=w.dtype, device=w.device)
     values[:, :nnz] = w.values
     padded = torch.zeros(indices.shape[0], stride, dtype=torch.uint8, device=w.device)
@@ -118,12 +118,30 @@ def decode_layout(w: CompressedWeight) -> tuple[torch.Tensor, torch.Tensor, int]
     return values, padded, stride
 
 
+def _row_blocks(values: torch.Tensor) -> torch.Tensor:
+    """``values`` with zero rows appended up to a multiple of 32."""
+    rows = values.shape[0]
+    padded = torch.zeros(-(-rows // 32) * 32, values.shape[1], dtype=values.dtype, device=values.device)
+    padded[:rows] = values
+    return padded
+
+
 def decode_rows_layout(w: CompressedWeight) -> tuple[torch.Tensor, torch.Tensor, int]:
     """``decode_layout`` with the values interleaved for one row per lane: [ceil(rows / 32)][stride / 8][32][8]
     (zeros past the last row), so a warp's chunk of 8 nonzeros for its 32 rows is one 512-byte load."""
     values, indices, stride = decode_layout(w)
-    rows, blocks = values.shape[0], -(-values.shape[0] // 32)
-    padded = torch.zeros(blocks * 32, stride, dtype=values.dtype, device=values.device)
-    padded[:rows] = values
-    inter = padded.reshape(blocks, 32, stride // 8, 8).transpose(1, 2).contiguous()
-    return inter.reshape(blocks * 32, stride), indices, stride
+    padded = _row_blocks(values)
+    inter = padded.reshape(-1, 32, stride // 8, 8).transpose(1, 2).contiguous()
+    return inter.reshape(padded.shape), indices, stride
+
+
+def decode_mma_layout(w: CompressedWeight) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Values in mma.m16n8k16 A-fragment order for 32-row blocks and 16-position steps:
+    [ceil(rows / 32)][stride / 16][tile 2][lane 32][8]. Lane l = 4 g + c holds, in order, rows (g, g + 8) x
+    positions (2c, 2c + 1) for positions 0-7, then the same for positions 8-15 of its 16-row tile."""
+    values, indices, stride = decode_layout(w, unit=16)
+    padded = _row_blocks(values)
+    # row = 32 b + 16 tile + 8 half + g; position = 16 s + 8 khalf + 2 c + pair
+    v = padded.reshape(-1, 2, 2, 8, stride // 16, 2, 4, 2)  # b, tile, half, g, s, khalf, c, pair
+    frag = v.permute(0, 4, 1, 3, 6, 5, 2, 7).contiguous()  # b, s, tile, g, c, khalf, half, pair
+    return frag.reshape(padded.shape), indices, stride

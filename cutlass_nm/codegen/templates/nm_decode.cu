@@ -13,12 +13,13 @@
 // kRows x kMaxTokens fp32 sums. Warp shuffles, then the cluster (distributed
 // shared memory), reduce them; rank 0 adds the bias and writes y.
 //
-// lane_rows = 1 (nm_decode_rows_kernel): lane l of warp w owns one row, blockIdx.y * kBlockRows + 32 w + l, and all
+// mode = 1 (nm_decode_rows_kernel): lane l of warp w owns one row, blockIdx.y * kBlockRows + 32 w + l, and all
 // lanes walk the same chunks. With indices shared by >= 32 rows (the N:M format's vector) every x read is then a
 // shared-memory broadcast: no bank conflicts and no cross-lane reduction. Values come interleaved
 // ([ceil(n / 32)][chunks][32][8], formats/nm.py decode_rows_layout): a warp's chunk is one 512-byte load. x is
 // staged as fp32, xs[col][token], from 16-byte loads of 8 columns.
 #include <cstdint>
+#include <type_traits>
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -30,8 +31,8 @@ using Element = ${element};
 constexpr int kMaxTokens = ${max_tokens};
 constexpr int kWarps = ${warps};
 constexpr int kRows = ${rows};  // rows per warp
-constexpr bool kLaneRows = ${lane_rows};
-constexpr int kBlockRows = kLaneRows ? kWarps * 32 : kWarps * kRows;
+constexpr int kMode = ${mode};  // 0: lanes along k, 1: one row per lane, 2: tensor cores (see below)
+constexpr int kBlockRows = kMode ? kWarps * 32 : kWarps * kRows;
 constexpr int kAhead = ${ahead};  // chunks of 8 nonzeros each lane keeps in flight
 constexpr bool kTranspose = ${transpose};  // gather neighbouring nonzeros across lanes (see below)
 constexpr int kTransposeBytes = kTranspose ? kRows * 256 * (sizeof(${element}) + 1) : 0;  // per warp
@@ -332,7 +333,7 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
   reduce_store(red, bias, y, m, n);
 }
 
-// ---- lane_rows = 1 ----
+// ---- mode = 1: one row per lane ----
 // Columns [c0, c0 + ncols) of x into xs[col][token] as fp32 (zeros past k and m). vec: c0, k and x are 8-column
 // (16-byte) aligned, so a thread loads 8 columns of one token at once; it may write up to 7 columns past ncols
 // (the host reserves them). Consecutive threads take consecutive tokens: the stores of a warp spread over banks.
@@ -446,9 +447,162 @@ nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__
 }
 
 
+// ---- mode = 2: tensor cores ----
+// Warp w owns rows blockIdx.y * kBlockRows + 32 w .. + 31 (two m16 tiles, one index row: vector % 32 == 0) and
+// walks the CTA's k-range in steps of 16 nonzero positions: mma.m16n8k16 with A = the tile's values (loaded in
+// fragment order, formats/nm.py decode_mma_layout: one 16-byte load per lane and tile) and B = the 16 x columns
+// of those positions, gathered from the staged x ([col][kTok] fp16) by ldmatrix.trans with one column address per
+// lane. kTok = 8 or 16 tokens (one or two n8 tiles).
+constexpr int kTok = kMaxTokens < 8 ? 8 : kMaxTokens;
+constexpr int kNTiles = kTok / 8;
+
+// Columns [c0, c0 + ncols) of x into xs[col][token] (fp16/bf16, kTok per column; zeros past k and m). vec: as in
+// stage_x_f32. Loads first (kLoads per thread), then the 2-byte scattered stores.
+__device__ __forceinline__ void stage_x_tok(const Element* __restrict__ x, Element* xs, int m, int k, int c0,
+                                            int ncols, bool vec) {
+  if (vec) {
+    constexpr int kLoads = 4;
+    const int units = (ncols + 7) / 8 * kTok;
+    for (int u0 = threadIdx.x; u0 < units; u0 += blockDim.x * kLoads) {
+      uint4 v[kLoads];
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i) {
+        const int u = u0 + i * blockDim.x, t = u % kTok, col = c0 + 8 * (u / kTok);
+        v[i] = make_uint4(0u, 0u, 0u, 0u);
+        if (u < units && t < m && col < k) {
+          v[i] = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(t) * k + col));
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i) {
+        const int u = u0 + i * blockDim.x;
+        if (u >= units) break;
+        const Element* e = reinterpret_cast<const Element*>(&v[i]);
+        Element* dst = xs + 8 * (u / kTok) * kTok + u % kTok;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dst[j * kTok] = e[j];
+      }
+    }
+  } else {
+    for (int u = threadIdx.x; u < ncols * kTok; u += blockDim.x) {
+      const int t = u % kTok, col = c0 + u / kTok;
+      xs[u] = (t < m && col < k) ? x[static_cast<int64_t>(t) * k + col] : Element(0.f);
+    }
+  }
+}
+
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<Element, __half>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <class Out>
+__global__ void __launch_bounds__(kWarps * 32)
+nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ values,
+                     const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
+                     int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
+  Element* xs = reinterpret_cast<Element*>(smem + kRedBytes);
+  const int split = gridDim.x, s = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int block = blockIdx.y * kWarps + warp;  // this warp's 32 rows
+  const int steps = stride / 16;
+  const int cb = static_cast<int>(static_cast<int64_t>(steps) * s / split);
+  const int ce = static_cast<int>(static_cast<int64_t>(steps) * (s + 1) / split);
+  const Element* vals = values + static_cast<int64_t>(block) * steps * 512 + lane * 8;  // + step * 512 + tile * 256
+  const uint8_t* idx = indices + static_cast<int64_t>(min(block * 32, n - 1) / vector) * stride;
+  const bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  // ldmatrix.x4.trans: lane l addresses row l % 8 of matrix l / 8 = (k half (l / 8) % 2, n tile l / 16).
+  const int my_pos = (lane >> 3 & 1) * 8 + (lane & 7), my_tok = kNTiles == 2 ? (lane >> 4) * 8 : 0;
+
+  float acc[2][kNTiles][4];
+#pragma unroll
+  for (int t = 0; t < 2; ++t)
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
+
+  for (int p0 = cb; p0 < ce; p0 += piece) {
+    const int p1 = min(p0 + piece, ce);
+    const int g0 = p0 * 16 / keep, g1 = (p1 * 16 - 1) / keep;  // groups this piece touches
+    const int c0 = (g0 * group) & ~7;
+    uint4 ab[kAhead][2];  // this warp's steps p0 + a, in flight (issued before x is staged)
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a) {
+      if (p0 + a < p1) {
+        ab[a][0] = ld_stream16(vals + static_cast<int64_t>(p0 + a) * 512);
+        ab[a][1] = ld_stream16(vals + static_cast<int64_t>(p0 + a) * 512 + 256);
+      }
+    }
+    __syncthreads();  // the previous piece's columns are no longer read
+    stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
+    __syncthreads();
+    int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // this lane's position, its group and place
+    const int dg = 16 / keep, dq = 16 - dg * keep;
+    for (int c = p0; c < p1; c += kAhead) {
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a) {
+        const int cc = c + a;
+        if (cc >= p1) break;
+        uint32_t af[2][4];
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          af[t][0] = ab[a][t].x; af[t][1] = ab[a][t].y; af[t][2] = ab[a][t].z; af[t][3] = ab[a][t].w;
+        }
+        if (cc + kAhead < p1) {
+          ab[a][0] = ld_stream16(vals + static_cast<int64_t>(cc + kAhead) * 512);
+          ab[a][1] = ld_stream16(vals + static_cast<int64_t>(cc + kAhead) * 512 + 256);
+        }
+        const int col = g * group + __ldg(idx + cc * 16 + my_pos) - c0;
+        const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + my_tok));
+        uint32_t b[4];
+        if constexpr (kNTiles == 2) {
+          asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                       : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(addr));
+        } else {
+          asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                       : "=r"(b[0]), "=r"(b[1]) : "r"(addr));
+        }
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) mma_16816(acc[t][nt], af[t], b[2 * nt], b[2 * nt + 1]);
+        }
+        q += dq; g += dg;
+        if (q >= keep) { q -= keep; ++g; }
+      }
+    }
+  }
+  // C fragment: c0, c1 = (row lane / 4, tokens 2 (lane % 4) + 0, 1), c2, c3 = row + 8.
+#pragma unroll
+  for (int t = 0; t < 2; ++t)
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = warp * 32 + t * 16 + lane / 4 + (e >> 1) * 8, tok = nt * 8 + 2 * (lane % 4) + (e & 1);
+        if (tok < kMaxTokens) red[r * kMaxTokens + tok] = acc[t][nt][e];
+      }
+  reduce_store(red, bias, y, m, n);
+}
+
+
 template <class Out>
 constexpr auto kernel() {
-  if constexpr (kLaneRows) {
+  if constexpr (kMode == 2) {
+    return nm_decode_mma_kernel<Out>;
+  } else if constexpr (kMode == 1) {
     return nm_decode_rows_kernel<Out>;
   } else {
     return nm_decode_kernel<Out>;
