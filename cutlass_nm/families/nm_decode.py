@@ -18,8 +18,8 @@ import torch
 
 from ..errors import ShapeError
 from ..formats.nm import NMWeight, decode_layout, decode_mma_layout, decode_rows_layout
-from ..patterns import Pattern
 from ..formats.vnm import VNMWeight
+from ..patterns import Pattern
 from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status, device_info
 
