@@ -169,5 +169,6 @@ def test_decode_mma_layout_is_the_a_fragment_order():
         g, c = divmod(lane, 4)
         expect = [values[r, p].item() if r < 70 else 0.0
                   for kh in (0, 1) for half in (0, 1)
-                  for r in [32 * b + 16 * t + 8 * half + g] for p in (16 * s + 8 * kh + 2 * c + pair for pair in (0, 1))]
+                  for r in [32 * b + 16 * t + 8 * half + g]
+                  for p in (16 * s + 8 * kh + 2 * c + pair for pair in (0, 1))]
         assert frag[b, s, t, lane].tolist() == expect
