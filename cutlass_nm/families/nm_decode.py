@@ -71,13 +71,15 @@ class Config(FamilyConfig):
 def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int, clusters: bool = True
          ) -> tuple[int, int, int]:
     """(split, piece, smem_bytes) for a launch: split-K (a cluster, sm_90+) until the grid fills ``CTAS_PER_SM``
-    CTAs per SM (each CTA keeping >= 32 chunks of 8 nonzeros per row), and x pieces of ``piece`` chunks that
-    fit the budget."""
+    CTAs per SM (each CTA keeping >= 32 chunks of a row in mode 0, >= 4 in modes 1 and 2), and x pieces of
+    ``piece`` chunks that fit the budget."""
     block_rows = cfg.block_rows
     chunks = stride // cfg.unit
     blocks = -(-n // block_rows)
     split = 1
-    while clusters and split < MAX_SPLIT and blocks * split < CTAS_PER_SM * sm_count and chunks >= 64 * split:
+    # mode 0 splits a row's chunks over 32 lanes (>= 32 per CTA); modes 1 and 2 walk them per lane (>= 4)
+    min_chunks = 8 if cfg.mode else 64
+    while clusters and split < MAX_SPLIT and blocks * split < CTAS_PER_SM * sm_count and chunks >= min_chunks * split:
         split *= 2
     red = -(-block_rows * cfg.max_tokens * 4 // 16) * 16
     red += cfg.warps * cfg.rows * 256 * 3 if cfg.transpose else 0  # transpose buffers: 2-byte values + 1-byte indices

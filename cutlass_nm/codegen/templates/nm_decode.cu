@@ -537,12 +537,14 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
     const int p1 = min(p0 + piece, ce);
     const int g0 = p0 * 16 / keep, g1 = (p1 * 16 - 1) / keep;  // groups this piece touches
     const int c0 = (g0 * group) & ~7;
-    uint4 ab[kAhead][2];  // this warp's steps p0 + a, in flight (issued before x is staged)
+    uint4 ab[kAhead][2];  // this warp's steps p0 + a and their index bytes, in flight (issued before x is staged)
+    int ib[kAhead];
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) {
       if (p0 + a < p1) {
         ab[a][0] = ld_stream16(vals + static_cast<int64_t>(p0 + a) * 512);
         ab[a][1] = ld_stream16(vals + static_cast<int64_t>(p0 + a) * 512 + 256);
+        ib[a] = __ldg(idx + (p0 + a) * 16 + my_pos);
       }
     }
     __syncthreads();  // the previous piece's columns are no longer read
@@ -560,11 +562,12 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
         for (int t = 0; t < 2; ++t) {
           af[t][0] = ab[a][t].x; af[t][1] = ab[a][t].y; af[t][2] = ab[a][t].z; af[t][3] = ab[a][t].w;
         }
+        const int col = g * group + ib[a] - c0;
         if (cc + kAhead < p1) {
           ab[a][0] = ld_stream16(vals + static_cast<int64_t>(cc + kAhead) * 512);
           ab[a][1] = ld_stream16(vals + static_cast<int64_t>(cc + kAhead) * 512 + 256);
+          ib[a] = __ldg(idx + (cc + kAhead) * 16 + my_pos);
         }
-        const int col = g * group + __ldg(idx + cc * 16 + my_pos) - c0;
         const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + my_tok));
         uint32_t b[4];
         if constexpr (kNTiles == 2) {
