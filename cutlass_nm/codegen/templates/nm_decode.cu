@@ -158,32 +158,41 @@ __device__ __forceinline__ void load_chunk(Chunk& ch, const Element* __restrict_
   }
 }
 
-// Rank 0 of the cluster sums the CTAs' partial sums red[kBlockRows][kMaxTokens], adds the bias and writes y.
+// The cluster's CTAs sum their partial sums red[kBlockRows][kMaxTokens] (each CTA a slice of the elements, the
+// peers' values loaded together, then added in rank order: deterministic), add the bias and write y.
 template <class Out>
 __device__ __forceinline__ void reduce_store(float* red, const Element* __restrict__ bias, Out* __restrict__ y, int m,
                                              int n) {
+  constexpr int kTotal = kBlockRows * kMaxTokens;
   const int split = gridDim.x, s = blockIdx.x;
 #if __CUDA_ARCH__ >= 900  // split > 1 (a cluster) is only launched on sm_90+
   cg::cluster_group cluster = cg::this_cluster();
-  if (split > 1) cluster.sync(); else __syncthreads();
-#else
-  __syncthreads();
-#endif
-  if (s == 0) {
-    for (int i = threadIdx.x; i < kBlockRows * kMaxTokens; i += blockDim.x) {
+  if (split > 1) {
+    cluster.sync();
+    for (int i = s * blockDim.x + threadIdx.x; i < kTotal; i += split * blockDim.x) {
       const int r = i / kMaxTokens, t = i - r * kMaxTokens, row = blockIdx.y * kBlockRows + r;
       if (t >= m || row >= n) continue;
-      float v = red[i];
-#if __CUDA_ARCH__ >= 900
-      for (int q = 1; q < split; ++q) v += cluster.map_shared_rank(red, q)[i];
-#endif
+      float part[8];  // MAX_SPLIT
+#pragma unroll
+      for (int q = 0; q < 8; ++q) part[q] = q < split ? cluster.map_shared_rank(red, q)[i] : 0.f;
+      float v = part[0];
+#pragma unroll
+      for (int q = 1; q < 8; ++q) v += part[q];
       if (bias) v += to_float(bias[row]);
       store(y + static_cast<int64_t>(t) * n + row, v);
     }
+    cluster.sync();  // peers' shared memory stays alive until every slice is read
+    return;
   }
-#if __CUDA_ARCH__ >= 900
-  if (split > 1) cluster.sync();  // peers' shared memory stays alive until rank 0 has read it
 #endif
+  __syncthreads();
+  for (int i = threadIdx.x; i < kTotal; i += blockDim.x) {
+    const int r = i / kMaxTokens, t = i - r * kMaxTokens, row = blockIdx.y * kBlockRows + r;
+    if (t >= m || row >= n) continue;
+    float v = red[i];
+    if (bias) v += to_float(bias[row]);
+    store(y + static_cast<int64_t>(t) * n + row, v);
+  }
 }
 
 template <class Out>
