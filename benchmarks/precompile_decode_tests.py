@@ -1,0 +1,39 @@
+"""Compile, in parallel, the nm_decode kernels that tests/test_gpu_nm_decode.py forces through its variant lists
+(the heuristic ones come from precompile_gpu_tests.py), so a device call does not compile them one by one.
+
+    python3 benchmarks/precompile_decode_tests.py
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+from cutlass_nm.families import KernelTypes, get_family
+from cutlass_nm.kernels import precompile
+
+
+def main() -> None:
+    spec = importlib.util.spec_from_file_location("t", Path(__file__).parents[1] / "tests" / "test_gpu_nm_decode.py")
+    t = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t)
+    cfg = get_family("nm_decode").Config
+    f16, f16b = KernelTypes("f16", "f16", False), KernelTypes("f16", "f16", True)
+    bf16b = KernelTypes("bf16", "bf16", True)
+    kids = [("nm_decode", cfg(max_tokens=1, warps=w, rows=r, stage_x=s, ahead=a, transpose=tr), f16)
+            for w, r, s, a, tr in t.ONE_TOKEN_VARIANTS]
+    kids += [("nm_decode", cfg(max_tokens=tk, warps=8, rows=r, transpose=tr), f16)
+             for tk, _, r, tr in t.MULTI_TOKEN_VARIANTS]
+    kids += [("nm_decode", cfg(max_tokens=tk, warps=w, ahead=a, mode=1), f16b) for tk, _, w, a in t.MODE1_VARIANTS]
+    kids += [("nm_decode", cfg(max_tokens=tk, warps=w, ahead=a, mode=2), ty) for tk, _, w, a in t.MODE2_VARIANTS
+             for ty in (f16b, bf16b)]
+    t0 = time.time()
+    bad = [r for r in precompile(kids) if isinstance(r, Exception)]
+    print(f"precompiled {len(kids)} decode test kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)
+    for err in bad:
+        print("  failed:", str(err)[:300])
+
+
+if __name__ == "__main__":
+    main()
