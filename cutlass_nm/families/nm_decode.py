@@ -139,15 +139,20 @@ class _DecodeFamily:
                                                    mode=int(cfg.mode))
 
     def heuristic(self, problem: Problem) -> Config:
-        """Large CTAs (x staging amortized over many rows); fewer rows per warp as accumulators grow. One token:
-        transposed gathers at >= 75 % sparsity, small CTAs below 2^25 weights. From the H100 sweeps
-        (benchmarks/sweep_nm_decode.py; results/h100/nm_decode_sweep_m1.json)."""
+        """Indices shared by a multiple of 32 rows (the N:M format's default): tensor cores (mode 2), one kernel
+        for 1-8 tokens and one for 9-16; 16 warps and 4 steps in flight below 2^25 weights, else 8 and 2
+        (results/h100/nm_decode_sweep_modes.json). Otherwise lanes along k (mode 0): large CTAs (x staging
+        amortized over many rows), fewer rows per warp as accumulators grow; one token: transposed gathers at
+        >= 75 % sparsity, small CTAs below 2^25 weights (results/h100/nm_decode_sweep_m1.json)."""
+        pattern = Pattern.parse(problem.pattern)
+        small = problem.n * problem.k < 1 << 25
+        if not pattern.is_vnm and problem.vector and problem.vector % 32 == 0:
+            warps, ahead = (16, 4) if small else (8, 2)
+            return Config(max_tokens=8 if problem.m <= 8 else 16, warps=warps, ahead=ahead, mode=2)
         tokens = next(t for t in Config.SPACE["max_tokens"] if t >= min(problem.m, 16))
         if tokens == 1:
-            pattern = Pattern.parse(problem.pattern)
             keep, group = (2, pattern.m) if pattern.is_vnm else (pattern.n, pattern.m)
-            warps = 4 if problem.n * problem.k < 1 << 25 else 16
-            return Config(max_tokens=1, warps=warps, rows=1, transpose=int(group >= 4 * keep))
+            return Config(max_tokens=1, warps=4 if small else 16, rows=1, transpose=int(group >= 4 * keep))
         warps, rows = {2: (16, 1), 4: (16, 2), 8: (16, 2), 16: (16, 1)}[tokens]
         return Config(max_tokens=tokens, warps=warps, rows=rows)
 
