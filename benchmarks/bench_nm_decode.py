@@ -37,8 +37,10 @@ def copy_bandwidth() -> float:
 
 def streamed_bytes(w, family: str | None) -> int:
     """Bytes of weight the kernel reads: values plus its index/metadata form."""
-    if isinstance(w, cutlass_nm.NMWeight) or family == "nm_decode":
-        return w.values.numel() * 3  # one uint8 index per value (V:N:M read as 2:M)
+    if isinstance(w, cutlass_nm.NMWeight):
+        return w.values.numel() * 2 + w.indices.numel()  # one uint8 index per value and vector of rows
+    if family == "nm_decode":
+        return w.values.numel() * 3  # V:N:M read as 2:M: one uint8 index per value
     extra = w.columns.numel() if isinstance(w, cutlass_nm.VNMWeight) else 0
     return w.values.numel() * 2 + w.meta.numel() + extra
 
