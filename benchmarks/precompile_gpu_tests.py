@@ -23,6 +23,9 @@ def kernel_ids(families: list[str], tokens: list[int], types: list[KernelTypes])
                 p = Problem(m, 2048, 4096, t)
                 cfg = fam.heuristic(p)
                 kids.add((name, cfg, t))
+                if name == "nm_decode":  # N:M weights with the format's default vector = 32: tensor cores
+                    for n, k in ((2048, 4096), (8192, 8192)):
+                        kids.add((name, fam.heuristic(Problem(m, n, k, t, "2:8", 32)), t))
                 if name == "vnm_sm90":  # V = 64 weights run the tile_m = 64 twin of the heuristic config
                     from cutlass_nm.families.vnm_sm90 import fallback_config
 
