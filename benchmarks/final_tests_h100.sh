@@ -9,5 +9,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,po
 timeout 60 python3 benchmarks/precompile_decode_tests.py 2>&1 | tail -1
 timeout 60 python3 benchmarks/precompile_gpu_tests.py --families nm_decode --tokens 1,2,3,5,13,16 --f32-out 2>&1 | tail -1
 timeout 120 python3 -m pytest -m gpu -q tests/test_gpu_nm_decode.py 2>&1 | tee "$OUT/gpu_tests_nm_decode.log" | tail -2
-CUTLASS_NM_TEST_FAMILIES=vnm_sm90 timeout 220 python3 -m pytest -m gpu -q tests/test_gpu_vnm.py -k "sm90_variants and m1" \
+timeout 200 python3 -c "
+import sys; sys.path.insert(0, 'tests')
+from test_gpu_vnm import SM90_CASES, _sm90_variant
+from cutlass_nm.kernels import precompile
+kids = sorted({_sm90_variant((1, 0, 1, 1), c)[0] for c in SM90_CASES}, key=str)
+print(len(kids), 'vnm_sm90 mma_pipe kernels:', [type(r).__name__ for r in precompile(kids)])
+" 2>&1 | tail -1
+CUTLASS_NM_TEST_FAMILIES=vnm_sm90 timeout 120 python3 -m pytest -m gpu -q tests/test_gpu_vnm.py -k "sm90_variants and m1" \
   2>&1 | tee "$OUT/gpu_tests_vnm_sm90_mma_pipe.log" | tail -2
