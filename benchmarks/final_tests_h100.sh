@@ -16,5 +16,5 @@ from cutlass_nm.kernels import precompile
 kids = sorted({_sm90_variant((1, 0, 1, 1), c)[0] for c in SM90_CASES}, key=str)
 print(len(kids), 'vnm_sm90 mma_pipe kernels:', [type(r).__name__ for r in precompile(kids)])
 " 2>&1 | tail -1
-CUTLASS_NM_TEST_FAMILIES=vnm_sm90 timeout 120 python3 -m pytest -m gpu -q tests/test_gpu_vnm.py -k "sm90_variants and m1" \
+CUTLASS_NM_TEST_PRECOMPILE=0 CUTLASS_NM_TEST_FAMILIES=vnm_sm90 timeout 120 python3 -m pytest -m gpu -q tests/test_gpu_vnm.py -k "sm90_variants and m1" \
   2>&1 | tee "$OUT/gpu_tests_vnm_sm90_mma_pipe.log" | tail -2
