@@ -64,6 +64,24 @@ def test_decode_split_k_clusters(n, k):
     assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
 
 
+def _check_forced(cfg, pattern: str, vector: int, n: int, k: int, m: int, *, seed: int,
+                  dtype: torch.dtype = torch.float16, with_bias: bool = False) -> None:
+    """Run matmul with ``cfg`` forced on a random pruned weight into a NaN-poisoned output; compare with fp64."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dtype, generator=g), pattern, vector=vector)
+    bias = torch.randn(n, device="cuda", dtype=dtype, generator=g) if with_bias else None
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    cutlass_nm.set_selector(lambda family, problem: cfg)
+    try:
+        y = cutlass_nm.matmul(x, w, bias, out=out, family="nm_decode")
+    finally:
+        cutlass_nm.set_selector(None)
+    ref = x.double() @ w.to_dense().double().T + (0 if bias is None else bias.double())
+    assert torch.isfinite(y).all()
+    assert ((y.double() - ref).norm() / ref.norm()).item() < TOL[dtype]
+
+
 ONE_TOKEN_VARIANTS = [(warps, rows, stage, ahead, tr) for warps, rows in ((4, 1), (16, 2), (2, 4))
                       for stage in (0, 1) for ahead in (1, 4) for tr in (0, 1)]
 
@@ -77,18 +95,7 @@ def test_one_token_variants(variant, pattern, vector, n, k):
     warps, rows, stage, ahead, tr = variant
     cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=1, warps=warps, rows=rows, stage_x=stage,
                                                              ahead=ahead, transpose=tr)
-    g = torch.Generator(device="cuda").manual_seed(5)
-    x = torch.randn(1, k, device="cuda", dtype=torch.float16, generator=g)
-    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), pattern, vector=vector)
-    out = torch.full((1, n), float("nan"), device="cuda", dtype=torch.float16)
-    cutlass_nm.set_selector(lambda family, problem: cfg)
-    try:
-        y = cutlass_nm.matmul(x, w, out=out, family="nm_decode")
-    finally:
-        cutlass_nm.set_selector(None)
-    ref = x.double() @ w.to_dense().double().T
-    assert torch.isfinite(y).all()
-    assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
+    _check_forced(cfg, pattern, vector, n, k, 1, seed=5)
 
 
 MULTI_TOKEN_VARIANTS = [(tokens, m, rows, tr) for tokens, m in ((2, 2), (4, 3), (8, 5), (16, 16))
@@ -103,22 +110,11 @@ def test_multi_token_variants(variant, pattern, vector, n, k):
     groups straddling 32-position steps and a split-K shape."""
     tokens, m, rows, tr = variant
     cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=8, rows=rows, transpose=tr)
-    g = torch.Generator(device="cuda").manual_seed(9)
-    x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=g)
-    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), pattern, vector=vector)
-    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
-    cutlass_nm.set_selector(lambda family, problem: cfg)
-    try:
-        y = cutlass_nm.matmul(x, w, out=out, family="nm_decode")
-    finally:
-        cutlass_nm.set_selector(None)
-    ref = x.double() @ w.to_dense().double().T
-    assert torch.isfinite(y).all()
-    assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
+    _check_forced(cfg, pattern, vector, n, k, m, seed=9)
 
 
 MODE1_VARIANTS = [(tokens, m, warps, ahead) for tokens, m in ((1, 1), (2, 2), (4, 3), (8, 8), (16, 13))
-                      for warps, ahead in ((4, 8), (8, 2), (2, 1))]
+                  for warps, ahead in ((4, 8), (8, 2), (2, 1))]
 
 
 @pytest.mark.parametrize("variant", MODE1_VARIANTS, ids=lambda v: "T{}m{}w{}a{}".format(*v))
@@ -129,21 +125,8 @@ def test_mode1_variants(variant, pattern, vector, n, k):
     """One row per lane: x staged by 16-byte loads (k % 8 == 0) or one column at a time (k = 1003), shared and
     per-row indices, tails in n, m and k, chunks in flight past a piece's end, and a split-K shape (64 x 16384)."""
     tokens, m, warps, ahead = variant
-    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=warps, ahead=ahead,
-                                                             mode=1)
-    g = torch.Generator(device="cuda").manual_seed(13)
-    x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=g)
-    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), pattern, vector=vector)
-    bias = torch.randn(n, device="cuda", dtype=torch.float16, generator=g)
-    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
-    cutlass_nm.set_selector(lambda family, problem: cfg)
-    try:
-        y = cutlass_nm.matmul(x, w, bias, out=out, family="nm_decode")
-    finally:
-        cutlass_nm.set_selector(None)
-    ref = x.double() @ w.to_dense().double().T + bias.double()
-    assert torch.isfinite(y).all()
-    assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=1)
+    _check_forced(cfg, pattern, vector, n, k, m, seed=13, with_bias=True)
 
 
 MODE2_VARIANTS = [(tokens, m, warps, ahead) for tokens, m in ((1, 1), (4, 3), (8, 8), (16, 11), (16, 16))
@@ -161,19 +144,7 @@ def test_mode2_tensor_core_variants(variant, pattern, vector, n, k, dtype):
     flight past a piece's end, split-K (64 x 16384), fp16 and bf16."""
     tokens, m, warps, ahead = variant
     cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=2)
-    g = torch.Generator(device="cuda").manual_seed(17)
-    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
-    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dtype, generator=g), pattern, vector=vector)
-    bias = torch.randn(n, device="cuda", dtype=dtype, generator=g)
-    out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-    cutlass_nm.set_selector(lambda family, problem: cfg)
-    try:
-        y = cutlass_nm.matmul(x, w, bias, out=out, family="nm_decode")
-    finally:
-        cutlass_nm.set_selector(None)
-    ref = x.double() @ w.to_dense().double().T + bias.double()
-    assert torch.isfinite(y).all()
-    assert ((y.double() - ref).norm() / ref.norm()).item() < TOL[dtype]
+    _check_forced(cfg, pattern, vector, n, k, m, seed=17, dtype=dtype, with_bias=True)
 
 
 def test_mode2_selected_for_unshared_indices_falls_back(caplog):

@@ -158,6 +158,13 @@ __device__ __forceinline__ void load_chunk(Chunk& ch, const Element* __restrict_
   }
 }
 
+// This CTA's share [first, end) of a row's `units` (chunks or steps): the cluster's ranks split them evenly.
+__device__ __forceinline__ int2 cta_share(int units) {
+  const int split = gridDim.x, s = blockIdx.x;
+  return make_int2(static_cast<int>(static_cast<int64_t>(units) * s / split),
+                   static_cast<int>(static_cast<int64_t>(units) * (s + 1) / split));
+}
+
 // The cluster's CTAs sum their partial sums red[kBlockRows][kMaxTokens] (each CTA a slice of the elements, the
 // peers' values loaded together, then added in rank order: deterministic), add the bias and write y.
 template <class Out>
@@ -204,14 +211,13 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
   float* red = reinterpret_cast<float*>(smem);                                   // [kBlockRows][kMaxTokens]
   unsigned char* tbuf = smem + kRedBytes;                                        // [kWarps][kTransposeBytes]
   Element* xs = reinterpret_cast<Element*>(tbuf + kWarps * kTransposeBytes);
-  const int split = gridDim.x, s = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = blockIdx.y * kBlockRows + warp * kRows;
   const bool shared_idx = vector % kRows == 0;  // a warp's rows start at a multiple of kRows
   const int chunks = stride / 8;
   const int step_g = 32 / keep, step_q = 32 - step_g * keep;  // 32 positions = step_g groups + step_q
-  const int cb = static_cast<int>(static_cast<int64_t>(chunks) * s / split);
-  const int ce = static_cast<int>(static_cast<int64_t>(chunks) * (s + 1) / split);
+  const int2 share = cta_share(chunks);
+  const int cb = share.x, ce = share.y;
 
   float acc[kRows][kMaxTokens];
 #pragma unroll
@@ -395,13 +401,12 @@ nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
   float* xs = reinterpret_cast<float*>(smem + kRedBytes);
-  const int split = gridDim.x, s = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int block = blockIdx.y * kWarps + warp;  // this warp's 32 rows in the interleaved values
   const int row = block * 32 + lane;
   const int chunks = stride / 8;
-  const int cb = static_cast<int>(static_cast<int64_t>(chunks) * s / split);
-  const int ce = static_cast<int>(static_cast<int64_t>(chunks) * (s + 1) / split);
+  const int2 share = cta_share(chunks);
+  const int cb = share.x, ce = share.y;
   const Element* vals = values + static_cast<int64_t>(block) * chunks * 256 + lane * 8;
   const uint8_t* idx = indices + static_cast<int64_t>(min(row, n - 1) / vector) * stride;
   const bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
@@ -522,12 +527,11 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
   Element* xs = reinterpret_cast<Element*>(smem + kRedBytes);
-  const int split = gridDim.x, s = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int block = blockIdx.y * kWarps + warp;  // this warp's 32 rows
   const int steps = stride / 16;
-  const int cb = static_cast<int>(static_cast<int64_t>(steps) * s / split);
-  const int ce = static_cast<int>(static_cast<int64_t>(steps) * (s + 1) / split);
+  const int2 share = cta_share(steps);
+  const int cb = share.x, ce = share.y;
   const Element* vals = values + static_cast<int64_t>(block) * steps * 512 + lane * 8;  // + step * 512 + tile * 256
   const uint8_t* idx = indices + static_cast<int64_t>(min(block * 32, n - 1) / vector) * stride;
   const bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
