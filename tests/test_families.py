@@ -151,6 +151,7 @@ def test_nm_decode_mode_rules_and_layouts():
     assert dec.check(dec.Config(max_tokens=16, mode=2), Problem(16, 4096, 4096, F16, "2:8", 32)) is None
     assert "multiple of 32" in dec.check(dec.Config(max_tokens=16, mode=2), Problem(16, 4096, 4096, F16, "2:8", 8))
     assert "multiple of 32" in dec.check(dec.Config(max_tokens=16, mode=2), Problem(16, 4096, 4096, F16, "128:2:8"))
+    assert "unknown" in dec.check(dec.Config(max_tokens=16, mode=2), Problem(16, 4096, 4096, F16, "2:8"))  # vector 0
     assert dec.Config(mode=2).unit == 16 and dec.Config(mode=1).unit == 8
     # the heuristic: tensor cores when 32 rows share indices, lanes along k otherwise (and for V:N:M read as 2:M)
     assert dec.heuristic(Problem(3, 8192, 8192, F16, "2:8", 32)) == dec.Config(max_tokens=8, warps=8, ahead=2, mode=2)

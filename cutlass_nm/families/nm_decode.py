@@ -1,10 +1,13 @@
-"""General N:M decode on CUDA cores: m = 1-16 tokens, weights streamed at memory speed.
+"""General N:M decode: m = 1-16 tokens, weights streamed at memory speed.
 
 Our own kernel (codegen/templates/nm_decode.cu): there is nothing in CUTLASS for a gather-by-index
 GEMV. N, M and the index-sharing vector are launch arguments, so one binary serves every pattern.
-A CTA owns ``warps * rows`` weight rows; a cluster of ``split`` CTAs splits their nonzeros along k (split-K
-reduced through distributed shared memory), so small n still fills the GPU. Each CTA stages the x columns
-its k-range touches in shared memory, token-contiguous, in pieces that fit ``SMEM_BUDGET``.
+Three modes (``Config.mode``): 0, lanes along k on CUDA cores (any vector, and V:N:M read as 2:M); 1, one
+row per lane on CUDA cores; 2, a warp's 32 rows on tensor cores when 32 rows share their indices (the
+format's default vector). A CTA owns ``Config.block_rows`` weight rows; a cluster of ``split`` CTAs splits
+their nonzeros along k (split-K reduced through distributed shared memory), so small n still fills the GPU.
+Each CTA stages the x columns its k-range touches in shared memory, token-contiguous, in pieces that fit
+``SMEM_BUDGET``.
 """
 
 from __future__ import annotations
@@ -122,9 +125,9 @@ class _DecodeFamily:
             return f"mode={cfg.mode} gives a warp 32 rows and always stages x: rows=1, transpose=0, stage_x=0"
         if cfg.ahead == 8 and not cfg.mode:
             return "ahead=8 only with mode 1 or 2 (rows x chunks in flight would take too many registers)"
-        if cfg.mode == 2 and (Pattern.parse(problem.pattern).is_vnm or problem.vector % 32):
+        if cfg.mode == 2 and (Pattern.parse(problem.pattern).is_vnm or not problem.vector or problem.vector % 32):
             return ("mode=2 (tensor cores) needs an N:M weight whose vector of rows sharing positions is a multiple "
-                    f"of 32, got vector {problem.vector} ({problem.pattern})")
+                    f"of 32, got vector {problem.vector or 'unknown'} ({problem.pattern})")
         if cfg.rows * cfg.max_tokens > MAX_ACCUMULATORS:
             return f"rows x max_tokens = {cfg.rows * cfg.max_tokens} accumulators per thread > {MAX_ACCUMULATORS}"
         return None
