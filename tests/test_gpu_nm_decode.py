@@ -161,3 +161,15 @@ def test_mode2_selected_for_unshared_indices_falls_back(caplog):
     assert "multiple of 32" in caplog.text
     ref = x.double() @ w.to_dense().double().T
     assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
+
+
+def test_mode2_several_x_pieces():
+    """A CTA whose k-range does not fit shared memory at once: x staged in two pieces, the (group, place) of each
+    lane's position restarted per piece (16 tokens, 64-row CTAs, 264 row blocks, so split-K stays at 1)."""
+    from cutlass_nm.families.nm_decode import plan
+
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=16, warps=2, ahead=4, mode=2)
+    n, k = 16896, 4096
+    split, piece, _ = plan(cfg, n, k // 8 * 2, 2, 8, 132)
+    assert (split, -(-(k // 8 * 2 // 16) // piece)) == (1, 2)  # the case this test is for
+    _check_forced(cfg, "2:8", 32, n, k, 16, seed=19, with_bias=True)
