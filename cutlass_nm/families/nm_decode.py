@@ -31,6 +31,7 @@ SMEM_BUDGET = 96 * 1024  # per CTA: two CTAs fit an SM's shared memory
 MAX_ACCUMULATORS = 64  # fp32 sums per thread (rows x max_tokens) before registers spill
 MAX_SPLIT = 8  # portable cluster size
 CTAS_PER_SM = 2  # split-K until the grid has this many CTAs per SM
+LAYOUTS = {0: decode_layout, 1: decode_rows_layout, 2: decode_mma_layout}  # the weight layout each mode reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +172,8 @@ class _Launcher:
         self.run = lib.cnm_run
         self.cfg = cfg
         self.out_kind = 1 if types.out_dtype == "f32" else 0
+        self.layout = LAYOUTS[cfg.mode]
+        self.layout_key = (self.layout.__name__,)
 
     def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         m, k = x.shape
@@ -178,8 +181,7 @@ class _Launcher:
         vector = w.vector if isinstance(w, NMWeight) else 1
         if self.cfg.mode == 2 and vector % 32:
             raise ShapeError(f"nm_decode mode 2 needs a vector that is a multiple of 32, got {vector}")
-        build = {0: decode_layout, 1: decode_rows_layout, 2: decode_mma_layout}[self.cfg.mode]
-        values, indices, stride = w.layout((build.__name__,), build)
+        values, indices, stride = w.layout(self.layout_key, self.layout)
         info = device_info(x.device)
         split, piece, smem = plan(self.cfg, n, stride, keep, group, info.sm_count, info.capability >= (9, 0))
         stream = torch.cuda.current_stream(x.device).cuda_stream
