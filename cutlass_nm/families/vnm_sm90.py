@@ -130,7 +130,8 @@ class _VnmSm90Family:
             element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
             tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
             has_bias="true" if types.bias else "false", transpose=int(c.transpose), gather=int(c.gather),
-            producer=int(c.producer), mma_pipe=int(c.mma_pipe), cluster=int(c.cluster), sparse_mainloop=fragment("sparse_mainloop.cuh"))
+            producer=int(c.producer), mma_pipe=int(c.mma_pipe), cluster=int(c.cluster),
+            sparse_mainloop=fragment("sparse_mainloop.cuh"))
 
     def heuristic(self, problem: Problem) -> Config:
         """Swizzled transpose and batched producer throughout (H200: benchmarks/results/h200/vnm_producer.md and
