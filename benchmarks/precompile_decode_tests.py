@@ -26,8 +26,9 @@ def main() -> None:
     kids += [("nm_decode", cfg(max_tokens=tk, warps=8, rows=r, transpose=tr), f16)
              for tk, _, r, tr in t.MULTI_TOKEN_VARIANTS]
     kids += [("nm_decode", cfg(max_tokens=tk, warps=w, ahead=a, mode=1), f16b) for tk, _, w, a in t.MODE1_VARIANTS]
-    kids += [("nm_decode", cfg(max_tokens=tk, warps=w, ahead=a, mode=2), ty) for tk, _, w, a in t.MODE2_VARIANTS
-             for ty in (f16b, bf16b)]
+    kids += [("nm_decode", cfg(max_tokens=tk, warps=w, ahead=a, mode=2, bulk=b), ty)
+             for tk, _, w, a, b in t.MODE2_VARIANTS for ty in (f16b, bf16b)]
+    kids += [("nm_decode", cfg(max_tokens=16, warps=2, ahead=4, mode=2, bulk=b), f16b) for b in (0, 1)]
     t0 = time.time()
     bad = [r for r in precompile(kids) if isinstance(r, Exception)]
     print(f"precompiled {len(kids)} decode test kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)

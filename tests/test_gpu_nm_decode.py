@@ -129,11 +129,11 @@ def test_mode1_variants(variant, pattern, vector, n, k):
     _check_forced(cfg, pattern, vector, n, k, m, seed=13, with_bias=True)
 
 
-MODE2_VARIANTS = [(tokens, m, warps, ahead) for tokens, m in ((1, 1), (4, 3), (8, 8), (16, 11), (16, 16))
-                  for warps, ahead in ((4, 4), (8, 1), (2, 8))]
+MODE2_VARIANTS = [(tokens, m, warps, ahead, bulk) for tokens, m in ((1, 1), (4, 3), (8, 8), (16, 11), (16, 16))
+                  for warps, ahead in ((4, 4), (8, 1), (2, 8)) for bulk in (0, 1)]
 
 
-@pytest.mark.parametrize("variant", MODE2_VARIANTS, ids=lambda v: "T{}m{}w{}a{}".format(*v))
+@pytest.mark.parametrize("variant", MODE2_VARIANTS, ids=lambda v: "T{}m{}w{}a{}b{}".format(*v))
 @pytest.mark.parametrize("pattern,vector,n,k", [("3:7", 32, 1000, 1003), ("5:16", 64, 520, 4096),
                                                 ("2:8", 32, 64, 16384), ("16:32", 32, 100, 1024),
                                                 ("1:8", 64, 4096, 4096)])
@@ -141,9 +141,11 @@ MODE2_VARIANTS = [(tokens, m, warps, ahead) for tokens, m in ((1, 1), (4, 3), (8
 def test_mode2_tensor_core_variants(variant, pattern, vector, n, k, dtype):
     """Tensor cores (mma.m16n8k16, x columns gathered by ldmatrix): one or two n8 tiles, tails in n (1000, 520,
     100), m and k (1003: x staged a column at a time), groups straddling 16-position steps (3:7, 5:16), steps in
-    flight past a piece's end, split-K (64 x 16384), fp16 and bf16."""
-    tokens, m, warps, ahead = variant
-    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=2)
+    flight past a piece's end, split-K (64 x 16384), fp16 and bf16; values in registers or by TMA bulk copies into
+    a ring (bulk = 1), whose warps past the last row block re-read the last block."""
+    tokens, m, warps, ahead, bulk = variant
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=2,
+                                                             bulk=bulk)
     _check_forced(cfg, pattern, vector, n, k, m, seed=17, dtype=dtype, with_bias=True)
 
 
@@ -163,12 +165,14 @@ def test_mode2_selected_for_unshared_indices_falls_back(caplog):
     assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
 
 
-def test_mode2_several_x_pieces():
+@pytest.mark.parametrize("bulk", [0, 1])
+def test_mode2_several_x_pieces(bulk):
     """A CTA whose k-range does not fit shared memory at once: x staged in two pieces, the (group, place) of each
-    lane's position restarted per piece (16 tokens, 64-row CTAs, 264 row blocks, so split-K stays at 1)."""
+    lane's position restarted per piece (16 tokens, 64-row CTAs, 264 row blocks, so split-K stays at 1); with
+    bulk = 1 the ring's copies run ahead across the piece boundary."""
     from cutlass_nm.families.nm_decode import plan
 
-    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=16, warps=2, ahead=4, mode=2)
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=16, warps=2, ahead=4, mode=2, bulk=bulk)
     n, k = 16896, 4096
     split, piece, _ = plan(cfg, n, k // 8 * 2, 2, 8, 132)
     assert (split, -(-(k // 8 * 2 // 16) // piece)) == (1, 2)  # the case this test is for

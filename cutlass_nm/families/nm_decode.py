@@ -30,6 +30,7 @@ ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16"}
 SMEM_BUDGET = 96 * 1024  # per CTA: two CTAs fit an SM's shared memory
 MAX_ACCUMULATORS = 64  # fp32 sums per thread (rows x max_tokens) before registers spill
 MAX_SPLIT = 8  # portable cluster size
+MAX_RING = SMEM_BUDGET - 24 * 1024  # bulk=1: what the rings may take of the budget (the rest: x and sums)
 CTAS_PER_SM = 2  # split-K until the grid has this many CTAs per SM
 LAYOUTS = {0: decode_layout, 1: decode_rows_layout, 2: decode_mma_layout}  # the weight layout each mode reads
 
@@ -43,7 +44,8 @@ class Config(FamilyConfig):
     each lane one row and has all lanes walk the same chunks: with indices shared by >= 32 rows every x read is a
     broadcast. ``mode`` = 2 runs a warp's 32 rows on tensor cores (mma.m16n8k16 over 16 nonzero positions, x
     columns gathered by ldmatrix; needs vector % 32 == 0). Modes 1 and 2 are for the N:M format's default
-    vector = 32; ``rows``, ``transpose`` and ``stage_x`` do not apply to them."""
+    vector = 32; ``rows``, ``transpose`` and ``stage_x`` do not apply to them. ``bulk`` = 1 (mode 2, sm_90) streams
+    each warp's values by TMA bulk copies into a shared-memory ring of 2 x ``ahead`` steps instead of registers."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -52,10 +54,11 @@ class Config(FamilyConfig):
     ahead: int = 1
     transpose: int = 0
     mode: int = 0
+    bulk: int = 0
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
                        "stage_x": (0, 1), "ahead": (1, 2, 4, 8),
-                       "transpose": (0, 1), "mode": (0, 1, 2)}
+                       "transpose": (0, 1), "mode": (0, 1, 2), "bulk": (0, 1)}
 
     @property
     def staged(self) -> bool:
@@ -64,6 +67,12 @@ class Config(FamilyConfig):
     @property
     def block_rows(self) -> int:
         return self.warps * (32 if self.mode else self.rows)
+
+    @property
+    def ring_bytes(self) -> int:
+        """Shared memory of the bulk stream's rings: per warp 2·ahead steps of 1024 value + 16 index bytes and an
+        8-byte barrier (the template's kRingBytes)."""
+        return -(-self.warps * 2 * self.ahead * 1048 // 16) * 16 if self.bulk else 0
 
     @property
     def unit(self) -> int:
@@ -87,6 +96,7 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
         split *= 2
     red = -(-block_rows * cfg.max_tokens * 4 // 16) * 16
     red += cfg.warps * cfg.rows * 256 * 3 if cfg.transpose else 0  # transpose buffers: 2-byte values + 1-byte indices
+    red += cfg.ring_bytes
     per_cta = -(-chunks // split)
     if not cfg.staged:  # one token read straight from L1: nothing staged
         return split, per_cta, red
@@ -124,6 +134,10 @@ class _DecodeFamily:
             return "several tokens always stage x: stage_x=1 would rebuild the stage_x=0 kernel"
         if cfg.mode and (cfg.rows != 1 or cfg.transpose or cfg.stage_x):
             return f"mode={cfg.mode} gives a warp 32 rows and always stages x: rows=1, transpose=0, stage_x=0"
+        if cfg.bulk and cfg.mode != 2:
+            return "bulk=1 streams mode 2's values (tensor cores): it needs mode=2"
+        if cfg.ring_bytes > MAX_RING:
+            return f"bulk rings of {cfg.warps} warps x {2 * cfg.ahead} steps take {cfg.ring_bytes} > {MAX_RING} bytes"
         if cfg.ahead == 8 and not cfg.mode:
             return "ahead=8 only with mode 1 or 2 (rows x chunks in flight would take too many registers)"
         if cfg.mode == 2 and (Pattern.parse(problem.pattern).is_vnm or not problem.vector or problem.vector % 32):
@@ -140,7 +154,7 @@ class _DecodeFamily:
                                                    warps=int(cfg.warps), rows=int(cfg.rows),
                                                    stage_x=int(cfg.staged), ahead=int(cfg.ahead),
                                                    transpose="true" if cfg.transpose else "false",
-                                                   mode=int(cfg.mode))
+                                                   mode=int(cfg.mode), bulk=int(cfg.bulk))
 
     def heuristic(self, problem: Problem) -> Config:
         """Indices shared by a multiple of 32 rows (the N:M format's default): tensor cores (mode 2), one kernel

@@ -38,6 +38,11 @@ constexpr bool kTranspose = ${transpose};  // gather neighbouring nonzeros acros
 constexpr int kTransposeBytes = kTranspose ? kRows * 256 * (sizeof(${element}) + 1) : 0;  // per warp
 constexpr int kRedBytes = (kBlockRows * kMaxTokens * 4 + 15) / 16 * 16;  // reduction buffer, 16-byte aligned
 constexpr bool kStage = ${stage_x};  // x columns staged in shared memory (always for several tokens)
+// mode 2 on sm_90: each warp streams its values and index bytes by TMA bulk copies (one 16-position step, 1040
+// bytes, per copy) into a ring of kDepth steps in shared memory, instead of register loads (kAhead steps).
+constexpr bool kBulk = ${bulk};
+constexpr int kDepth = 2 * kAhead;
+constexpr int kRingBytes = kBulk ? (kWarps * kDepth * (1024 + 16 + 8) + 15) / 16 * 16 : 0;  // values, indices, barriers
 
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -402,7 +407,7 @@ nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__
   float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
   float* xs = reinterpret_cast<float*>(smem + kRedBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int block = blockIdx.y * kWarps + warp;  // this warp's 32 rows in the interleaved values
+  const int block = min(blockIdx.y * kWarps + warp, (n - 1) / 32);  // this warp's 32 rows (past n: the last block's)
   const int row = block * 32 + lane;
   const int chunks = stride / 8;
   const int2 share = cta_share(chunks);
@@ -526,9 +531,9 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
                      int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
-  Element* xs = reinterpret_cast<Element*>(smem + kRedBytes);
+  Element* xs = reinterpret_cast<Element*>(smem + kRedBytes + kRingBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int block = blockIdx.y * kWarps + warp;  // this warp's 32 rows
+  const int block = min(blockIdx.y * kWarps + warp, (n - 1) / 32);  // this warp's 32 rows (past n: the last block's)
   const int steps = stride / 16;
   const int2 share = cta_share(steps);
   const int cb = share.x, ce = share.y;
@@ -546,41 +551,60 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
 
-  for (int p0 = cb; p0 < ce; p0 += piece) {
-    const int p1 = min(p0 + piece, ce);
-    const int g0 = p0 * 16 / keep, g1 = (p1 * 16 - 1) / keep;  // groups this piece touches
-    const int c0 = (g0 * group) & ~7;
-    uint4 ab[kAhead][2];  // this warp's steps p0 + a and their index bytes, in flight (issued before x is staged)
-    int ib[kAhead];
+#if __CUDA_ARCH__ >= 900
+  if constexpr (kBulk) {
+    unsigned char* ring = smem + kRedBytes;
+    const uint32_t ring_v = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + warp * kDepth * 1024;
+    const uint32_t ring_i = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + kWarps * kDepth * 1024 +
+                            warp * kDepth * 16;
+    const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + kWarps * kDepth * 1040 +
+                          warp * kDepth * 8;
+    const Element* vals_g = values + static_cast<int64_t>(block) * steps * 512;
+    if (lane == 0) {
 #pragma unroll
-    for (int a = 0; a < kAhead; ++a) {
-      if (p0 + a < p1) {
-        ab[a][0] = ld_stream16(vals + static_cast<int64_t>(p0 + a) * 512);
-        ab[a][1] = ld_stream16(vals + static_cast<int64_t>(p0 + a) * 512 + 256);
-        ib[a] = __ldg(idx + (p0 + a) * 16 + my_pos);
-      }
+      for (int d = 0; d < kDepth; ++d) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bars + 8 * d));
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();  // the previous piece's columns are no longer read
-    stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
-    __syncthreads();
-    int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // this lane's position, its group and place
-    const int dg = 16 / keep, dq = 16 - dg * keep;
-    for (int c = p0; c < p1; c += kAhead) {
-#pragma unroll
-      for (int a = 0; a < kAhead; ++a) {
-        const int cc = c + a;
-        if (cc >= p1) break;
+    __syncwarp();
+    // step s into slot (s - cb) % kDepth: one thread arms the slot's barrier and issues both copies
+    auto issue = [&](int s) {
+      const int d = (s - cb) % kDepth;
+      if (lane == 0) {
+        const uint32_t bar = bars + 8 * d;
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the slot's earlier reads come first
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], 1040;" ::"r"(bar) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 1024, [%2];"
+                     ::"r"(ring_v + 1024 * d), "l"(vals_g + static_cast<int64_t>(s) * 512), "r"(bar) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 16, [%2];"
+                     ::"r"(ring_i + 16 * d), "l"(idx + s * 16), "r"(bar) : "memory");
+      }
+    };
+    for (int s = cb; s < min(cb + kDepth, ce); ++s) issue(s);
+    for (int p0 = cb; p0 < ce; p0 += piece) {
+      const int p1 = min(p0 + piece, ce);
+      const int g0 = p0 * 16 / keep, g1 = (p1 * 16 - 1) / keep;  // groups this piece touches
+      const int c0 = (g0 * group) & ~7;
+      __syncthreads();  // the previous piece's columns are no longer read
+      stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
+      __syncthreads();
+      int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // this lane's position, its group and place
+      const int dg = 16 / keep, dq = 16 - dg * keep;
+      for (int c = p0; c < p1; ++c) {
+        const int d = (c - cb) % kDepth;
+        const uint32_t phase = ((c - cb) / kDepth) & 1;
+        asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT_%=;\n}"
+                     ::"r"(bars + 8 * d), "r"(phase) : "memory");
         uint32_t af[2][4];
-#pragma unroll
-        for (int t = 0; t < 2; ++t) {
-          af[t][0] = ab[a][t].x; af[t][1] = ab[a][t].y; af[t][2] = ab[a][t].z; af[t][3] = ab[a][t].w;
-        }
-        const int col = g * group + ib[a] - c0;
-        if (cc + kAhead < p1) {
-          ab[a][0] = ld_stream16(vals + static_cast<int64_t>(cc + kAhead) * 512);
-          ab[a][1] = ld_stream16(vals + static_cast<int64_t>(cc + kAhead) * 512 + 256);
-          ib[a] = __ldg(idx + (cc + kAhead) * 16 + my_pos);
-        }
+        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(af[0][0]), "=r"(af[0][1]), "=r"(af[0][2]),
+                     "=r"(af[0][3]) : "r"(ring_v + 1024 * d + 16 * lane));
+        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(af[1][0]), "=r"(af[1][1]), "=r"(af[1][2]),
+                     "=r"(af[1][3]) : "r"(ring_v + 1024 * d + 512 + 16 * lane));
+        uint32_t ib;
+        asm volatile("ld.shared.u8 %0, [%1];" : "=r"(ib) : "r"(ring_i + 16 * d + my_pos));
+        __syncwarp();
+        if (c + kDepth < ce) issue(c + kDepth);
+        const int col = g * group + static_cast<int>(ib) - c0;
         const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + my_tok));
         uint32_t b[4];
         if constexpr (kNTiles == 2) {
@@ -597,6 +621,63 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
         }
         q += dq; g += dg;
         if (q >= keep) { q -= keep; ++g; }
+      }
+    }
+  } else
+#endif
+  {
+    for (int p0 = cb; p0 < ce; p0 += piece) {
+      const int p1 = min(p0 + piece, ce);
+      const int g0 = p0 * 16 / keep, g1 = (p1 * 16 - 1) / keep;  // groups this piece touches
+      const int c0 = (g0 * group) & ~7;
+      uint4 ab[kAhead][2];  // this warp's steps p0 + a and their index bytes, in flight (issued before x is staged)
+      int ib[kAhead];
+  #pragma unroll
+      for (int a = 0; a < kAhead; ++a) {
+        if (p0 + a < p1) {
+          ab[a][0] = ld_stream16(vals + static_cast<int64_t>(p0 + a) * 512);
+          ab[a][1] = ld_stream16(vals + static_cast<int64_t>(p0 + a) * 512 + 256);
+          ib[a] = __ldg(idx + (p0 + a) * 16 + my_pos);
+        }
+      }
+      __syncthreads();  // the previous piece's columns are no longer read
+      stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
+      __syncthreads();
+      int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // this lane's position, its group and place
+      const int dg = 16 / keep, dq = 16 - dg * keep;
+      for (int c = p0; c < p1; c += kAhead) {
+  #pragma unroll
+        for (int a = 0; a < kAhead; ++a) {
+          const int cc = c + a;
+          if (cc >= p1) break;
+          uint32_t af[2][4];
+  #pragma unroll
+          for (int t = 0; t < 2; ++t) {
+            af[t][0] = ab[a][t].x; af[t][1] = ab[a][t].y; af[t][2] = ab[a][t].z; af[t][3] = ab[a][t].w;
+          }
+          const int col = g * group + ib[a] - c0;
+          if (cc + kAhead < p1) {
+            ab[a][0] = ld_stream16(vals + static_cast<int64_t>(cc + kAhead) * 512);
+            ab[a][1] = ld_stream16(vals + static_cast<int64_t>(cc + kAhead) * 512 + 256);
+            ib[a] = __ldg(idx + (cc + kAhead) * 16 + my_pos);
+          }
+          const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + my_tok));
+          uint32_t b[4];
+          if constexpr (kNTiles == 2) {
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(addr));
+          } else {
+            asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                         : "=r"(b[0]), "=r"(b[1]) : "r"(addr));
+          }
+  #pragma unroll
+          for (int t = 0; t < 2; ++t) {
+  #pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) mma_16816(acc[t][nt], af[t], b[2 * nt], b[2 * nt + 1]);
+          }
+          q += dq; g += dg;
+          if (q >= keep) { q -= keep; ++g; }
+        }
       }
     }
   }
