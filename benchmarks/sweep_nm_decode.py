@@ -18,18 +18,19 @@ from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.dispatch import set_selector
 from cutlass_nm.families import KernelTypes, get_family
+from cutlass_nm.families.nm_decode import MAX_RING
 from cutlass_nm.kernels import precompile
 
 SHAPES = [(4096, 4096), (11008, 4096), (8192, 8192)]
 PATTERNS = ["2:8", "16:32"]
 TOKENS = [1, 4, 8, 16]
 WARPS, ROWS, STAGE, AHEAD, TRANSPOSE = (4, 8, 16), (1, 2, 4, 8), (0, 1), (1, 2, 4), (0, 1)
-MODES, MODE_AHEAD = (0,), (2, 4, 8)
+MODES, MODE_AHEAD, BULK = (0,), (2, 4, 8), (0,)
 
 
 def configs(tokens: int) -> list:
     """The sweep's configs for ``tokens``: the mode 0 grid (lanes along k), and for modes 1 and 2 (one row per
-    lane, tensor cores) warps x ahead."""
+    lane, tensor cores) warps x ahead (x bulk for mode 2)."""
     fam = get_family("nm_decode")
     out = []
     if 0 in MODES:
@@ -37,9 +38,10 @@ def configs(tokens: int) -> list:
             cfg = fam.Config(max_tokens=tokens, warps=warps, rows=rows, stage_x=stage, ahead=ahead, transpose=tr)
             if rows * tokens <= 64 and not (tokens > 1 and stage) and not (tr and rows > 4):
                 out.append(cfg)
-    out += [fam.Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=mode)
-            for mode, warps, ahead in itertools.product((m for m in MODES if m), WARPS, MODE_AHEAD)]
-    return out
+    out += [fam.Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=mode, bulk=bulk)
+            for mode, warps, ahead, bulk in itertools.product((m for m in MODES if m), WARPS, MODE_AHEAD, BULK)
+            if not (bulk and mode != 2)]
+    return [c for c in out if c.ring_bytes <= MAX_RING]
 
 
 def main() -> None:
@@ -55,11 +57,12 @@ def main() -> None:
     ap.add_argument("--rows", default="1,2,4,8")
     ap.add_argument("--modes", default="0", help="0 = lanes along k, 1 = one row per lane, 2 = tensor cores")
     ap.add_argument("--mode-ahead", default="2,4,8", help="ahead values of the mode 1 and 2 configs")
+    ap.add_argument("--bulk", default="0", help="mode 2's value stream: 0 = registers, 1 = TMA bulk rings")
     ap.add_argument("--vector", type=int, default=1, help="rows sharing kept positions (the N:M format's vector)")
     args = ap.parse_args()
-    global WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, MODES, MODE_AHEAD
-    WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, MODES, MODE_AHEAD = (tuple(int(v) for v in a.split(",")) for a in (
-        args.warps, args.rows, args.stage, args.ahead, args.transpose, args.modes, args.mode_ahead))
+    global WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, MODES, MODE_AHEAD, BULK
+    WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, MODES, MODE_AHEAD, BULK = (tuple(int(v) for v in a.split(",")) for a in (
+        args.warps, args.rows, args.stage, args.ahead, args.transpose, args.modes, args.mode_ahead, args.bulk))
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     patterns, tokens = args.patterns.split(","), [int(t) for t in args.tokens.split(",")]
     types = KernelTypes("f16", "f16", False)

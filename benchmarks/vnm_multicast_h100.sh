@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Issue 5, slot-consistent multicast (vnm_sm90 cluster = 2, 4): one device call.
 #   1. build the cluster test kernels and the bench configs in parallel;
-#   2. the cluster variants' GPU tests (fp64 reference, tails, padded clusters, V = 64 twin) and the decode test
-#      that had not run on a GPU (mode 2 with x in two pieces);
+#   2. the cluster variants' GPU tests (fp64 reference, tails, padded clusters, V = 64 twin);
 #   3. bench_vnm at the acceptance shapes: the heuristic (cp.async, batched producer), the TMA gather alone, and
 #      the TMA gather multicast over clusters of 2 and 4, cuBLAS in the same run.
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/vnm_multicast_h100.sh
@@ -25,16 +24,5 @@ print(len(kids), 'kernels;', [f'{k[1]}: {r}' for k, r in zip(kids, res) if isins
 " 2>&1 | tail -3
 CUTLASS_NM_TEST_PRECOMPILE=0 CUTLASS_NM_TEST_FAMILIES=vnm_sm90 timeout 120 python3 -m pytest -m gpu -q \
   tests/test_gpu_vnm.py -k "sm90_variants and (c2 or c4)" 2>&1 | tee "$OUT/gpu_tests_vnm_sm90_cluster.log" | tail -3
-timeout 90 python3 -m pytest -m gpu -q tests/test_gpu_nm_decode.py -k several_x_pieces 2>&1 \
-  | tee "$OUT/gpu_tests_nm_decode_pieces.log" | tail -2
 timeout 240 python3 benchmarks/bench_vnm.py --families vnm_sm90 --mnk ${MNK:-4096x4096x4096 8192x8192x8192 2048x11008x4096 2048x4096x11008} \
   --sm90-configs $CONFIGS --out "$OUT/vnm_multicast.json" 2>&1 | grep -v '^{' | tail -12
-# issue 6: where the decode path's fixed cost goes (mode 2 at 8192^2, 2:8, vector 32, m = 1 and 16)
-for M in 1 16; do
-  timeout 60 ncu --clock-control none -k regex:nm_decode --launch-skip 3 --launch-count 1 --section SpeedOfLight \
-    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
-    python3 benchmarks/profile_nm_decode.py --shape 8192x8192 --m $M --pattern 2:8 --vector 32 \
-    --config $([ $M = 1 ] && echo 8 || echo 16),8,1,0,2,0,2 > "$OUT/ncu_nm_decode_mode2_8192_2of8_m$M.txt" 2>&1
-  grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Grid Size|Waves" \
-    "$OUT/ncu_nm_decode_mode2_8192_2of8_m$M.txt" | head -12
-done
