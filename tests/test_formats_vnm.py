@@ -99,38 +99,3 @@ def test_gathered_24_view_is_the_weight_over_its_gathered_columns(pattern, k):
     x[:, k:] = 0
     y = torch.stack([g.to_dense()[r] @ x[:, idx[r // v].long()].T for r in range(200)], dim=1)
     torch.testing.assert_close(y, x[:, :k] @ c.to_dense().T, rtol=1e-5, atol=1e-5)
-
-
-def _row_fetches(gidx: torch.Tensor, run: int) -> float:
-    """Distinct rows per gathered slot over runs of ``run`` blocks, over today's one fetch per block and slot."""
-    blocks = gidx.shape[0] // run * run
-    if blocks == 0:
-        return 1.0
-    g = gidx[:blocks].reshape(-1, run, gidx.shape[1])
-    fetched = sum(int((~torch.stack([g[:, i] == g[:, j] for i in range(j)]).any(0)).sum()) if j else g[:, 0].numel()
-                  for j in range(run))
-    return fetched / g.numel()
-
-
-@settings(max_examples=20, deadline=None)
-@given(patterns, st.integers(1, 300), st.integers(1, 90), st.sampled_from([2, 3, 4]), st.integers(0, 2**31 - 1))
-def test_slot_ordered_is_the_same_weight_with_permuted_slots(pattern, rows, k, run, seed):
-    w, _ = cutlass_nm.prune(torch.randn(rows, k, generator=torch.Generator().manual_seed(seed)), pattern)
-    o = w.slot_ordered(run)
-    assert torch.equal(o.to_dense(), w.to_dense())
-    assert torch.equal(o.columns.sort(-1).values, w.columns)  # each group's columns permuted, none lost
-    assert ((o.meta & 3) < (o.meta >> 2)).all()  # 2:4 positions stay ascending (values follow)
-    if run == 2:  # the greedy is optimal for pairs: every shared column shares its slot
-        assert _row_fetches(o.gather_index(), 2) <= _row_fetches(w.gather_index(), 2)
-
-
-def test_slot_ordered_shares_what_a_cluster_keeps_in_common():
-    """Two blocks with the same columns share every slot; 4 blocks of random 2:8 share as measured on the CPU
-    (results/cpu/vnm_slot_sharing.json: 0.515 of today's fetches, the union's floor 0.468)."""
-    w = torch.randn(256, 64)
-    w[128:] = w[:128] * 2  # block 1 keeps block 0's columns
-    c, _ = cutlass_nm.prune(w, "128:2:8")
-    assert _row_fetches(c.slot_ordered(2).gather_index(), 2) == 0.5
-    w4, _ = cutlass_nm.prune(torch.randn(1024, 1024, generator=torch.Generator().manual_seed(3)), "128:2:8")
-    assert _row_fetches(w4.gather_index(), 4) > 0.6  # ascending slots share few rows
-    assert 0.46 < _row_fetches(w4.slot_ordered(4).gather_index(), 4) < 0.54

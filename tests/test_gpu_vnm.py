@@ -105,17 +105,15 @@ def test_sm90_rejects_v32():
 
 # vnm_sm90's transpose / gather / producer / consumer-mainloop variants other than the heuristic's (transpose 1,
 # cp.async gather, batched producer, CUTLASS's mainloop): each against fp64, tails, m = 1, V = 64 via the
-# tile_m = 64 twin, bf16 with bias; the multicast gather over clusters of 2 and 4 CTAs (the cases' row tiles: 4 at
-# m = 1 (tile_m = 64, two per V-block), 3 (a padded cluster), 10 and 16).
-# (transpose, gather, producer, mma_pipe, cluster)
-SM90_VARIANTS = [(1, 0, 0, 0, 1), (1, 1, 0, 0, 1), (0, 0, 1, 0, 1), (1, 0, 1, 1, 1), (1, 1, 0, 0, 2), (1, 1, 0, 1, 4)]
+# tile_m = 64 twin, bf16 with bias.
+SM90_VARIANTS = [(1, 0, 0, 0), (1, 1, 0, 0), (0, 0, 1, 0), (1, 0, 1, 1)]  # (transpose, gather, producer, mma_pipe)
 
 
 SM90_CASES = [((1, 256, 512), "128:2:8", torch.float16, False), ((133, 320, 1000), "128:2:10", torch.float16, False),
               ((300, 640, 2056), "64:2:7", torch.bfloat16, True), ((1024, 2048, 4096), "128:2:16", torch.float16, True)]
 
 
-def _sm90_variant(variant: tuple[int, ...], case: tuple):
+def _sm90_variant(variant: tuple[int, int, int, int], case: tuple):
     """(kernel id, its V = 64 twin) of a variant of the heuristic config for a case."""
     from cutlass_nm.families import KernelTypes, Problem, get_family
     from cutlass_nm.families.vnm_sm90 import fallback_config
@@ -126,7 +124,7 @@ def _sm90_variant(variant: tuple[int, ...], case: tuple):
     fam = get_family("vnm_sm90")
     p = Problem(m, n, k, types)
     cfg = fam.Config.from_record({**fam.heuristic(p).to_record(), "transpose": variant[0], "gather": variant[1],
-                                  "producer": variant[2], "mma_pipe": variant[3], "cluster": variant[4]})
+                                  "producer": variant[2], "mma_pipe": variant[3]})
     return ("vnm_sm90", cfg, types), ("vnm_sm90", fallback_config(cfg, p), types)
 
 
@@ -134,7 +132,7 @@ def _sm90_variant_kids() -> set:
     return {kid for v in SM90_VARIANTS for c in SM90_CASES for kid in _sm90_variant(v, c)}
 
 
-@pytest.mark.parametrize("variant", SM90_VARIANTS, ids=lambda v: f"tr{v[0]}g{v[1]}p{v[2]}m{v[3]}c{v[4]}")
+@pytest.mark.parametrize("variant", SM90_VARIANTS, ids=lambda v: f"tr{v[0]}g{v[1]}p{v[2]}m{v[3]}")
 @pytest.mark.parametrize("case", SM90_CASES, ids=lambda c: f"{'x'.join(map(str, c[0]))}-{c[1]}")
 def test_sm90_variants_match_reference(variant, case):
     if torch.cuda.get_device_capability() != (9, 0):

@@ -144,8 +144,6 @@ def test_batched_producer_rejects_what_it_cannot_run():
     huge = Problem(2**17, 4096, 2**14, F16)  # xt would need offsets past 2^31 elements
     assert "2^31" in FAM.check(Config(tile_m=128, tile_n=256, consumers=2, producer=1), huge)
     assert FAM.check(Config(tile_m=128, tile_n=256, consumers=2, producer=0), huge) is None
-    assert "gather=1" in FAM.check(Config(tile_m=128, tile_n=256, consumers=2, cluster=2), p)
-    assert FAM.check(Config(tile_m=128, tile_n=256, consumers=2, gather=1, cluster=4), p) is None
 
 
 @pytest.mark.nvcc

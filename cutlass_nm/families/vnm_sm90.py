@@ -37,8 +37,7 @@ class Config(FamilyConfig):
     64-token chunk, swizzled by the copy engine) and, for the cp.async gather, how its producer issues (0: one
     row at a time, the original; 1: batches of index loads, then the batch's copies back to back), and the consumer
     mainloop (``mma_pipe`` 0: CUTLASS's sparse collective, which drains each k-tile's wgmma.sp batch; 1: ours,
-    one batch kept in flight), and ``cluster`` CTAs along W's rows that fetch a gathered row of x once and multicast
-    it to each CTA gathering it at the same slot (TMA gather only; the layout aligns shared columns' slots)."""
+    one batch kept in flight)."""
 
     tile_m: int = 64
     tile_n: int = 128
@@ -49,7 +48,6 @@ class Config(FamilyConfig):
     gather: int = 0
     producer: int = 0
     mma_pipe: int = 0
-    cluster: int = 1
 
     SPACE: ClassVar = {
         "tile_m": (64, 128),
@@ -61,7 +59,6 @@ class Config(FamilyConfig):
         "gather": (0, 1),
         "producer": (0, 1),
         "mma_pipe": (0, 1),
-        "cluster": (1, 2, 4),
     }
 
 
@@ -75,16 +72,8 @@ def gathered_k(w: VNMWeight) -> int:
     return w.gathered_k(K_ALIGN)
 
 
-def cluster_blocks(cfg: Config, v: int) -> int:
-    """V-blocks one cluster of ``cfg`` covers: the runs whose shared columns the layout gives equal slots."""
-    return max(1, cfg.cluster * cfg.tile_m // v)
-
-
-def kernel_layout(w: VNMWeight, atom_k: int, blocks_per_cluster: int = 1
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(values n x kg/2, sm90 metadata, gather index blocks x kg int32 with -1 past the gathered columns), each
-    group's columns slot-ordered over runs of ``blocks_per_cluster`` blocks."""
-    w = w.slot_ordered(blocks_per_cluster)
+def kernel_layout(w: VNMWeight, atom_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(values n x kg/2, sm90 metadata, gather index blocks x kg int32 with -1 past the gathered columns)."""
     w24 = w.padded_24(K_ALIGN)
     return w24.values, meta_sm90.to_sm90(w24, atom_k), w.padded_gather_index(K_ALIGN, -1)
 
@@ -101,8 +90,6 @@ class _VnmSm90Family:
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := half_inputs_only(problem.types)) is not None:
             return reason
-        if cfg.cluster > 1 and cfg.gather != 1:
-            return "cluster > 1 multicasts the TMA gather: it needs gather=1"
         if cfg.gather == 1 and cfg.producer == 1:
             return "producer=1 batches the cp.async gather: it does not apply to the TMA gather (gather=1)"
         if cfg.consumers == 2 and cfg.tile_m != 128:
@@ -130,8 +117,7 @@ class _VnmSm90Family:
             element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
             tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
             has_bias="true" if types.bias else "false", transpose=int(c.transpose), gather=int(c.gather),
-            producer=int(c.producer), mma_pipe=int(c.mma_pipe), cluster=int(c.cluster),
-            sparse_mainloop=fragment("sparse_mainloop.cuh"))
+            producer=int(c.producer), mma_pipe=int(c.mma_pipe), sparse_mainloop=fragment("sparse_mainloop.cuh"))
 
     def heuristic(self, problem: Problem) -> Config:
         """Swizzled transpose and batched producer throughout (H200: benchmarks/results/h200/vnm_producer.md and
@@ -154,10 +140,10 @@ def fallback_config(cfg: Config, problem: Problem) -> Config:
     """The tile_m = 64 config a tile_m = 128 kernel hands V = 64 weights to: the same tile on one consumer
     warpgroup where that fits, else 64x256x64, 5 stages."""
     same = Config(tile_m=64, tile_n=cfg.tile_n, tile_k=cfg.tile_k, stages=cfg.stages, consumers=1,
-                  transpose=cfg.transpose, gather=cfg.gather, producer=cfg.producer, cluster=cfg.cluster)
+                  transpose=cfg.transpose, gather=cfg.gather, producer=cfg.producer)
     return same if FAMILY.check(same, problem) is None else Config(tile_m=64, tile_n=256, tile_k=64, stages=5,
                                                                    transpose=cfg.transpose, gather=cfg.gather,
-                                                                   producer=cfg.producer, cluster=cfg.cluster)
+                                                                   producer=cfg.producer)
 
 
 class _Launcher:
@@ -165,7 +151,7 @@ class _Launcher:
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
-        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, i32, vp]
+        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, vp]
         lib.cnm_run.restype = i32
         lib.cnm_meta_atom_k.restype = i32
         lib.cnm_transpose.argtypes = [vp, vp, i32, i32, i32, i32, vp]
@@ -188,14 +174,13 @@ class _Launcher:
                              "(Hopper's sparse MMA tiles are 64 rows: V >= 64)")
         m, k = x.shape
         n = w.out_features
-        cb = cluster_blocks(self.cfg, v)
-        values, e, gidx = w.layout(("vnm_sm90", self.atom, cb), lambda ww: kernel_layout(ww, self.atom, cb))
+        values, e, gidx = w.layout(("vnm_sm90", self.atom), lambda ww: kernel_layout(ww, self.atom))
         ldx = -(-m // 8) * 8
         xt = torch.empty(w.padded_k, ldx, dtype=x.dtype, device=x.device)  # x transposed by the library
         stream = torch.cuda.current_stream(x.device).cuda_stream
         status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), x.data_ptr(), xt.data_ptr(), y.data_ptr(),
                           None if bias is None else bias.data_ptr(), n, m, k, w.padded_k, ldx, gidx.shape[1], v,
-                          gidx.shape[0], stream)
+                          stream)
         check_status(status, FAMILY.name, (m, n, k))
 
     def transpose(self, x: torch.Tensor, padded_k: int, xt: torch.Tensor) -> None:

@@ -88,26 +88,6 @@ class VNMWeight(CompressedWeight):
         pos = torch.stack((nib & 3, (nib >> 2) & 3), dim=-1)
         return block_cols.gather(-1, pos).reshape(rows, -1).to(torch.uint8)
 
-    def slot_ordered(self, cluster_blocks: int) -> VNMWeight:
-        """This weight with each group's 4 kept columns reordered (values and metadata follow) so that a column
-        kept by several V-blocks of a run of ``cluster_blocks`` consecutive blocks sits at the same gathered slot
-        in each of them where possible (``slot_orders``): a kernel can then fetch that row of x once for the
-        cluster and multicast it. The result is a kernel layout, not canonical (columns are no longer ascending)."""
-        if cluster_blocks <= 1:
-            return self
-        order = slot_orders(self.columns, cluster_blocks)  # blocks x G x 4: old slot
-        cols = self.columns.gather(-1, order.to(torch.int64))
-        inverse = order.argsort(-1)  # old slot -> new slot
-        row_inverse = inverse.repeat_interleave(self.pattern.v, dim=0)[: self.shape[0]].long()  # rows x G x 4
-        nib = self.meta.long()
-        new_pos = row_inverse.gather(-1, torch.stack((nib & 3, (nib >> 2) & 3), dim=-1))  # rows x G x 2
-        swap = new_pos[..., 0] > new_pos[..., 1]  # keep positions ascending, values with them
-        new_pos = torch.where(swap.unsqueeze(-1), new_pos.flip(-1), new_pos)
-        vals = self.values.reshape(self.shape[0], self.groups, 2)
-        vals = torch.where(swap.unsqueeze(-1), vals.flip(-1), vals).reshape(self.shape[0], -1)
-        meta = (new_pos[..., 0] | (new_pos[..., 1] << 2)).to(torch.uint8)
-        return VNMWeight(vals.contiguous(), cols.contiguous(), meta.contiguous(), self.shape, self.pattern)
-
     @property
     def padded_k(self) -> int:
         """k rounded up to whole groups of M: the length of the input rows the kernels gather from."""
@@ -117,43 +97,6 @@ class VNMWeight(CompressedWeight):
         """Copy to another device (cached kernel layouts are rebuilt there on first use)."""
         return VNMWeight(self.values.to(device), self.columns.to(device), self.meta.to(device), self.shape,
                          self.pattern)
-
-
-def slot_orders(columns: torch.Tensor, cluster_blocks: int) -> torch.Tensor:
-    """int64 ``blocks x G x 4``: for each (block, group), which of its (distinct) columns goes to each slot, so
-    that a column kept by several blocks of a run of ``cluster_blocks`` consecutive blocks gets one slot in all of
-    them where possible. Greedy, every (run, group) at once: the run's columns kept by most blocks first, each to
-    the slot free in most of the blocks still waiting for it (lowest slot on ties), until all of them hold it."""
-    blocks, groups, _ = columns.shape
-    runs = -(-blocks // cluster_blocks)
-    dev = columns.device
-    cols = torch.full((runs * cluster_blocks, groups, 4), -1, dtype=torch.int64, device=dev)
-    cols[:blocks] = columns.long()
-    cols = cols.reshape(runs, cluster_blocks, groups, 4).transpose(1, 2).reshape(-1, cluster_blocks, 4)  # I, C, 4
-    inst = cols.shape[0]
-    cand = cols.reshape(inst, -1)  # every column of the run, with repeats
-    member = (cand[:, :, None, None] == cols[:, None]).any(-1) & (cand[:, :, None] >= 0)  # I, 4C, C
-    count = member.sum(-1)
-    first = (cand[:, :, None] == cand[:, None, :]).float().argmax(-1) == torch.arange(cand.shape[1], device=dev)
-    key = torch.where(first & (count > 0), count * 1024 - cand, torch.full_like(cand, -1))
-    order = key.argsort(-1, descending=True)
-    free = torch.ones(inst, cluster_blocks, 4, dtype=torch.bool, device=dev)
-    placed = torch.full((inst, cluster_blocks, 4), -1, dtype=torch.int64, device=dev)
-    idx = torch.arange(inst, device=dev)
-    for i in range(cand.shape[1]):
-        col = cand[idx, order[:, i]]
-        waiting = member[idx, order[:, i]] & (key[idx, order[:, i]] >= 0)[:, None]  # I, C
-        for _ in range(cluster_blocks):
-            score = (waiting[:, :, None] & free).sum(1)  # I, 4
-            slot = score.argmax(-1)  # first maximum: the lowest slot on ties
-            got = waiting & free[idx, :, slot]
-            free[idx, :, slot] &= ~got
-            placed[idx, :, slot] = torch.where(got, col[:, None], placed[idx, :, slot])
-            waiting &= ~got
-    # placed holds column values; turn them into positions among the block's own columns
-    pos = (placed[..., :, None] == cols[..., None, :]).float().argmax(-1)  # I, C, 4
-    pos = pos.reshape(runs, groups, cluster_blocks, 4).transpose(1, 2).reshape(-1, groups, 4)
-    return pos[:blocks]
 
 
 def _check(w: torch.Tensor, pattern: Pattern) -> None:

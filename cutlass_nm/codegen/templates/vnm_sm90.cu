@@ -45,11 +45,6 @@ constexpr int kTranspose = ${transpose};  // 0: padded tile (8-way store conflic
 constexpr int kProducer = ${producer};
 // 0: CUTLASS's sparse consumer mainloop (drains each k-tile's wgmma.sp batch); 1: cnm::PipelinedSparseMma.
 constexpr int kMmaPipe = ${mma_pipe};
-// CTAs per cluster, along W's rows (kGather = 1 only): a gathered row of x kept at the same slot by several CTAs
-// of the cluster is fetched once, by the lowest of them, and multicast to all (the weight layout orders each
-// group's 4 columns so that shared columns take equal slots: VNMWeight.slot_ordered). 1: no cluster.
-constexpr int kCluster = ${cluster};
-static_assert(kCluster == 1 || kGather == 1, "the multicast gather is a TMA gather");
 
 constexpr int kThreads = 128 * (1 + kConsumers);
 using TileShape = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
@@ -86,7 +81,7 @@ struct Params {
   const Element* xt;   // padded_k x ldx
   const Element* bias; // n, or null
   ElementOut* y;       // m x n
-  int n, m, ldx, kg, tiles_per_block, padded_k, blocks;
+  int n, m, ldx, kg, tiles_per_block, padded_k;
   CUtensorMap tma_x;   // xt (padded_k x ldx), 64 x 1 boxes, 128B swizzle (kGather = 1)
 };
 
@@ -101,10 +96,6 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
 // copy engine swizzles by address. Rows past the gathered columns (-1) read row padded_k, out of bounds: zeros.
 // Thread 0 arms the stage's full barrier with A + E + B bytes (Pipeline transaction_bytes); the other threads'
 // boxes complete_tx on it (the phase cannot complete before thread 0's arrive).
-// kCluster > 1: each row's lane also reads the row the other CTAs of the cluster gather at the same slot; the
-// CTAs holding the same row form its mask, and the lowest of them multicasts the row into all of them (the mask's
-// barriers at the same offset). Every CTA still receives each of its rows exactly once, so the expected bytes do
-// not change; the cluster's consumers release every CTA's stage (the pipeline's cluster arrival count).
 template <class TA, class SA, class TE, class SE, class SB>
 __device__ void produce_tma(Params const& p, Pipeline& pipeline, TA const& tAgA, SA& tAsA, TE const& tEgE, SE& tEsE,
                             SB& sB, int m_tile, int n_tile) {
@@ -113,28 +104,14 @@ __device__ void produce_tma(Params const& p, Pipeline& pipeline, TA const& tAgA,
   const bool issuer = lane < kRowsPerWarp;
   const int kk = warp * kRowsPerWarp + lane;
   auto const& ml = p.mainloop;
-  const int rank = kCluster > 1 ? int(cute::block_rank_in_cluster()) : 0;
-  const int* gi[kCluster];  // the gather index of each CTA of the cluster (past the last block: the last block)
-  CUTLASS_PRAGMA_UNROLL
-  for (int c = 0; c < kCluster; ++c) gi[c] = p.gidx + size_t(min((m_tile - rank + c) / p.tiles_per_block, p.blocks - 1)) * p.kg;
+  const int* gi = p.gidx + size_t(m_tile / p.tiles_per_block) * p.kg;
   const int tok0 = n_tile * kTileN;
   const int k_tiles = p.kg / kTileK;
-  int next_row[kCluster];
-  CUTLASS_PRAGMA_UNROLL
-  for (int c = 0; c < kCluster; ++c) next_row[c] = issuer ? __ldg(gi[c] + kk) : 0;
+  int next_row = issuer ? __ldg(gi + kk) : 0;
   PipeState write = cutlass::make_producer_start_state<Pipeline>();
   for (int kt = 0; kt < k_tiles; ++kt) {
-    int rows[kCluster];
-    CUTLASS_PRAGMA_UNROLL
-    for (int c = 0; c < kCluster; ++c) {
-      rows[c] = next_row[c];
-      if (issuer && kt + 1 < k_tiles) next_row[c] = __ldg(gi[c] + (kt + 1) * kTileK + kk);
-    }
-    const int row = rows[rank];
-    uint32_t mask = 0;  // the CTAs that gather this row at this slot; bit `rank` always set
-    CUTLASS_PRAGMA_UNROLL
-    for (int c = 0; c < kCluster; ++c) mask |= uint32_t(rows[c] == row) << c;
-    const bool leads = (__ffs(int(mask)) - 1) == rank;
+    const int row = next_row;
+    if (issuer && kt + 1 < k_tiles) next_row = __ldg(gi + (kt + 1) * kTileK + kk);
     pipeline.producer_acquire(write);
     auto* bar = pipeline.producer_get_barrier(write);
     const int stage = write.index();
@@ -142,31 +119,20 @@ __device__ void produce_tma(Params const& p, Pipeline& pipeline, TA const& tAgA,
       copy(ml.tma_load_a.with(*bar, 0), tAgA(_, _, _, kt), tAsA(_, _, _, stage));
       copy(ml.tma_load_e.with(*bar, 0), tEgE(_, _, _, kt), tEsE(_, _, _, stage));
     }
-    if (issuer && leads) {
+    if (issuer) {
       const int src_row = row >= 0 ? row : p.padded_k;
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < kTileN / 64; ++c) {
         uint32_t dst = cute::cast_smem_ptr_to_uint(raw_pointer_cast(&sB(64 * c, kk, stage))) & ~0x7Fu;
-        if (kCluster == 1 || mask == (1u << rank)) {
-          asm volatile(
-              "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-              ::"r"(dst), "l"(reinterpret_cast<uint64_t>(&p.tma_x)), "r"(tok0 + 64 * c), "r"(src_row),
-              "r"(cute::cast_smem_ptr_to_uint(bar))
-              : "memory");
-        } else {
-          asm volatile(
-              "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-              " [%0], [%1, {%2, %3}], [%4], %5;"
-              ::"r"(dst), "l"(reinterpret_cast<uint64_t>(&p.tma_x)), "r"(tok0 + 64 * c), "r"(src_row),
-              "r"(cute::cast_smem_ptr_to_uint(bar)), "h"(uint16_t(mask))
-              : "memory");
-        }
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+            ::"r"(dst), "l"(reinterpret_cast<uint64_t>(&p.tma_x)), "r"(tok0 + 64 * c), "r"(src_row),
+            "r"(cute::cast_smem_ptr_to_uint(bar))
+            : "memory");
       }
     }
     ++write;
   }
-  // peers multicast into this CTA and their consumers release its stages: it may not exit before they are done
-  if constexpr (kCluster > 1) pipeline.producer_tail(write);
 }
 
 // kProducer = 1. B's shared-memory address without CuTe's per-element swizzled-pointer arithmetic: CuTe's layout of
@@ -392,13 +358,8 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ cons
   pp.num_consumers = 128 * kConsumers;
   // kGather 0: the TMA thread's arrive.expect_tx + one cp.async arrival per producer thread; 1: thread 0's alone
   pp.num_producers = kGather == 1 ? 1 : 129;
-  Pipeline pipeline(smem.pipeline, pp, Shape<Int<kCluster>, _1, _1>{});
-  if constexpr (kCluster > 1) {  // every CTA's barriers initialised before any peer multicasts or releases
-    cute::cluster_arrive_relaxed();
-    cute::cluster_wait();
-  } else {
-    __syncthreads();
-  }
+  Pipeline pipeline(smem.pipeline, pp, Shape<_1, _1, _1>{});
+  __syncthreads();
 
   if (wg == 0) {
     cutlass::arch::warpgroup_reg_dealloc<40>();
@@ -427,7 +388,7 @@ using namespace cnm_vnm;
 
 extern "C" {
 
-int cnm_abi_version() { return 3; }
+int cnm_abi_version() { return 2; }
 
 // Logical K columns of one metadata atom: the weight's sm90 layout must have been built for this.
 int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEAtom{})); }
@@ -441,11 +402,10 @@ int cnm_transpose(const void* x, void* xt, int m, int k, int padded_k, int ldx, 
   return err == cudaSuccess ? 0 : 1000 + int(err);
 }
 
-// y(m x n) = gather(x) * Wg^T. a: n x kg/2 values, e: sm90 metadata, gidx: blocks x kg (blocks = ceil(n / v)), x:
-// m x k, xt: scratch of
+// y(m x n) = gather(x) * Wg^T. a: n x kg/2 values, e: sm90 metadata, gidx: blocks x kg, x: m x k, xt: scratch of
 // padded_k x ldx (ldx = m rounded up to 8), filled here. 0 on success, else 1000 + cudaError_t.
 int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* xt, void* y, const void* bias, int n,
-            int m, int k, int padded_k, int ldx, int kg, int v, int blocks, cudaStream_t stream) {
+            int m, int k, int padded_k, int ldx, int kg, int v, cudaStream_t stream) {
   transpose(static_cast<Element const*>(x), static_cast<Element*>(xt), m, k, padded_k, ldx, stream);
   auto problem = cute::make_shape(n, ldx, kg, 1);
   typename Mainloop::Arguments args{
@@ -463,7 +423,6 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
            kg,
            v / kTileM,
            padded_k,
-           blocks,
            {}};
   if constexpr (kGather == 1) {
     // xt as a 2-D tensor: tokens (ldx, contiguous) x rows (padded_k); boxes of 64 tokens x 1 row, 128B swizzle.
@@ -484,26 +443,8 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
     if (err != cudaSuccess) return 1000 + int(err);
     smem_set = 1;
   }
-  const int m_tiles = (n + kTileM - 1) / kTileM;
-  dim3 grid((m_tiles + kCluster - 1) / kCluster * kCluster, (m + kTileN - 1) / kTileN);
-  if constexpr (kCluster == 1) {
-    vnm_kernel<<<grid, kThreads, smem, stream>>>(p);
-  } else {  // CTAs past the last row tile only take part in the cluster's multicasts and barriers
-    cudaLaunchConfig_t launch = {};
-    launch.gridDim = grid;
-    launch.blockDim = dim3(kThreads);
-    launch.dynamicSmemBytes = smem;
-    launch.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kCluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    launch.attrs = attr;
-    launch.numAttrs = 1;
-    cudaError_t err = cudaLaunchKernelEx(&launch, vnm_kernel, p);
-    if (err != cudaSuccess) return 1000 + int(err);
-  }
+  dim3 grid((n + kTileM - 1) / kTileM, (m + kTileN - 1) / kTileN);
+  vnm_kernel<<<grid, kThreads, smem, stream>>>(p);
   cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? 0 : 1000 + int(err);
 }
