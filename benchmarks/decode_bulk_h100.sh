@@ -1,27 +1,18 @@
 #!/usr/bin/env bash
-# Issue 6, the decode path's fixed cost: Nsight Compute on mode 2 (8192^2, 2:8, vector 32, m = 1 and 16); mode 2's
-# GPU tests with the values in registers and by TMA bulk copies (bulk = 1), x in two pieces among them; a sweep of
-# bulk against registers, cuBLAS and a same-bytes copy in the same run.
+# Issue 6, the decode path's value stream: mode 2's GPU tests with the values in registers and by TMA bulk copies
+# (bulk = 1), x in two pieces among them; a sweep of bulk against registers, cuBLAS and a same-bytes copy in the
+# same run. (Its first run, at 912fa1b, also ran Nsight Compute on mode 2: results/h100/profiles/ncu_nm_decode_mode2_*.)
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/decode_bulk_h100.sh
 set -uo pipefail
 export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
 mkdir -p "$CUTLASS_NM_CACHE"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
-# where the decode path's fixed cost goes (mode 2 at 8192^2, 2:8, vector 32, m = 1 and 16)
-for M in 1 16; do
-  timeout 60 ncu --clock-control none -k regex:nm_decode --launch-skip 3 --launch-count 1 --section SpeedOfLight \
-    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
-    python3 benchmarks/profile_nm_decode.py --shape 8192x8192 --m $M --pattern 2:8 --vector 32 \
-    --config $([ $M = 1 ] && echo 8 || echo 16),8,1,0,2,0,2 > "$OUT/ncu_nm_decode_mode2_8192_2of8_m$M.txt" 2>&1
-  grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Grid Size|Waves" \
-    "$OUT/ncu_nm_decode_mode2_8192_2of8_m$M.txt" | head -12
-done
 # mode 2 with the values streamed by TMA bulk copies (bulk = 1) against registers: tests, then a sweep
-timeout 60 python3 benchmarks/precompile_decode_tests.py 2>&1 | tail -1
-timeout 150 python3 -m pytest -m gpu -q tests/test_gpu_nm_decode.py -k "mode2" 2>&1 \
+timeout 240 python3 benchmarks/precompile_decode_tests.py 2>&1 | tail -1
+timeout 150 python3 -m pytest -m gpu -q tests/test_gpu_nm_decode.py -k "mode2 or pieces" 2>&1 \
   | tee "$OUT/gpu_tests_nm_decode_bulk.log" | tail -2
-timeout 150 python3 benchmarks/sweep_nm_decode.py --vector 32 --modes 2 --warps 4,8,16 --mode-ahead 2,4 --bulk 0,1 \
-  --shapes 4096x4096,8192x8192 --patterns 2:8,16:32 --tokens 1,16 --out "$OUT/nm_decode_sweep_bulk.json" 2>&1 \
+timeout 220 python3 benchmarks/sweep_nm_decode.py --vector 32 --modes 2 --warps 4,8,16 --mode-ahead 2,4 --bulk 0,1 \
+  --shapes 4096x4096,8192x8192 --patterns 2:8,16:32 --tokens 1,4,16 --out "$OUT/nm_decode_sweep_bulk.json" 2>&1 \
   | grep -v "^{" | tail -3
 python3 - "$OUT/nm_decode_sweep_bulk.json" <<'PY'
 import json, sys

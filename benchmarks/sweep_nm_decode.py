@@ -18,7 +18,7 @@ from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.dispatch import set_selector
 from cutlass_nm.families import KernelTypes, get_family
-from cutlass_nm.families.nm_decode import MAX_RING
+from cutlass_nm.families.nm_decode import MAX_FIXED, fixed_smem
 from cutlass_nm.kernels import precompile
 
 SHAPES = [(4096, 4096), (11008, 4096), (8192, 8192)]
@@ -41,7 +41,7 @@ def configs(tokens: int) -> list:
     out += [fam.Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=mode, bulk=bulk)
             for mode, warps, ahead, bulk in itertools.product((m for m in MODES if m), WARPS, MODE_AHEAD, BULK)
             if not (bulk and mode != 2)]
-    return [c for c in out if c.ring_bytes <= MAX_RING]
+    return [c for c in out if fixed_smem(c) <= MAX_FIXED]
 
 
 def main() -> None:

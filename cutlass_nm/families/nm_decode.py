@@ -30,7 +30,7 @@ ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16"}
 SMEM_BUDGET = 96 * 1024  # per CTA: two CTAs fit an SM's shared memory
 MAX_ACCUMULATORS = 64  # fp32 sums per thread (rows x max_tokens) before registers spill
 MAX_SPLIT = 8  # portable cluster size
-MAX_RING = SMEM_BUDGET - 24 * 1024  # bulk=1: what the rings may take of the budget (the rest: x and sums)
+MAX_FIXED = SMEM_BUDGET - 8 * 1024  # sums + rings: x pieces get the rest (>= one group of 256 columns x 16 tokens)
 CTAS_PER_SM = 2  # split-K until the grid has this many CTAs per SM
 LAYOUTS = {0: decode_layout, 1: decode_rows_layout, 2: decode_mma_layout}  # the weight layout each mode reads
 
@@ -80,6 +80,14 @@ class Config(FamilyConfig):
         return 16 if self.mode == 2 else 8
 
 
+def fixed_smem(cfg: Config) -> int:
+    """Shared memory a CTA needs besides staged x: the fp32 sums (16-byte aligned), mode 0's transpose buffers
+    (2-byte values + 1-byte indices) and the bulk stream's rings."""
+    red = -(-cfg.block_rows * cfg.max_tokens * 4 // 16) * 16
+    red += cfg.warps * cfg.rows * 256 * 3 if cfg.transpose else 0
+    return red + cfg.ring_bytes
+
+
 @functools.lru_cache(maxsize=4096)
 def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int, clusters: bool = True
          ) -> tuple[int, int, int]:
@@ -94,9 +102,7 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     min_chunks = 8 if cfg.mode else 64
     while clusters and split < MAX_SPLIT and blocks * split < CTAS_PER_SM * sm_count and chunks >= min_chunks * split:
         split *= 2
-    red = -(-block_rows * cfg.max_tokens * 4 // 16) * 16
-    red += cfg.warps * cfg.rows * 256 * 3 if cfg.transpose else 0  # transpose buffers: 2-byte values + 1-byte indices
-    red += cfg.ring_bytes
+    red = fixed_smem(cfg)
     per_cta = -(-chunks // split)
     if not cfg.staged:  # one token read straight from L1: nothing staged
         return split, per_cta, red
@@ -136,8 +142,9 @@ class _DecodeFamily:
             return f"mode={cfg.mode} gives a warp 32 rows and always stages x: rows=1, transpose=0, stage_x=0"
         if cfg.bulk and cfg.mode != 2:
             return "bulk=1 streams mode 2's values (tensor cores): it needs mode=2"
-        if cfg.ring_bytes > MAX_RING:
-            return f"bulk rings of {cfg.warps} warps x {2 * cfg.ahead} steps take {cfg.ring_bytes} > {MAX_RING} bytes"
+        if fixed_smem(cfg) > MAX_FIXED:
+            return (f"{fixed_smem(cfg)} bytes of sums and bulk rings ({cfg.warps} warps, {cfg.max_tokens} tokens, "
+                    f"ahead {cfg.ahead}) leave too little of the {SMEM_BUDGET}-byte budget for staged x")
         if cfg.ahead == 8 and not cfg.mode:
             return "ahead=8 only with mode 1 or 2 (rows x chunks in flight would take too many registers)"
         if cfg.mode == 2 and (Pattern.parse(problem.pattern).is_vnm or not problem.vector or problem.vector % 32):
