@@ -165,15 +165,20 @@ class _DecodeFamily:
 
     def heuristic(self, problem: Problem) -> Config:
         """Indices shared by a multiple of 32 rows (the N:M format's default): tensor cores (mode 2), one kernel
-        for 1-8 tokens and one for 9-16; 16 warps and 4 steps in flight below 2^25 weights, else 8 and 2
-        (results/h100/nm_decode_sweep_modes.json). Otherwise lanes along k (mode 0): large CTAs (x staging
+        for 1-8 tokens and one for 9-16; 8 warps and 2 steps in flight from 2^25 weights
+        (results/h100/nm_decode_sweep_modes.json); below, the values by TMA bulk copies (16 warps, rings of 4
+        steps) up to 8 tokens, 5-13 % faster than registers at 4096² and slower at 8192², where larger rings cost
+        CTAs per SM (results/h100/nm_decode_sweep_bulk.json), and 16 warps, 4 steps in registers above. Otherwise lanes along k (mode 0): large CTAs (x staging
         amortized over many rows), fewer rows per warp as accumulators grow; one token: transposed gathers at
         >= 75 % sparsity, small CTAs below 2^25 weights (results/h100/nm_decode_sweep_m1.json)."""
         pattern = Pattern.parse(problem.pattern)
         small = problem.n * problem.k < 1 << 25
         if not pattern.is_vnm and problem.vector and problem.vector % 32 == 0:
+            tokens = 8 if problem.m <= 8 else 16
+            if small and tokens == 8:
+                return Config(max_tokens=8, warps=16, ahead=2, mode=2, bulk=1)
             warps, ahead = (16, 4) if small else (8, 2)
-            return Config(max_tokens=8 if problem.m <= 8 else 16, warps=warps, ahead=ahead, mode=2)
+            return Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=2)
         tokens = next(t for t in Config.SPACE["max_tokens"] if t >= min(problem.m, 16))
         if tokens == 1:
             keep, group = (2, pattern.m) if pattern.is_vnm else (pattern.n, pattern.m)
