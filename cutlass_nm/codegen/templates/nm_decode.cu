@@ -524,6 +524,25 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
   }
 }
 
+// One 16-position step of a warp: the 16 x columns of its positions (one column address per lane) by
+// ldmatrix.trans, then mma over the warp's two 16-row tiles and kNTiles 8-token tiles.
+__device__ __forceinline__ void mma_step(float (&acc)[2][kNTiles][4], const uint32_t (&af)[2][4], const Element* xs,
+                                         int col, int my_tok) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + my_tok));
+  uint32_t b[4];
+  if constexpr (kNTiles == 2) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(addr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(b[0]), "=r"(b[1]) : "r"(addr));
+  }
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) mma_16816(acc[t][nt], af[t], b[2 * nt], b[2 * nt + 1]);
+  }
+}
+
 template <class Out>
 __global__ void __launch_bounds__(kWarps * 32)
 nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ values,
@@ -605,20 +624,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
         __syncwarp();
         if (c + kDepth < ce) issue(c + kDepth);
         const int col = g * group + static_cast<int>(ib) - c0;
-        const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + my_tok));
-        uint32_t b[4];
-        if constexpr (kNTiles == 2) {
-          asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                       : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(addr));
-        } else {
-          asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-                       : "=r"(b[0]), "=r"(b[1]) : "r"(addr));
-        }
-#pragma unroll
-        for (int t = 0; t < 2; ++t) {
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) mma_16816(acc[t][nt], af[t], b[2 * nt], b[2 * nt + 1]);
-        }
+        mma_step(acc, af, xs, col, my_tok);
         q += dq; g += dg;
         if (q >= keep) { q -= keep; ++g; }
       }
@@ -632,7 +638,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
       const int c0 = (g0 * group) & ~7;
       uint4 ab[kAhead][2];  // this warp's steps p0 + a and their index bytes, in flight (issued before x is staged)
       int ib[kAhead];
-  #pragma unroll
+#pragma unroll
       for (int a = 0; a < kAhead; ++a) {
         if (p0 + a < p1) {
           ab[a][0] = ld_stream16(vals + static_cast<int64_t>(p0 + a) * 512);
@@ -646,12 +652,12 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
       int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // this lane's position, its group and place
       const int dg = 16 / keep, dq = 16 - dg * keep;
       for (int c = p0; c < p1; c += kAhead) {
-  #pragma unroll
+#pragma unroll
         for (int a = 0; a < kAhead; ++a) {
           const int cc = c + a;
           if (cc >= p1) break;
           uint32_t af[2][4];
-  #pragma unroll
+#pragma unroll
           for (int t = 0; t < 2; ++t) {
             af[t][0] = ab[a][t].x; af[t][1] = ab[a][t].y; af[t][2] = ab[a][t].z; af[t][3] = ab[a][t].w;
           }
@@ -661,20 +667,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
             ab[a][1] = ld_stream16(vals + static_cast<int64_t>(cc + kAhead) * 512 + 256);
             ib[a] = __ldg(idx + (cc + kAhead) * 16 + my_pos);
           }
-          const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + my_tok));
-          uint32_t b[4];
-          if constexpr (kNTiles == 2) {
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                         : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(addr));
-          } else {
-            asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-                         : "=r"(b[0]), "=r"(b[1]) : "r"(addr));
-          }
-  #pragma unroll
-          for (int t = 0; t < 2; ++t) {
-  #pragma unroll
-            for (int nt = 0; nt < kNTiles; ++nt) mma_16816(acc[t][nt], af[t], b[2 * nt], b[2 * nt + 1]);
-          }
+          mma_step(acc, af, xs, col, my_tok);
           q += dq; g += dg;
           if (q >= keep) { q -= keep; ++g; }
         }
