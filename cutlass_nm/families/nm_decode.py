@@ -168,9 +168,10 @@ class _DecodeFamily:
         for 1-8 tokens and one for 9-16; 8 warps and 2 steps in flight from 2^25 weights
         (results/h100/nm_decode_sweep_modes.json); below, the values by TMA bulk copies (16 warps, rings of 4
         steps) up to 8 tokens, 5-13 % faster than registers at 4096² and slower at 8192², where larger rings cost
-        CTAs per SM (results/h100/nm_decode_sweep_bulk.json), and 16 warps, 4 steps in registers above. Otherwise lanes along k (mode 0): large CTAs (x staging
-        amortized over many rows), fewer rows per warp as accumulators grow; one token: transposed gathers at
-        >= 75 % sparsity, small CTAs below 2^25 weights (results/h100/nm_decode_sweep_m1.json)."""
+        CTAs per SM (results/h100/nm_decode_sweep_bulk.json), and 16 warps, 4 steps in registers above.
+        Otherwise lanes along k (mode 0): large CTAs (x staging amortized over many rows), fewer rows per warp as
+        accumulators grow; one token: transposed gathers at >= 75 % sparsity, small CTAs below 2^25 weights
+        (results/h100/nm_decode_sweep_m1.json)."""
         pattern = Pattern.parse(problem.pattern)
         small = problem.n * problem.k < 1 << 25
         if not pattern.is_vnm and problem.vector and problem.vector % 32 == 0:
