@@ -29,6 +29,9 @@ def main() -> None:
     kids += [("nm_decode", cfg(max_tokens=tk, warps=w, ahead=a, mode=2, bulk=b), ty)
              for tk, _, w, a, b in t.MODE2_VARIANTS for ty in (f16b, bf16b)]
     kids += [("nm_decode", cfg(max_tokens=16, warps=2, ahead=4, mode=2, bulk=b), f16b) for b in (0, 1)]
+    kids += [("nm_decode", cfg(max_tokens=4, warps=4, ahead=2, mode=mo, pdl=p), f16b)  # split: a launch argument
+             for mo, p in {(mo, p) for mo, _, p in t.LAUNCH_VARIANTS}]
+    kids += [("nm_decode", cfg(max_tokens=8, warps=8, ahead=2, mode=2, bulk=b, pdl=1), f16) for b in (0, 1)]
     t0 = time.time()
     bad = [r for r in precompile(kids) if isinstance(r, Exception)]
     print(f"precompiled {len(kids)} decode test kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)

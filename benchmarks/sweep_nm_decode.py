@@ -7,6 +7,7 @@ timed in the same run: the data behind ``nm_decode``'s heuristic.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -19,18 +20,18 @@ from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.dispatch import set_selector
 from cutlass_nm.families import KernelTypes, get_family
 from cutlass_nm.families.nm_decode import MAX_FIXED, fixed_smem
-from cutlass_nm.kernels import precompile
+from cutlass_nm.kernels import get_kernel, precompile
 
 SHAPES = [(4096, 4096), (11008, 4096), (8192, 8192)]
 PATTERNS = ["2:8", "16:32"]
 TOKENS = [1, 4, 8, 16]
 WARPS, ROWS, STAGE, AHEAD, TRANSPOSE = (4, 8, 16), (1, 2, 4, 8), (0, 1), (1, 2, 4), (0, 1)
-MODES, MODE_AHEAD, BULK = (0,), (2, 4, 8), (0,)
+MODES, MODE_AHEAD, BULK, SPLIT, PDL = (0,), (2, 4, 8), (0,), (0,), (0,)
 
 
 def configs(tokens: int) -> list:
     """The sweep's configs for ``tokens``: the mode 0 grid (lanes along k), and for modes 1 and 2 (one row per
-    lane, tensor cores) warps x ahead (x bulk for mode 2)."""
+    lane, tensor cores) warps x ahead (x bulk for mode 2); each x split x pdl (launch options)."""
     fam = get_family("nm_decode")
     out = []
     if 0 in MODES:
@@ -41,6 +42,7 @@ def configs(tokens: int) -> list:
     out += [fam.Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=mode, bulk=bulk)
             for mode, warps, ahead, bulk in itertools.product((m for m in MODES if m), WARPS, MODE_AHEAD, BULK)
             if not (bulk and mode != 2)]
+    out = [dataclasses.replace(c, split=split, pdl=pdl) for c in out for split in SPLIT for pdl in PDL]
     return [c for c in out if fixed_smem(c) <= MAX_FIXED]
 
 
@@ -58,15 +60,19 @@ def main() -> None:
     ap.add_argument("--modes", default="0", help="0 = lanes along k, 1 = one row per lane, 2 = tensor cores")
     ap.add_argument("--mode-ahead", default="2,4,8", help="ahead values of the mode 1 and 2 configs")
     ap.add_argument("--bulk", default="0", help="mode 2's value stream: 0 = registers, 1 = TMA bulk rings")
+    ap.add_argument("--split", default="0", help="CTAs per cluster along k (0 = the plan's rule)")
+    ap.add_argument("--pdl", default="0", help="programmatic dependent launch: 0, 1")
     ap.add_argument("--vector", type=int, default=1, help="rows sharing kept positions (the N:M format's vector)")
     args = ap.parse_args()
-    global WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, MODES, MODE_AHEAD, BULK
-    WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, MODES, MODE_AHEAD, BULK = (tuple(int(v) for v in a.split(",")) for a in (
-        args.warps, args.rows, args.stage, args.ahead, args.transpose, args.modes, args.mode_ahead, args.bulk))
+    global WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, MODES, MODE_AHEAD, BULK, SPLIT, PDL
+    WARPS, ROWS, STAGE, AHEAD, TRANSPOSE, MODES, MODE_AHEAD, BULK, SPLIT, PDL = (
+        tuple(int(v) for v in a.split(",")) for a in (args.warps, args.rows, args.stage, args.ahead, args.transpose,
+                                                     args.modes, args.mode_ahead, args.bulk, args.split, args.pdl))
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     patterns, tokens = args.patterns.split(","), [int(t) for t in args.tokens.split(",")]
     types = KernelTypes("f16", "f16", False)
-    precompile([("nm_decode", c, types) for t in tokens for c in configs(t)])
+    # split is a launch argument: one binary per config without it
+    precompile(list({("nm_decode", dataclasses.replace(c, split=0), types) for t in tokens for c in configs(t)}))
     rows = []
     env = environment()
     for (n, k), m in itertools.product(shapes, tokens):
@@ -90,8 +96,9 @@ def main() -> None:
                 err = float((cutlass_nm.matmul(xs[0], ws[0]).float() - ref).norm() / ref.norm())
                 t = time_rotating(lambda i, xs=xs, ws=ws: cutlass_nm.matmul(xs[i], ws[i]), copies, reps=50,
                                   warmup_ms=50)
+                launch = get_kernel(("nm_decode", cfg, types)).occupancy(xs[0], ws[0])
                 rows.append({"n": n, "k": k, "m": m, "pattern": pattern, "vector": args.vector,
-                             "config": cfg.to_record(),
+                             "config": cfg.to_record(), "launch": launch,
                              "median_ms": t.p50_ms, "cublas_ms": t_dense, "speedup_vs_cublas": t_dense / t.p50_ms,
                              "bytes": nbytes, "same_bytes_copy_ms": t_copy,
                              "effective_tb_s": nbytes / t.p50_ms / 1e9, "rel_err": err})

@@ -45,7 +45,10 @@ class Config(FamilyConfig):
     broadcast. ``mode`` = 2 runs a warp's 32 rows on tensor cores (mma.m16n8k16 over 16 nonzero positions, x
     columns gathered by ldmatrix; needs vector % 32 == 0). Modes 1 and 2 are for the N:M format's default
     vector = 32; ``rows``, ``transpose`` and ``stage_x`` do not apply to them. ``bulk`` = 1 (mode 2, sm_90) streams
-    each warp's values by TMA bulk copies into a shared-memory ring of 2 x ``ahead`` steps instead of registers."""
+    each warp's values by TMA bulk copies into a shared-memory ring of 2 x ``ahead`` steps instead of registers.
+    ``split`` > 0 fixes the CTAs per cluster that split a row block's nonzeros along k (0: ``plan``'s rule; a
+    launch argument, so it shares the binary). ``pdl`` = 1 launches with programmatic dependent launch (sm_90):
+    the weight stream starts while the previous kernel on the stream finishes; x is read after it completes."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -55,10 +58,13 @@ class Config(FamilyConfig):
     transpose: int = 0
     mode: int = 0
     bulk: int = 0
+    split: int = 0
+    pdl: int = 0
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
                        "stage_x": (0, 1), "ahead": (1, 2, 4, 8),
-                       "transpose": (0, 1), "mode": (0, 1, 2), "bulk": (0, 1)}
+                       "transpose": (0, 1), "mode": (0, 1, 2), "bulk": (0, 1), "split": (0, 1, 2, 4, 8),
+                       "pdl": (0, 1)}
 
     @property
     def staged(self) -> bool:
@@ -92,15 +98,17 @@ def fixed_smem(cfg: Config) -> int:
 def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int, clusters: bool = True
          ) -> tuple[int, int, int]:
     """(split, piece, smem_bytes) for a launch: split-K (a cluster, sm_90+) until the grid fills ``CTAS_PER_SM``
-    CTAs per SM (each CTA keeping >= 32 chunks of a row in mode 0, >= 4 in modes 1 and 2), and x pieces of
-    ``piece`` chunks that fit the budget."""
+    CTAs per SM, or ``cfg.split`` when set, while each CTA keeps >= 32 chunks of a row in mode 0, >= 4 in modes 1
+    and 2; and x pieces of ``piece`` chunks that fit the budget."""
     block_rows = cfg.block_rows
     chunks = stride // cfg.unit
     blocks = -(-n // block_rows)
     split = 1
     # mode 0 splits a row's chunks over 32 lanes (>= 32 per CTA); modes 1 and 2 walk them per lane (>= 4)
     min_chunks = 8 if cfg.mode else 64
-    while clusters and split < MAX_SPLIT and blocks * split < CTAS_PER_SM * sm_count and chunks >= min_chunks * split:
+    target = cfg.split or MAX_SPLIT
+    while (clusters and split < target and (cfg.split or blocks * split < CTAS_PER_SM * sm_count)
+           and chunks >= min_chunks * split):
         split *= 2
     red = fixed_smem(cfg)
     per_cta = -(-chunks // split)
@@ -161,7 +169,8 @@ class _DecodeFamily:
                                                    warps=int(cfg.warps), rows=int(cfg.rows),
                                                    stage_x=int(cfg.staged), ahead=int(cfg.ahead),
                                                    transpose="true" if cfg.transpose else "false",
-                                                   mode=int(cfg.mode), bulk=int(cfg.bulk))
+                                                   mode=int(cfg.mode), bulk=int(cfg.bulk),
+                                                   pdl="true" if cfg.pdl else "false")
 
     def heuristic(self, problem: Problem) -> Config:
         """Indices shared by a multiple of 32 rows (the N:M format's default): tensor cores (mode 2), one kernel
@@ -196,11 +205,30 @@ class _Launcher:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
         lib.cnm_run.argtypes = [vp, vp, vp, vp, vp] + [i32] * 11 + [vp]
         lib.cnm_run.restype = i32
-        self.run = lib.cnm_run
+        lib.cnm_max_active_clusters.argtypes = [i32] * 3
+        lib.cnm_max_active_clusters.restype = i32
+        self.lib = lib
         self.cfg = cfg
         self.out_kind = 1 if types.out_dtype == "f32" else 0
         self.layout = LAYOUTS[cfg.mode]
         self.layout_key = (self.layout.__name__,)
+
+    def _plan(self, x: torch.Tensor, w) -> tuple[int, int, int]:
+        info = device_info(x.device)
+        stride = w.layout(self.layout_key, self.layout)[2]
+        return plan(self.cfg, w.out_features, stride, w.pattern.n, w.pattern.m, info.sm_count,
+                    info.capability >= (9, 0))
+
+    def occupancy(self, x: torch.Tensor, w) -> dict[str, int]:
+        """The launch a call on (x, w) makes, and whether it fits in one wave: split, piece, smem bytes, its
+        clusters (row blocks) and how many clusters of that size the device holds at once."""
+        split, piece, smem = self._plan(x, w)
+        with torch.cuda.device(x.device):
+            fits = self.lib.cnm_max_active_clusters(split, smem, self.out_kind)
+        if fits < 0:
+            check_status(-fits, FAMILY.name, (x.shape[0], w.out_features, x.shape[1]))
+        return {"split": split, "piece": piece, "smem": smem, "clusters": -(-w.out_features // self.cfg.block_rows),
+                "max_active_clusters": fits}
 
     def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         m, k = x.shape
@@ -209,12 +237,11 @@ class _Launcher:
         if self.cfg.mode == 2 and vector % 32:
             raise ShapeError(f"nm_decode mode 2 needs a vector that is a multiple of 32, got {vector}")
         values, indices, stride = w.layout(self.layout_key, self.layout)
-        info = device_info(x.device)
-        split, piece, smem = plan(self.cfg, n, stride, keep, group, info.sm_count, info.capability >= (9, 0))
+        split, piece, smem = self._plan(x, w)
         stream = torch.cuda.current_stream(x.device).cuda_stream
-        status = self.run(x.data_ptr(), values.data_ptr(), indices.data_ptr(),
-                          None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, keep, group, vector,
-                          stride, split, piece, smem, self.out_kind, stream)
+        status = self.lib.cnm_run(x.data_ptr(), values.data_ptr(), indices.data_ptr(),
+                                  None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, keep, group,
+                                  vector, stride, split, piece, smem, self.out_kind, stream)
         check_status(status, FAMILY.name, (m, w.out_features, k))
 
 

@@ -43,6 +43,21 @@ constexpr bool kStage = ${stage_x};  // x columns staged in shared memory (alway
 constexpr bool kBulk = ${bulk};
 constexpr int kDepth = 2 * kAhead;
 constexpr int kRingBytes = kBulk ? (kWarps * kDepth * (1024 + 16 + 8) + 15) / 16 * 16 : 0;  // values, indices, barriers
+// Programmatic dependent launch (sm_90): the kernel may start while the previous kernel on the stream runs. It
+// reads weights (values, indices) before wait_for_inputs(), and x and bias, and writes y, only after it.
+constexpr bool kPdl = ${pdl};
+
+__device__ __forceinline__ void wait_for_inputs() {
+#if __CUDA_ARCH__ >= 900
+  if constexpr (kPdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_next_launch() {
+#if __CUDA_ARCH__ >= 900
+  if constexpr (kPdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -177,6 +192,8 @@ __device__ __forceinline__ void reduce_store(float* red, const Element* __restri
                                              int n) {
   constexpr int kTotal = kBlockRows * kMaxTokens;
   const int split = gridDim.x, s = blockIdx.x;
+  wait_for_inputs();    // (a CTA with no steps has not waited yet) bias is read and y written below
+  allow_next_launch();  // the weight stream is done: the next kernel's CTAs may take this SM's free slots
 #if __CUDA_ARCH__ >= 900  // split > 1 (a cluster) is only launched on sm_90+
   cg::cluster_group cluster = cg::this_cluster();
   if (split > 1) {
@@ -213,6 +230,7 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
                  const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
                  int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
+  wait_for_inputs();  // x is read throughout
   float* red = reinterpret_cast<float*>(smem);                                   // [kBlockRows][kMaxTokens]
   unsigned char* tbuf = smem + kRedBytes;                                        // [kWarps][kTransposeBytes]
   Element* xs = reinterpret_cast<Element*>(tbuf + kWarps * kTransposeBytes);
@@ -404,6 +422,7 @@ nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__
                       const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
                       int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
+  wait_for_inputs();  // x is read throughout
   float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
   float* xs = reinterpret_cast<float*>(smem + kRedBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -604,6 +623,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
       const int g0 = p0 * 16 / keep, g1 = (p1 * 16 - 1) / keep;  // groups this piece touches
       const int c0 = (g0 * group) & ~7;
       __syncthreads();  // the previous piece's columns are no longer read
+      wait_for_inputs();  // the weights above are already in flight
       stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
       __syncthreads();
       int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // this lane's position, its group and place
@@ -647,6 +667,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
         }
       }
       __syncthreads();  // the previous piece's columns are no longer read
+      wait_for_inputs();  // the weights above are already in flight
       stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
       __syncthreads();
       int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // this lane's position, its group and place
@@ -698,11 +719,52 @@ constexpr auto kernel() {
     return nm_decode_kernel<Out>;
   }
 }
+// Grid (split, row blocks) and, in attrs (two entries), the cluster (split > 1, sm_90 only: the host asks for it
+// only there) and programmatic dependent launch (kPdl, on sm_90+ devices).
+cudaLaunchConfig_t launch_config(int split, int n, int smem_bytes, cudaStream_t stream, cudaLaunchAttribute* attrs) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(split, (n + kBlockRows - 1) / kBlockRows);
+  cfg.blockDim = dim3(kWarps * 32);
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = stream;
+  cfg.attrs = attrs;
+  if (split > 1) {
+    attrs[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[cfg.numAttrs].val.clusterDim.x = split;
+    attrs[cfg.numAttrs].val.clusterDim.y = 1;
+    attrs[cfg.numAttrs].val.clusterDim.z = 1;
+    ++cfg.numAttrs;
+  }
+  static const int major = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, dev);
+    return v;
+  }();
+  if (kPdl && major >= 9) {
+    attrs[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    ++cfg.numAttrs;
+  }
+  return cfg;
+}
+
+// Opt in to smem_bytes of dynamic shared memory (a function attribute: set once per size increase).
+cudaError_t allow_smem(int smem_bytes, int out_kind) {
+  static int smem_set[2] = {0, 0};
+  if (smem_bytes <= smem_set[out_kind == 1]) return cudaSuccess;
+  const cudaError_t err =
+      out_kind == 1
+          ? cudaFuncSetAttribute(kernel<float>(), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes)
+          : cudaFuncSetAttribute(kernel<Element>(), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (err == cudaSuccess) smem_set[out_kind == 1] = smem_bytes;
+  return err;
+}
 }  // namespace
 
 extern "C" {
 
-int cnm_abi_version() { return 2; }
+int cnm_abi_version() { return 3; }
 
 int cnm_block_rows() { return kBlockRows; }
 
@@ -716,43 +778,48 @@ int cnm_run(const void* x, const void* values, const void* indices, const void* 
       split > 8 || piece < 1) {
     return 2;
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(split, (n + kBlockRows - 1) / kBlockRows);
-  cfg.blockDim = dim3(kWarps * 32);
-  cfg.dynamicSmemBytes = smem_bytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = split;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = split > 1 ? 1 : 0;  // clusters need sm_90; the host asks for split > 1 only there
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t cfg = launch_config(split, n, smem_bytes, stream, attrs);
   auto xs = static_cast<const Element*>(x);
   auto vs = static_cast<const Element*>(values);
   auto is = static_cast<const uint8_t*>(indices);
   auto bs = static_cast<const Element*>(bias);
-  static int smem_set[2] = {0, 0};  // the opt-in is a function attribute: set once per size increase
-  cudaError_t err = cudaSuccess;
-  if (smem_bytes > smem_set[out_kind == 1]) {
-    err = out_kind == 1 ? cudaFuncSetAttribute(kernel<float>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               smem_bytes)
-                        : cudaFuncSetAttribute(kernel<Element>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               smem_bytes);
-    if (err != cudaSuccess) return 1000 + int(err);
-    smem_set[out_kind == 1] = smem_bytes;
-  }
+  cudaError_t err = allow_smem(smem_bytes, out_kind);
+  if (err != cudaSuccess) return 1000 + int(err);
   if (out_kind == 1) {
-    auto kern = kernel<float>();
-    err = cudaLaunchKernelEx(&cfg, kern, xs, vs, is, bs, static_cast<float*>(y), m, n, k, keep, group, vector, stride,
-                             piece);
+    err = cudaLaunchKernelEx(&cfg, kernel<float>(), xs, vs, is, bs, static_cast<float*>(y), m, n, k, keep, group,
+                             vector, stride, piece);
   } else {
-    auto kern = kernel<Element>();
-    err = cudaLaunchKernelEx(&cfg, kern, xs, vs, is, bs, static_cast<Element*>(y), m, n, k, keep, group, vector,
-                             stride, piece);
+    err = cudaLaunchKernelEx(&cfg, kernel<Element>(), xs, vs, is, bs, static_cast<Element*>(y), m, n, k, keep, group,
+                             vector, stride, piece);
   }
   if (err == cudaSuccess) err = cudaGetLastError();
   return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
+// How many clusters of `split` CTAs (CTAs, for split = 1) of this kernel can be resident at once on the current
+// device with smem_bytes of dynamic shared memory; -(1000 + cudaError_t) on failure. A grid with more than this
+// runs in more than one wave.
+int cnm_max_active_clusters(int split, int smem_bytes, int out_kind) {
+  cudaError_t err = allow_smem(smem_bytes, out_kind);
+  int count = 0;
+  if (err == cudaSuccess && split == 1) {
+    int dev = 0, sms = 0;
+    err = cudaGetDevice(&dev);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (err == cudaSuccess) {
+      err = out_kind == 1
+                ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel<float>(), kWarps * 32, smem_bytes)
+                : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel<Element>(), kWarps * 32, smem_bytes);
+    }
+    count *= sms;
+  } else if (err == cudaSuccess) {
+    cudaLaunchAttribute attrs[2];
+    const cudaLaunchConfig_t cfg = launch_config(split, 1, smem_bytes, nullptr, attrs);
+    err = out_kind == 1 ? cudaOccupancyMaxActiveClusters(&count, kernel<float>(), &cfg)
+                        : cudaOccupancyMaxActiveClusters(&count, kernel<Element>(), &cfg);
+  }
+  return err == cudaSuccess ? count : -(1000 + int(err));
 }
 
 }  // extern "C"
