@@ -5,7 +5,9 @@ bandwidth, and speedup over cuBLAS dense fp16 at the same m, all timed in one ru
 
 Effective bandwidth = (compressed values + indices as the kernel streams them + x + y bytes) / time.
 V:N:M rows run twice: on the decode path (read as element-wise 2:M, 1 index byte per value) and on the
-dispatch default (the Sparse Tensor Core family).
+dispatch default (the Sparse Tensor Core family). Each timed sample replays a graph of back-to-back calls; where
+the default config launches with programmatic dependent launch (``pdl``), which lets a call's weight stream start
+while the previous call finishes, the row is timed again with it off (``no_pdl_ms``: every call on its own).
 """
 
 from __future__ import annotations
@@ -70,11 +72,32 @@ def bench_pattern(pattern: str, m: int, n: int, k: int, xs: list, t_dense: float
     err = ((y.double() - ref).norm() / ref.norm()).item()
     t = time_rotating(run, copies)
     moved = weight_bytes + m * k * 2 + m * n * 2
+    extra = {}
+    if getattr(default_config(ws[0], m, k), "pdl", 0):
+        no_pdl = lambda fam, prob: dataclasses.replace(fam.heuristic(prob), pdl=0)  # noqa: E731
+        cutlass_nm.set_selector(no_pdl)
+        try:
+            t0 = time_rotating(run, copies).p50_ms
+        finally:
+            cutlass_nm.set_selector(None)
+        extra = {"no_pdl_ms": t0, "no_pdl_fraction_of_copy_bw": moved / (t0 * 1e-3) / bw,
+                 "no_pdl_speedup_vs_cublas": t_dense / t0}
     return {"n": n, "k": k, "m": m, "pattern": pattern, "vector": vector, "family": family or "default",
             "median_ms": t.p50_ms, "p20_ms": t.p20_ms,
             "p80_ms": t.p80_ms, "cublas_ms": t_dense, "speedup_vs_cublas": t_dense / t.p50_ms,
             "effective_GBps": moved / (t.p50_ms * 1e-3) / 1e9, "fraction_of_copy_bw": moved / (t.p50_ms * 1e-3) / bw,
-            "rel_err": err}
+            "rel_err": err, **extra}
+
+
+def default_config(w, m: int, k: int):
+    """The config dispatch picks for (m, w) with the tuning DB off: the family's heuristic."""
+    from cutlass_nm.dispatch import default_family
+    from cutlass_nm.families import KernelTypes, Problem, get_family
+
+    fam = get_family(default_family(torch.device("cuda"), type(w), m=m))
+    problem = Problem(m, w.out_features, k, KernelTypes("f16", "f16", False), str(w.pattern),
+                      getattr(w, "vector", 0))
+    return fam.heuristic(problem)
 
 
 def main() -> None:

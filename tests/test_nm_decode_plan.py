@@ -49,3 +49,48 @@ def test_bulk_rings_are_counted_and_leave_room_for_x(warps, ahead, tokens):
     assert "staged x" in fam.check(big, Problem(16, 4096, 4096, KernelTypes("f16", "f16", False), "2:8", 32))
     assert "mode=2" in fam.check(Config(max_tokens=8, mode=1, bulk=1), Problem(8, 4096, 4096,
                                                                                  KernelTypes("f16", "f16", False)))
+
+
+def test_fixed_split_is_used_while_chunks_allow():
+    """Config.split fixes the CTAs per cluster (a launch argument), still capped by the chunks a CTA must keep and
+    by clusters being available; 0 keeps the rule that fills two CTAs per SM."""
+    auto = Config(max_tokens=8, warps=8, ahead=2, mode=2)
+    assert plan(auto, 8192, 2048, 2, 8, 132)[0] == 8  # 32 row blocks x 8 = 256 CTAs
+    for split in (1, 2, 4, 8):
+        assert plan(Config(max_tokens=8, warps=8, ahead=2, mode=2, split=split), 8192, 2048, 2, 8, 132)[0] == split
+    assert plan(Config(max_tokens=8, warps=8, ahead=2, mode=2, split=8), 8192, 128, 2, 8, 132)[0] == 2  # 8 steps
+    assert plan(Config(max_tokens=8, warps=8, ahead=2, mode=2, split=4), 8192, 2048, 2, 8, 132, clusters=False)[0] == 1
+
+
+class _Recorder:
+    """Stands in for one C entry of a compiled library: takes ctypes attributes, records its calls."""
+
+    def __init__(self, result: int) -> None:
+        self.result, self.calls = result, []
+
+    def __call__(self, *args) -> int:
+        self.calls.append(args)
+        return self.result
+
+
+def test_pdl_is_off_on_the_call_that_builds_the_layout(monkeypatch):
+    """pdl = 1 overlaps a launch with the previous kernel, which on a weight's first call is the one writing the
+    kernel layout the launch reads before its wait: that call launches without it, later calls with it."""
+    import types as pytypes
+
+    import torch
+
+    import cutlass_nm
+    from cutlass_nm.families import KernelTypes, nm_decode
+    from cutlass_nm.families.launch import DeviceInfo
+
+    monkeypatch.setattr(nm_decode, "device_info", lambda dev: DeviceInfo(132, (9, 0), "fake"))
+    monkeypatch.setattr(nm_decode.torch.cuda, "current_stream", lambda dev: pytypes.SimpleNamespace(cuda_stream=0))
+    x, y = torch.randn(2, 512, dtype=torch.float16), torch.empty(2, 256, dtype=torch.float16)
+    for pdl in (1, 0):
+        lib = pytypes.SimpleNamespace(cnm_run=_Recorder(0), cnm_max_active_clusters=_Recorder(1))
+        launch = nm_decode._Launcher(lib, Config(max_tokens=8, mode=2, pdl=pdl), KernelTypes("f16", "f16", False))
+        w = cutlass_nm.prune(torch.randn(256, 512, dtype=torch.float16), "2:8", vector=32)[0]
+        launch(x, w, None, y)
+        launch(x, w, None, y)
+        assert [call[-2] for call in lib.cnm_run.calls] == [0, pdl]  # the pdl argument, before the stream

@@ -47,8 +47,9 @@ class Config(FamilyConfig):
     vector = 32; ``rows``, ``transpose`` and ``stage_x`` do not apply to them. ``bulk`` = 1 (mode 2, sm_90) streams
     each warp's values by TMA bulk copies into a shared-memory ring of 2 x ``ahead`` steps instead of registers.
     ``split`` > 0 fixes the CTAs per cluster that split a row block's nonzeros along k (0: ``plan``'s rule; a
-    launch argument, so it shares the binary). ``pdl`` = 1 launches with programmatic dependent launch (sm_90):
-    the weight stream starts while the previous kernel on the stream finishes; x is read after it completes."""
+    launch argument, so it shares the binary). ``pdl`` = 1 launches with programmatic dependent launch (sm_90, a
+    launch flag too): the weight stream starts while the previous kernel on the stream finishes; x is read after
+    it completes. The first call on a weight, which builds its kernel layout just before, launches without it."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -169,26 +170,20 @@ class _DecodeFamily:
                                                    warps=int(cfg.warps), rows=int(cfg.rows),
                                                    stage_x=int(cfg.staged), ahead=int(cfg.ahead),
                                                    transpose="true" if cfg.transpose else "false",
-                                                   mode=int(cfg.mode), bulk=int(cfg.bulk),
-                                                   pdl="true" if cfg.pdl else "false")
+                                                   mode=int(cfg.mode), bulk=int(cfg.bulk))
 
     def heuristic(self, problem: Problem) -> Config:
         """Indices shared by a multiple of 32 rows (the N:M format's default): tensor cores (mode 2), one kernel
-        for 1-8 tokens and one for 9-16; 8 warps and 2 steps in flight from 2^25 weights
-        (results/h100/nm_decode_sweep_modes.json); below, the values by TMA bulk copies (16 warps, rings of 4
-        steps) up to 8 tokens, 5-13 % faster than registers at 4096² and slower at 8192², where larger rings cost
-        CTAs per SM (results/h100/nm_decode_sweep_bulk.json), and 16 warps, 4 steps in registers above.
-        Otherwise lanes along k (mode 0): large CTAs (x staging amortized over many rows), fewer rows per warp as
-        accumulators grow; one token: transposed gathers at >= 75 % sparsity, small CTAs below 2^25 weights
-        (results/h100/nm_decode_sweep_m1.json)."""
+        for 1-8 tokens and one for 9-16, 8 warps and 2 steps in flight, launched with programmatic dependent
+        launch; below 2^25 weights the values come by TMA bulk copies (results/h100/nm_decode_sweep_launch.json:
+        at 4096² 6.7-12.6 µs, 10-20 % under the previous 16-warp choices; at 8192² registers, bulk rings cost
+        CTAs per SM there). Otherwise lanes along k (mode 0): large CTAs (x staging amortized over many rows),
+        fewer rows per warp as accumulators grow; one token: transposed gathers at >= 75 % sparsity, small CTAs
+        below 2^25 weights (results/h100/nm_decode_sweep_m1.json)."""
         pattern = Pattern.parse(problem.pattern)
         small = problem.n * problem.k < 1 << 25
         if not pattern.is_vnm and problem.vector and problem.vector % 32 == 0:
-            tokens = 8 if problem.m <= 8 else 16
-            if small and tokens == 8:
-                return Config(max_tokens=8, warps=16, ahead=2, mode=2, bulk=1)
-            warps, ahead = (16, 4) if small else (8, 2)
-            return Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=2)
+            return Config(max_tokens=8 if problem.m <= 8 else 16, warps=8, ahead=2, mode=2, bulk=int(small), pdl=1)
         tokens = next(t for t in Config.SPACE["max_tokens"] if t >= min(problem.m, 16))
         if tokens == 1:
             keep, group = (2, pattern.m) if pattern.is_vnm else (pattern.n, pattern.m)
@@ -203,7 +198,7 @@ class _DecodeFamily:
 class _Launcher:
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
-        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp] + [i32] * 11 + [vp]
+        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp] + [i32] * 12 + [vp]
         lib.cnm_run.restype = i32
         lib.cnm_max_active_clusters.argtypes = [i32] * 3
         lib.cnm_max_active_clusters.restype = i32
@@ -236,12 +231,14 @@ class _Launcher:
         vector = w.vector if isinstance(w, NMWeight) else 1
         if self.cfg.mode == 2 and vector % 32:
             raise ShapeError(f"nm_decode mode 2 needs a vector that is a multiple of 32, got {vector}")
+        # the layout is built (written) on a weight's first call: that launch must not overlap its writer
+        pdl = int(bool(self.cfg.pdl) and w.has_layout(self.layout_key))
         values, indices, stride = w.layout(self.layout_key, self.layout)
         split, piece, smem = self._plan(x, w)
         stream = torch.cuda.current_stream(x.device).cuda_stream
         status = self.lib.cnm_run(x.data_ptr(), values.data_ptr(), indices.data_ptr(),
                                   None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, keep, group,
-                                  vector, stride, split, piece, smem, self.out_kind, stream)
+                                  vector, stride, split, piece, smem, self.out_kind, pdl, stream)
         check_status(status, FAMILY.name, (m, w.out_features, k))
 
 

@@ -31,6 +31,10 @@ class CompressedWeight:
     def in_features(self) -> int:
         return self.shape[1]
 
+    def has_layout(self, key: tuple) -> bool:
+        """Whether the kernel layout ``key`` is already built (``layout`` would not write it now)."""
+        return key in self.__dict__.get("_layouts", {})
+
     def layout(self, key: tuple, build: Callable[[Any], Any]) -> Any:
         """The kernel layout ``key`` of this weight, built once by ``build(self)`` and cached on it."""
         cache = self.__dict__.setdefault("_layouts", {})

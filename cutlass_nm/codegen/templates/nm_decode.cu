@@ -43,19 +43,19 @@ constexpr bool kStage = ${stage_x};  // x columns staged in shared memory (alway
 constexpr bool kBulk = ${bulk};
 constexpr int kDepth = 2 * kAhead;
 constexpr int kRingBytes = kBulk ? (kWarps * kDepth * (1024 + 16 + 8) + 15) / 16 * 16 : 0;  // values, indices, barriers
-// Programmatic dependent launch (sm_90): the kernel may start while the previous kernel on the stream runs. It
-// reads weights (values, indices) before wait_for_inputs(), and x and bias, and writes y, only after it.
-constexpr bool kPdl = ${pdl};
+// Programmatic dependent launch (sm_90, the host's `pdl` flag): the kernel may start while the previous kernel on
+// the stream runs. It reads weights (values, indices) before wait_for_inputs(), and x and bias, and writes y, only
+// after it. Without the launch attribute both instructions return at once.
 
 __device__ __forceinline__ void wait_for_inputs() {
 #if __CUDA_ARCH__ >= 900
-  if constexpr (kPdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
 __device__ __forceinline__ void allow_next_launch() {
 #if __CUDA_ARCH__ >= 900
-  if constexpr (kPdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
@@ -720,8 +720,9 @@ constexpr auto kernel() {
   }
 }
 // Grid (split, row blocks) and, in attrs (two entries), the cluster (split > 1, sm_90 only: the host asks for it
-// only there) and programmatic dependent launch (kPdl, on sm_90+ devices).
-cudaLaunchConfig_t launch_config(int split, int n, int smem_bytes, cudaStream_t stream, cudaLaunchAttribute* attrs) {
+// only there) and programmatic dependent launch (pdl, on sm_90+ devices).
+cudaLaunchConfig_t launch_config(int split, int n, int smem_bytes, int pdl, cudaStream_t stream,
+                                 cudaLaunchAttribute* attrs) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(split, (n + kBlockRows - 1) / kBlockRows);
   cfg.blockDim = dim3(kWarps * 32);
@@ -741,7 +742,7 @@ cudaLaunchConfig_t launch_config(int split, int n, int smem_bytes, cudaStream_t 
     cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, dev);
     return v;
   }();
-  if (kPdl && major >= 9) {
+  if (pdl && major >= 9) {
     attrs[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
     ++cfg.numAttrs;
@@ -769,17 +770,18 @@ int cnm_abi_version() { return 3; }
 int cnm_block_rows() { return kBlockRows; }
 
 // split: CTAs per cluster along k (1-8); piece: chunks of 8 nonzeros per staged x piece; smem_bytes: dynamic
-// shared memory (reduction buffer + staged columns). out_kind: 0 = input type, 1 = float.
+// shared memory (reduction buffer + staged columns). out_kind: 0 = input type, 1 = float. pdl: launch with
+// programmatic dependent launch (sm_90+; the weights must not be written by the kernel before this one).
 // 0 on success, else 1000 + cudaError_t (or 2: bad args).
 int cnm_run(const void* x, const void* values, const void* indices, const void* bias, void* y, int m, int n, int k,
-            int keep, int group, int vector, int stride, int split, int piece, int smem_bytes, int out_kind,
+            int keep, int group, int vector, int stride, int split, int piece, int smem_bytes, int out_kind, int pdl,
             cudaStream_t stream) {
   if (m < 1 || m > kMaxTokens || stride % 8 || keep < 1 || group < keep || group > 256 || vector < 1 || split < 1 ||
       split > 8 || piece < 1) {
     return 2;
   }
   cudaLaunchAttribute attrs[2];
-  const cudaLaunchConfig_t cfg = launch_config(split, n, smem_bytes, stream, attrs);
+  const cudaLaunchConfig_t cfg = launch_config(split, n, smem_bytes, pdl, stream, attrs);
   auto xs = static_cast<const Element*>(x);
   auto vs = static_cast<const Element*>(values);
   auto is = static_cast<const uint8_t*>(indices);
@@ -815,7 +817,7 @@ int cnm_max_active_clusters(int split, int smem_bytes, int out_kind) {
     count *= sms;
   } else if (err == cudaSuccess) {
     cudaLaunchAttribute attrs[2];
-    const cudaLaunchConfig_t cfg = launch_config(split, 1, smem_bytes, nullptr, attrs);
+    const cudaLaunchConfig_t cfg = launch_config(split, 1, smem_bytes, 0, nullptr, attrs);
     err = out_kind == 1 ? cudaOccupancyMaxActiveClusters(&count, kernel<float>(), &cfg)
                         : cudaOccupancyMaxActiveClusters(&count, kernel<Element>(), &cfg);
   }
