@@ -26,8 +26,16 @@ def report(run: dict, previous: dict | None, title: str) -> str:
              "Effective bandwidth = (values + indices + x + y bytes) / time, as a fraction of that copy bandwidth. "
              "cuBLAS is dense fp16 at the same m, timed in the same run. `default` is what `matmul` picks; "
              "`nm_decode` rows of V:N:M patterns force the decode path (the weight read as element-wise 2:M).", ""]
+    pdl = any("no_pdl_ms" in r for r in run["rows"])
+    if pdl:
+        lines += ["Rows whose config launches with programmatic dependent launch (PDL: a call's weight stream starts "
+                  "while the previous call on the stream finishes) are timed again with it off: `no PDL` is each "
+                  "call on its own.", ""]
     head = "| n x k | m | pattern | path | ms | vs cuBLAS | fraction of copy BW | rel err |"
     sep = "|---|---|---|---|---|---|---|---|"
+    if pdl:
+        head += " no PDL: ms | vs cuBLAS | fraction of copy BW |"
+        sep += "---|---|---|"
     if prev:
         head += f" earlier run (commit {prev_commit}) ms |"
         sep += "---|"
@@ -35,6 +43,9 @@ def report(run: dict, previous: dict | None, title: str) -> str:
     for r in run["rows"]:
         row = (f"| {r['n']} x {r['k']} | {r['m']} | {r['pattern']} | {r['family']} | {r['median_ms']:.4f} | "
                f"{r['speedup_vs_cublas']:.2f}x | {r['fraction_of_copy_bw']:.2f} | {r['rel_err']:.1e} |")
+        if pdl:
+            row += (f" {r['no_pdl_ms']:.4f} | {r['no_pdl_speedup_vs_cublas']:.2f}x | "
+                    f"{r['no_pdl_fraction_of_copy_bw']:.2f} |" if "no_pdl_ms" in r else " — | — | — |")
         if prev:
             old = prev.get(_key(r))
             row += f" {old['median_ms']:.4f} |" if old else " — |"
