@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Nsight Compute on nm_simt (two configs, 2048 x 4096 x 4096, 16:32) and on cuBLAS SGEMM of the same shape.
+# Nsight Compute on nm_simt configs (2048 x 4096 x 4096; PATTERN, default 16:32) and on cuBLAS SGEMM of the same
+# shape, with each warp-stall reason per issued instruction.
 #   bash .device/on-device.sh bash benchmarks/profile_nm_simt.sh
+#   PATTERN=4:32 CONFIGS='{"block_rows": 256, ...}|{...}' bash .device/on-device.sh bash benchmarks/profile_nm_simt.sh
 set -uo pipefail
 export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
 mkdir -p "$CUTLASS_NM_CACHE"
+PATTERN=${PATTERN:-16:32}
+CONFIGS=${CONFIGS:-'{"x_transposed": 1}|{"block_rows": 256, "block_tokens": 128, "thread_rows": 16, "k_cols": 64, "stages": 2, "x_transposed": 1}'}
 S="--section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section SchedulerStats --section Occupancy --section InstructionStats"
-for cfg in '{"x_transposed": 1}' '{"block_rows": 256, "block_tokens": 128, "thread_rows": 16, "k_cols": 64, "stages": 2, "x_transposed": 1}'; do
-  name=$(echo "$cfg" | tr -dc '0-9a-z_' | head -c 60)
-  timeout 150 ncu --clock-control none -k regex:nm_simt_kernel --launch-skip 2 --launch-count 1 $S \
-    python3 benchmarks/profile_nm_simt.py --mnk 2048x4096x4096 --pattern 16:32 --config "$cfg" \
+STALLS="--metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+IFS='|' read -ra CFGS <<< "$CONFIGS"
+for cfg in "${CFGS[@]}"; do
+  name=$(echo "$PATTERN$cfg" | tr -dc '0-9a-z_' | head -c 60)
+  timeout 150 ncu --clock-control none -k regex:nm_simt_kernel --launch-skip 2 --launch-count 1 $S $STALLS \
+    python3 benchmarks/profile_nm_simt.py --mnk 2048x4096x4096 --pattern "$PATTERN" --config "$cfg" \
     > "$OUT/ncu_nm_simt_$name.txt" 2>&1
-  grep -E "Duration|Issue Slots Busy|Executed Ipc A|Stall|FMA|Shared|Bank|Registers Per|Achieved Occ|Block Limit|No Eligible|One or More" "$OUT/ncu_nm_simt_$name.txt" | head -60
+  echo "== $PATTERN $cfg"
+  grep -E "Duration|Issue Slots Busy|Executed Ipc A|FMA|Registers Per|Achieved Occ|Block Limit (Reg|Shared)|L2 Cache Throughput|Mem Pipes|stalled_.*ratio +[0-9.]+$" "$OUT/ncu_nm_simt_$name.txt" \
+    | awk '{ if ($0 ~ /stalled/) { if ($NF + 0 >= 0.3) print } else print }' | head -40
 done
 timeout 100 ncu --clock-control none --launch-skip 2 --launch-count 1 $S python3 -c "
 import torch
