@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 6, after the launch sweep (decode_launch_h100.sh): every decode GPU test, then (second call, BENCH=1) the
-# acceptance benchmark with the new heuristic (8 warps, bulk below 2^25 weights, PDL), each PDL row timed again
-# without it.
+# acceptance benchmark with the heuristic (mode 2: 8 warps, bulk below 2^25 weights; every mode with PDL), each PDL
+# row timed again without it.
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/decode_pdl_h100.sh
 #   CUTLASS_NM_COMMIT=<sha> BENCH=1 bash .device/on-device.sh bash benchmarks/decode_pdl_h100.sh
 set -uo pipefail

@@ -31,7 +31,7 @@ def main() -> None:
     kids += [("nm_decode", cfg(max_tokens=16, warps=2, ahead=4, mode=2, bulk=b), f16b) for b in (0, 1)]
     kids += [("nm_decode", cfg(max_tokens=4, warps=4, ahead=2, mode=mo, pdl=p), f16b)  # split: a launch argument
              for mo, p in {(mo, p) for mo, _, p in t.LAUNCH_VARIANTS}]
-    kids += [("nm_decode", cfg(max_tokens=8, warps=8, ahead=2, mode=2, bulk=b, pdl=1), f16) for b in (0, 1)]
+    kids += [("nm_decode", cfg(**c, pdl=1), f16) for c in t.CHAIN_CONFIGS.values()]
     t0 = time.time()
     bad = [r for r in precompile(kids) if isinstance(r, Exception)]
     print(f"precompiled {len(kids)} decode test kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)

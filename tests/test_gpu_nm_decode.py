@@ -196,17 +196,23 @@ def test_launch_options(variant):
     _check_forced(cfg, "3:7", 32, 1000, 4093, 3, seed=23, with_bias=True, warm=True)
 
 
-@pytest.mark.parametrize("bulk", [0, 1])
-def test_pdl_chain_reads_the_previous_output(bulk):
+CHAIN_CONFIGS = {"mode2": dict(max_tokens=8, warps=8, ahead=2, mode=2), "mode2_bulk": dict(max_tokens=8, warps=8,
+                 ahead=2, mode=2, bulk=1), "mode1": dict(max_tokens=2, warps=4, ahead=2, mode=1),
+                 "mode0": dict(max_tokens=2, warps=8, rows=1), "mode0_one_token": dict(max_tokens=1, warps=4)}
+
+
+@pytest.mark.parametrize("name", CHAIN_CONFIGS)
+def test_pdl_chain_reads_the_previous_output(name):
     """Programmatic dependent launch: each call's x is the previous call's output, launched back to back (eagerly
     and replayed from a CUDA graph), so a kernel that read x before its predecessor finished would be caught.
     The weights differ per call; results are compared with an fp64 chain."""
     n = 4096
-    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=8, warps=8, ahead=2, mode=2, bulk=bulk, pdl=1)
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(**CHAIN_CONFIGS[name], pdl=1)
+    m = 1 if cfg.max_tokens == 1 else 2
     g = torch.Generator(device="cuda").manual_seed(29)
     ws = [cutlass_nm.prune(torch.randn(n, n, device="cuda", dtype=torch.float16, generator=g) / 32, "2:8")[0]
           for _ in range(6)]
-    x0 = torch.randn(2, n, device="cuda", dtype=torch.float16, generator=g)
+    x0 = torch.randn(m, n, device="cuda", dtype=torch.float16, generator=g)
 
     def chain(x):
         for w in ws:

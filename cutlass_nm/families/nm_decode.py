@@ -179,7 +179,8 @@ class _DecodeFamily:
         at 4096² 6.7-12.6 µs, 10-20 % under the previous 16-warp choices; at 8192² registers, bulk rings cost
         CTAs per SM there). Otherwise lanes along k (mode 0): large CTAs (x staging amortized over many rows),
         fewer rows per warp as accumulators grow; one token: transposed gathers at >= 75 % sparsity, small CTAs
-        below 2^25 weights (results/h100/nm_decode_sweep_m1.json)."""
+        below 2^25 weights (results/h100/nm_decode_sweep_m1.json); PDL too (each mode issues its first weight
+        loads before waiting for x)."""
         pattern = Pattern.parse(problem.pattern)
         small = problem.n * problem.k < 1 << 25
         if not pattern.is_vnm and problem.vector and problem.vector % 32 == 0:
@@ -187,9 +188,9 @@ class _DecodeFamily:
         tokens = next(t for t in Config.SPACE["max_tokens"] if t >= min(problem.m, 16))
         if tokens == 1:
             keep, group = (2, pattern.m) if pattern.is_vnm else (pattern.n, pattern.m)
-            return Config(max_tokens=1, warps=4 if small else 16, rows=1, transpose=int(group >= 4 * keep))
+            return Config(max_tokens=1, warps=4 if small else 16, rows=1, transpose=int(group >= 4 * keep), pdl=1)
         warps, rows = {2: (16, 1), 4: (16, 2), 8: (16, 2), 16: (16, 1)}[tokens]
-        return Config(max_tokens=tokens, warps=warps, rows=rows)
+        return Config(max_tokens=tokens, warps=warps, rows=rows, pdl=1)
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, cfg, types)

@@ -230,7 +230,6 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
                  const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
                  int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
-  wait_for_inputs();  // x is read throughout
   float* red = reinterpret_cast<float*>(smem);                                   // [kBlockRows][kMaxTokens]
   unsigned char* tbuf = smem + kRedBytes;                                        // [kWarps][kTransposeBytes]
   Element* xs = reinterpret_cast<Element*>(tbuf + kWarps * kTransposeBytes);
@@ -258,6 +257,7 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
       const int cc = p0 + lane + 32 * a;
       if (cc < p1) load_chunk(buf[a], values, indices, row0, n, vector, stride, shared_idx, cc * 8);
     }
+    wait_for_inputs();  // the weights above are already in flight; x is read below
     if constexpr (kStage) {
       __syncthreads();  // the previous piece's columns are no longer read
       stage_x(x, xs, m, k, c0, (g1 - g0 + 1) * group);
@@ -422,7 +422,6 @@ nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__
                       const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
                       int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
-  wait_for_inputs();  // x is read throughout
   float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
   float* xs = reinterpret_cast<float*>(smem + kRedBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -452,6 +451,7 @@ nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__
         ib[a] = ld_stream8(idx + (p0 + a) * 8);
       }
     }
+    wait_for_inputs();  // the weights above are already in flight; x is read below
     __syncthreads();  // the previous piece's columns are no longer read
     stage_x_f32(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
     __syncthreads();
