@@ -73,7 +73,7 @@ def bench_pattern(pattern: str, m: int, n: int, k: int, xs: list, t_dense: float
     t = time_rotating(run, copies)
     moved = weight_bytes + m * k * 2 + m * n * 2
     extra = {}
-    if getattr(default_config(ws[0], m, k), "pdl", 0):
+    if getattr(default_config(ws[0], m, k, family), "pdl", 0):
         no_pdl = lambda fam, prob: dataclasses.replace(fam.heuristic(prob), pdl=0)  # noqa: E731
         cutlass_nm.set_selector(no_pdl)
         try:
@@ -89,12 +89,12 @@ def bench_pattern(pattern: str, m: int, n: int, k: int, xs: list, t_dense: float
             "rel_err": err, **extra}
 
 
-def default_config(w, m: int, k: int):
-    """The config dispatch picks for (m, w) with the tuning DB off: the family's heuristic."""
+def default_config(w, m: int, k: int, family: str | None = None):
+    """The config dispatch picks for (m, w) with the tuning DB off (on ``family`` when forced): its heuristic."""
     from cutlass_nm.dispatch import default_family
     from cutlass_nm.families import KernelTypes, Problem, get_family
 
-    fam = get_family(default_family(torch.device("cuda"), type(w), m=m))
+    fam = get_family(family or default_family(torch.device("cuda"), type(w), m=m))
     problem = Problem(m, w.out_features, k, KernelTypes("f16", "f16", False), str(w.pattern),
                       getattr(w, "vector", 0))
     return fam.heuristic(problem)
