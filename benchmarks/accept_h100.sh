@@ -6,10 +6,7 @@
 #   4. each acceptance shape's DB winner ("tuned") re-timed in a new run with cuBLAS and cuSPARSELt (mm_search);
 #   5. V:N:M (vnm_sm90's heuristic config) with CUTLASS's and our consumer mainloop.
 #   bash .device/on-device.sh bash benchmarks/accept_h100.sh
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
+source benchmarks/device_env.sh
 CUTLASS_NM_TEST_FAMILIES=sptc24_sm90 timeout 150 python3 -m pytest -m gpu -q tests/test_gpu_sptc24.py 2>&1 | tee "$OUT/gpu_tests_sptc24.log" | tail -2
 timeout 120 python3 benchmarks/bench_sptc24.py --preset small --sweep --grid small --families sptc24_sm90 --reps 60 \
   --cusparselt cusparselt_search --out "$OUT/sptc24_small.json" 2>&1 | grep -v '^{' | cut -c1-250 | tail -2

@@ -3,9 +3,7 @@
 # (8192^3, 2048x11008x4096, 2048x12288x4096, 16384x4096x4096): the focused sm90 grid (10 kernels, 90 points)
 # against cuBLAS and cuSPARSELt after mm_search, timed in the same run.
 #   bash .device/on-device.sh bash benchmarks/contested_h200.sh
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
+source benchmarks/device_env.sh
 timeout 150 python3 -m pytest -m gpu -q tests/test_gpu_nm_simt.py tests/test_dispatch_errors.py 2>&1 \
   | tee "$OUT/gpu_tests_nm_simt.log" | tail -2
 timeout 400 python3 benchmarks/bench_sptc24.py --preset contested --sweep --grid focused --families sptc24_sm90 \

@@ -3,10 +3,7 @@
 # (bulk = 1), x in two pieces among them; a sweep of bulk against registers, cuBLAS and a same-bytes copy in the
 # same run. (Its first run, at 912fa1b, also ran Nsight Compute on mode 2: results/h100/profiles/ncu_nm_decode_mode2_*.)
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/decode_bulk_h100.sh
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
+source benchmarks/device_env.sh
 # mode 2 with the values streamed by TMA bulk copies (bulk = 1) against registers: tests, then a sweep
 timeout 240 python3 benchmarks/precompile_decode_tests.py 2>&1 | tail -1
 timeout 150 python3 -m pytest -m gpu -q tests/test_gpu_nm_decode.py -k "mode2 or pieces" 2>&1 \

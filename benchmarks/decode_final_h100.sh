@@ -2,10 +2,7 @@
 # The decode path's acceptance run (issue 6): the heuristic (tensor cores at vector = 32) on every pattern at
 # m = 1, 4, 16 against cuBLAS fp16 and the measured copy bandwidth, after every decode GPU test.
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/decode_final_h100.sh
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
+source benchmarks/device_env.sh
 timeout 60 python3 benchmarks/precompile_gpu_tests.py --families nm_decode --tokens 1,2,3,4,5,13,16 --f32-out 2>&1 | tail -1
 timeout 90 python3 benchmarks/precompile_decode_tests.py 2>&1 | tail -1
 timeout 120 python3 -m pytest -m gpu -q tests/test_gpu_nm_decode.py 2>&1 | tee "$OUT/gpu_tests_nm_decode.log" | tail -2

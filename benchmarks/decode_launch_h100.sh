@@ -4,10 +4,7 @@
 # split (CTAs per cluster along k) x pdl, each row with its launch (clusters, and how many fit at once), against
 # cuBLAS and a same-bytes copy timed in the same run.
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/decode_launch_h100.sh
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
+source benchmarks/device_env.sh
 timeout 120 python3 benchmarks/precompile_decode_tests.py 2>&1 | tail -2
 timeout 90 python3 -m pytest -m gpu -q tests/test_gpu_nm_decode.py -k "launch_options or pdl_chain" 2>&1 \
   | tee "$OUT/gpu_tests_nm_decode_launch.log" | tail -3

@@ -4,10 +4,7 @@
 #   2. a sweep of modes 1 and 2 (warps x ahead) at vector = 32 over the decode shapes, with cuBLAS and a same-bytes
 #      copy; then the mode 0 heuristic at vector 1 (element-wise N:M) in the same run.
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/decode_mma_h100.sh
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
+source benchmarks/device_env.sh
 SHAPES=4096x4096,11008x4096,4096x11008,8192x8192
 timeout 240 python3 benchmarks/sweep_nm_decode.py --vector 32 --modes 1,2 --shapes $SHAPES --mode-ahead 2,4 \
   --patterns 2:8,16:32 --tokens 1,4,8,16 --warps 4,8,16 --out "$OUT/nm_decode_sweep_modes.json" 2>&1 | grep -v '^{' | tail -5

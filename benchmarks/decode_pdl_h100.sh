@@ -4,10 +4,7 @@
 # row timed again without it.
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/decode_pdl_h100.sh
 #   CUTLASS_NM_COMMIT=<sha> BENCH=1 bash .device/on-device.sh bash benchmarks/decode_pdl_h100.sh
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
+source benchmarks/device_env.sh
 if [ "${BENCH:-0}" = 1 ]; then
   timeout 560 python3 benchmarks/bench_nm_decode.py --vector 32 --tokens 1,4,16 --out "$OUT/nm_decode_v32.json" 2>&1 \
     | grep -v '^{' | tail -3

@@ -4,10 +4,7 @@
 #   2. a lane_rows sweep (warps x ahead) at vector = 32 over the decode shapes, with cuBLAS and a same-bytes copy;
 #   3. the current heuristic (lanes along k) at vector = 32 and 1 in the same run, for the side by side.
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/decode_rows_h100.sh
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
+source benchmarks/device_env.sh
 timeout 240 python3 -m pytest -m gpu -q tests/test_gpu_nm_decode.py 2>&1 | tee "$OUT/gpu_tests_nm_decode.log" | tail -3
 SHAPES=4096x4096,11008x4096,4096x11008,8192x8192
 timeout 200 python3 benchmarks/sweep_nm_decode.py --vector 32 --lane-rows 1 --shapes $SHAPES --patterns 2:8,16:32 \

@@ -3,9 +3,7 @@
 # sptc24_sm90 trails or ties it (kernel names, grid, cluster, shared memory, registers; power and SM clock over a
 # one-second loop), next to our two best configs there.
 #   bash .device/on-device.sh bash benchmarks/gap_h100.sh      (carry .kcache to reuse kernels compiled elsewhere)
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
+source benchmarks/device_env.sh
 timeout 120 python3 benchmarks/probe_l2_bandwidth.py --out "$OUT/l2_bandwidth.json" 2>&1 | tail -4
 C1='{"tile_m": 256, "tile_n": 128, "tile_k": 128, "cluster_m": 1, "cluster_n": 1}'
 C2='{"tile_m": 256, "tile_n": 128, "tile_k": 128, "cluster_m": 1, "cluster_n": 2}'

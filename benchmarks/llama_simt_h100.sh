@@ -2,10 +2,7 @@
 # One device call: the LLaMA-7B block (dense vs 2:4 and 128:2:8; prefill and decode; torch.compile and CUDA-graph
 # checks) with its kernels compiled in parallel first, then nm_simt's GPU tests (after the N:M vector change).
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/llama_simt_h100.sh
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
+source benchmarks/device_env.sh
 timeout 150 python3 benchmarks/precompile_gpu_tests.py --families sptc24_sm90,nm_decode,vnm_sm90 \
   --tokens 1,4,16,2048,8192 --dtypes f16 --bias no 2>&1 | tail -2
 timeout 220 python3 benchmarks/bench_llama_block.py --out "$OUT/llama_block.json" 2>&1 | tee "$OUT/llama.log" \

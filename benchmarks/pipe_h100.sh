@@ -4,10 +4,7 @@
 # clusters and schedulers) on the acceptance shapes, against cuBLAS and cuSPARSELt (mm_search) timed in the same
 # run. The kernel cache comes back as kcache.tar.xz.part-* (benchmarks/README.md).
 #   bash .device/on-device.sh bash benchmarks/pipe_h100.sh   (carry .kcache: kernels compiled on the CPU machine)
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
+source benchmarks/device_env.sh
 PRESET="${PRESET:-accept}"
 python3 benchmarks/bench_sptc24.py --preset "$PRESET" --sweep --grid pipe --families sptc24_sm90 --compile-only &
 timeout 420 python3 -m pytest -m gpu -q tests/test_gpu_sptc24.py 2>&1 | tee "$OUT/gpu_tests_sptc24.log" | tail -3

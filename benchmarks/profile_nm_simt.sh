@@ -3,9 +3,7 @@
 # shape, with each warp-stall reason per issued instruction.
 #   bash .device/on-device.sh bash benchmarks/profile_nm_simt.sh
 #   PATTERN=4:32 CONFIGS='{"block_rows": 256, ...}|{...}' bash .device/on-device.sh bash benchmarks/profile_nm_simt.sh
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
+source benchmarks/device_env.sh
 PATTERN=${PATTERN:-16:32}
 CONFIGS=${CONFIGS:-'{"x_transposed": 1}|{"block_rows": 256, "block_tokens": 128, "thread_rows": 16, "k_cols": 64, "stages": 2, "x_transposed": 1}'}
 S="--section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section SchedulerStats --section Occupancy --section InstructionStats"

@@ -3,9 +3,7 @@
 # m = 256 and 2048 over the four LLaMA (n, k) pairs, while the LLaMA block's kernels compile in the background;
 # then the LLaMA-7B block at 128:2:8 (prefill 1 and 4 x 2048, decode 1, 2, 4, 16). Returns the kernel cache.
 #   bash .device/on-device.sh bash benchmarks/simt_block_h200.sh
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
+source benchmarks/device_env.sh
 if [ -f .kc/kcache.tar.xz ]; then tar -C "$CUTLASS_NM_CACHE" -xJf .kc/kcache.tar.xz; fi
 python3 -c "
 import sys, torch; sys.path.insert(0, 'benchmarks')

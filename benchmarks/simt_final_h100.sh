@@ -3,9 +3,6 @@
 # 75 / 87.5 % in both N:M spellings, best of a per-shape sweep, cuBLAS SGEMM with TF32 off in the same run). The
 # nm_simt GPU tests last ran on the H100 at b35d0d5 (gpu_tests_nm_simt.log); nm_simt has not changed since.
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/simt_final_h100.sh
-set -uo pipefail
-export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
+source benchmarks/device_env.sh
 timeout 570 python3 benchmarks/bench_nm_simt.py --dtypes f32 --reps 10 --budget-s 480 --out "$OUT/nm_simt.json" 2>&1 \
   | grep -v '^{' | tail -14
