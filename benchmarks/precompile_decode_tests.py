@@ -32,6 +32,8 @@ def main() -> None:
     kids += [("nm_decode", cfg(max_tokens=4, warps=4, ahead=2, mode=mo, pdl=p), f16b)  # split: a launch argument
              for mo, p in {(mo, p) for mo, _, p in t.LAUNCH_VARIANTS}]
     kids += [("nm_decode", cfg(**c, pdl=1), f16) for c in t.CHAIN_CONFIGS.values()]
+    kids += [("nm_decode", cfg(max_tokens=tk, warps=w, ahead=a, mode=3, pdl=1), ty)
+             for tk, _, w, a in t.MODE3_VARIANTS for ty in (f16b, bf16b)]
     t0 = time.time()
     bad = [r for r in precompile(kids) if isinstance(r, Exception)]
     print(f"precompiled {len(kids)} decode test kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)

@@ -242,3 +242,21 @@ def test_pdl_chain_reads_the_previous_output(name):
     for y in (eager, replayed):
         assert torch.isfinite(y).all()
         assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+MODE3_VARIANTS = [(tokens, m, warps, ahead) for tokens, m in ((8, 1), (8, 5), (16, 16))
+                  for warps, ahead in ((4, 2), (8, 4))]
+
+
+@pytest.mark.parametrize("variant", MODE3_VARIANTS, ids=lambda v: "T{}m{}w{}a{}".format(*v))
+@pytest.mark.parametrize("pattern,n,k", [("128:2:8", 520, 1003), ("64:2:7", 1000, 4093), ("32:2:10", 100, 1024),
+                                         ("128:2:16", 64, 16384)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mode3_sparse_tensor_core_variants(variant, pattern, n, k, dtype):
+    """V:N:M on sparse tensor cores (mma.sp.m16n8k32 over 8 groups, the V-block's gathered x columns by
+    ldmatrix): V = 32, 64, 128, M = 7, 8, 10, 16; tails in n, m and k (groups padded to 8 per step), split-K
+    (64 x 16384), fp16 and bf16, a bias, and PDL on the second call."""
+    tokens, m, warps, ahead = variant
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=3,
+                                                             pdl=1)
+    _check_forced(cfg, pattern, 32, n, k, m, seed=31, dtype=dtype, with_bias=True, warm=True)

@@ -21,7 +21,7 @@ import torch
 
 from ..errors import ShapeError
 from ..formats.nm import NMWeight, decode_layout, decode_mma_layout, decode_rows_layout
-from ..formats.vnm import VNMWeight
+from ..formats.vnm import VNMWeight, decode_vnm_layout
 from ..patterns import Pattern
 from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status, device_info
@@ -32,7 +32,7 @@ MAX_ACCUMULATORS = 64  # fp32 sums per thread (rows x max_tokens) before registe
 MAX_SPLIT = 8  # portable cluster size
 MAX_FIXED = SMEM_BUDGET - 8 * 1024  # sums + rings: x pieces get the rest (>= one group of 256 columns x 16 tokens)
 CTAS_PER_SM = 2  # split-K until the grid has this many CTAs per SM
-LAYOUTS = {0: decode_layout, 1: decode_rows_layout, 2: decode_mma_layout}  # the weight layout each mode reads
+LAYOUTS = {0: decode_layout, 1: decode_rows_layout, 2: decode_mma_layout, 3: decode_vnm_layout}  # each mode's
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,9 @@ class Config(FamilyConfig):
     each lane one row and has all lanes walk the same chunks: with indices shared by >= 32 rows every x read is a
     broadcast. ``mode`` = 2 runs a warp's 32 rows on tensor cores (mma.m16n8k16 over 16 nonzero positions, x
     columns gathered by ldmatrix; needs vector % 32 == 0). Modes 1 and 2 are for the N:M format's default
-    vector = 32; ``rows``, ``transpose`` and ``stage_x`` do not apply to them. ``bulk`` = 1 (mode 2, sm_90) streams
+    vector = 32. ``mode`` = 3 runs V:N:M weights (V % 32 == 0) on sparse tensor cores: mma.sp.m16n8k32 over 8
+    groups, the warp's 32 rows sharing the V-block's 4 gathered columns per group. ``rows``, ``transpose`` and
+    ``stage_x`` do not apply to modes 1-3. ``bulk`` = 1 (mode 2, sm_90) streams
     each warp's values by TMA bulk copies into a shared-memory ring of 2 x ``ahead`` steps instead of registers.
     ``split`` > 0 fixes the CTAs per cluster that split a row block's nonzeros along k (0: ``plan``'s rule; a
     launch argument, so it shares the binary). ``pdl`` = 1 launches with programmatic dependent launch (sm_90, a
@@ -64,7 +66,7 @@ class Config(FamilyConfig):
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
                        "stage_x": (0, 1), "ahead": (1, 2, 4, 8),
-                       "transpose": (0, 1), "mode": (0, 1, 2), "bulk": (0, 1), "split": (0, 1, 2, 4, 8),
+                       "transpose": (0, 1), "mode": (0, 1, 2, 3), "bulk": (0, 1), "split": (0, 1, 2, 4, 8),
                        "pdl": (0, 1)}
 
     @property
@@ -84,7 +86,7 @@ class Config(FamilyConfig):
     @property
     def unit(self) -> int:
         """Nonzero positions per step of a row: 8 (16-byte loads), 16 on tensor cores (one mma k-step)."""
-        return 16 if self.mode == 2 else 8
+        return 16 if self.mode >= 2 else 8
 
 
 def fixed_smem(cfg: Config) -> int:
@@ -116,8 +118,8 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     if not cfg.staged:  # one token read straight from L1: nothing staged
         return split, per_cta, red
     need = ((cfg.unit * per_cta - 1) // keep + 2) * group  # x columns one CTA's k-range touches
-    # mode 1 stages fp32, mode 2 8 or 16 tokens of fp16; both from the 8-aligned column below, 8 columns per load
-    col_bytes = {0: 2 * cfg.max_tokens, 1: 4 * cfg.max_tokens, 2: 2 * max(8, cfg.max_tokens)}[cfg.mode]
+    # mode 1 stages fp32, modes 2 and 3 8 or 16 tokens of fp16; from the 8-aligned column below, 8 columns per load
+    col_bytes = 4 * cfg.max_tokens if cfg.mode == 1 else 2 * (max(8, cfg.max_tokens) if cfg.mode else cfg.max_tokens)
     slack = 16 if cfg.mode else 0
     cap = min(need, (SMEM_BUDGET - red) // col_bytes - slack)
     piece = min(per_cta, (cap // group - 1) * keep // cfg.unit)
@@ -156,6 +158,8 @@ class _DecodeFamily:
                     f"ahead {cfg.ahead}) leave too little of the {SMEM_BUDGET}-byte budget for staged x")
         if cfg.ahead == 8 and not cfg.mode:
             return "ahead=8 only with mode 1 or 2 (rows x chunks in flight would take too many registers)"
+        if cfg.mode == 3 and (not Pattern.parse(problem.pattern).is_vnm or Pattern.parse(problem.pattern).v % 32):
+            return f"mode=3 (sparse tensor cores) needs a V:N:M weight with V % 32 == 0, got {problem.pattern}"
         if cfg.mode == 2 and (Pattern.parse(problem.pattern).is_vnm or not problem.vector or problem.vector % 32):
             return ("mode=2 (tensor cores) needs an N:M weight whose vector of rows sharing positions is a multiple "
                     f"of 32, got vector {problem.vector or 'unknown'} ({problem.pattern})")
@@ -229,7 +233,7 @@ class _Launcher:
     def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         m, k = x.shape
         n, keep, group = w.out_features, w.pattern.n, w.pattern.m
-        vector = w.vector if isinstance(w, NMWeight) else 1
+        vector = w.vector if isinstance(w, NMWeight) else w.pattern.v if self.cfg.mode == 3 else 1
         if self.cfg.mode == 2 and vector % 32:
             raise ShapeError(f"nm_decode mode 2 needs a vector that is a multiple of 32, got {vector}")
         # the layout is built (written) on a weight's first call: that launch must not overlap its writer

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import InputError, SparsityError
+from ..errors import InputError, ShapeError, SparsityError
 from ..patterns import Pattern
 from .sparse24 import PAD_NIBBLE, Sparse24Weight
 from .weight import CompressedWeight
@@ -249,3 +249,34 @@ def unstructured_kept_fraction(w: torch.Tensor, density: float) -> float:
     a = w.abs().float().flatten()
     keep = max(1, round(density * a.numel()))
     return float(a.topk(keep).values.sum() / a.sum())
+
+
+def decode_vnm_layout(w: VNMWeight) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The decode path's sparse-tensor-core layout (nm_decode mode 3; V % 32 == 0, so a 32-row block lies in one
+    V-block). Groups are padded to a multiple of 8 (G_p: zero values, valid metadata) and rows to a multiple of 32.
+
+    values: fp16/bf16 ``[ceil(rows / 32)][G_p / 8 * 576]``: per 32-row block and step of 8 groups, the
+    mma.sp.m16n8k32 A fragments of its two 16-row tiles (``[tile][lane][8]``: lane 4 g + c holds the 2 kept values
+    of row g, group c; row g + 8, group c; row g, group c + 4; row g + 8, group c + 4), then 32 metadata words
+    (int32 in 64 halves; lane 4 g + c: row g + 8 (c % 2) of tile c // 2, group 8 s + i's nibble at bits 4 i).
+    indices: uint8 ``[ceil(rows / V)][4 G_p]``: each group's 4 gathered columns (offsets within the group).
+    Returns (values, indices, stride = 2 G_p: the kept values per padded row)."""
+    if w.pattern.v % 32:
+        raise ShapeError(f"the sparse-tensor-core decode layout needs V % 32 == 0, got {w.pattern}")
+    rows, groups = w.shape[0], w.groups
+    gp = -(-groups // 8) * 8
+    rp = -(-rows // 32) * 32
+    blocks, steps = rp // 32, gp // 8
+    vals = torch.zeros(rp, gp, 2, dtype=w.dtype, device=w.device)
+    vals[:rows, :groups] = w.values.reshape(rows, groups, 2)
+    meta = torch.full((rp, gp), PAD_NIBBLE, dtype=torch.int64, device=w.device)
+    meta[:rows, :groups] = w.meta.long()
+    # rows = 32 b + 16 tile + 8 half + g; groups = 8 s + 4 hi + c
+    frag = vals.reshape(blocks, 2, 2, 8, steps, 2, 4, 2).permute(0, 4, 1, 3, 6, 5, 2, 7)  # b s tile g c hi half pair
+    nib = meta.reshape(blocks, 2, 2, 8, steps, 8) << (4 * torch.arange(8, device=w.device))
+    words = nib.sum(-1).permute(0, 4, 3, 1, 2)  # b s g tile half: lane 4 g + 2 tile + half
+    words = torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
+    packed = torch.cat((frag.reshape(blocks, steps, 512), words.reshape(blocks, steps, 32).view(w.dtype)), dim=-1)
+    cols = torch.zeros(w.columns.shape[0], gp, 4, dtype=torch.uint8, device=w.device)
+    cols[:, :groups] = w.columns
+    return packed.reshape(blocks, steps * 576).contiguous(), cols.reshape(-1, 4 * gp).contiguous(), 2 * gp

@@ -31,7 +31,7 @@ using Element = ${element};
 constexpr int kMaxTokens = ${max_tokens};
 constexpr int kWarps = ${warps};
 constexpr int kRows = ${rows};  // rows per warp
-constexpr int kMode = ${mode};  // 0: lanes along k, 1: one row per lane, 2: tensor cores (see below)
+constexpr int kMode = ${mode};  // 0: lanes along k, 1: one row per lane, 2: tensor cores, 3: sparse tensor cores
 constexpr int kBlockRows = kMode ? kWarps * 32 : kWarps * kRows;
 constexpr int kAhead = ${ahead};  // chunks of 8 nonzeros each lane keeps in flight
 constexpr bool kTranspose = ${transpose};  // gather neighbouring nonzeros across lanes (see below)
@@ -562,6 +562,45 @@ __device__ __forceinline__ void mma_step(float (&acc)[2][kNTiles][4], const uint
   }
 }
 
+// ---- mode = 3: V:N:M weights on sparse tensor cores ----
+// A warp's 32 rows lie in one V-block (V % 32 == 0), so they gather the same 4 columns of every group of M: a step
+// is 8 groups, 32 gathered x columns (k of mma.sp.m16n8k32), whose 2:4-compressed values (16 per row) are A and
+// whose 2-bit positions are the metadata. Per warp and step the layout (formats/nm.py decode_vnm_layout) holds
+// 1024 bytes of A fragments (one 16-byte load per lane and 16-row tile, as in mode 2) then 32 metadata words:
+// lane 4 g + c holds row g + 8 (c % 2) of tile c / 2, read by the tile's mma with sparsity selector c / 2.
+constexpr int kStepHalves = kMode == 3 ? 576 : 512;  // values (+ metadata) per warp and step, in halves
+
+__device__ __forceinline__ void mma_sp_16832(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[4],
+                                             uint32_t e, int tile) {
+  // the selector is an immediate: tile 0 takes lanes 4 g + 0, 1; tile 1 lanes 4 g + 2, 3
+#define CNM_MMA_SP(SEL, TYPE)                                                                                    \
+  asm volatile("mma.sp.sync.aligned.m16n8k32.row.col.f32." TYPE "." TYPE ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "  \
+               "{%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, " #SEL ";\n"                                               \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                  \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e))
+  if constexpr (std::is_same_v<Element, __half>) {
+    if (tile == 0) { CNM_MMA_SP(0x0, "f16"); } else { CNM_MMA_SP(0x1, "f16"); }
+  } else {
+    if (tile == 0) { CNM_MMA_SP(0x0, "bf16"); } else { CNM_MMA_SP(0x1, "bf16"); }
+  }
+#undef CNM_MMA_SP
+}
+
+// One 8-group step of a warp on sparse tensor cores: the 32 gathered x columns (lane l addresses column l) by
+// ldmatrix.x4.trans per 8-token tile, then mma.sp over the two 16-row tiles.
+__device__ __forceinline__ void mma_sp_step(float (&acc)[2][kNTiles][4], const uint32_t (&af)[2][4], uint32_t e,
+                                            const Element* xs, int col) {
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + nt * 8));
+    uint32_t b[4];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(addr));
+#pragma unroll
+    for (int t = 0; t < 2; ++t) mma_sp_16832(acc[t][nt], af[t], b, e, t);
+  }
+}
+
 template <class Out>
 __global__ void __launch_bounds__(kWarps * 32)
 nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ values,
@@ -575,8 +614,12 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
   const int steps = stride / 16;
   const int2 share = cta_share(steps);
   const int cb = share.x, ce = share.y;
-  const Element* vals = values + static_cast<int64_t>(block) * steps * 512 + lane * 8;  // + step * 512 + tile * 256
-  const uint8_t* idx = indices + static_cast<int64_t>(min(block * 32, n - 1) / vector) * stride;
+  // + step * kStepHalves + tile * 256; mode 3's metadata word of the lane at + step * kStepHalves + 512 + 2 lane
+  const Element* vals = values + static_cast<int64_t>(block) * steps * kStepHalves + lane * 8;
+  const uint32_t* meta = reinterpret_cast<const uint32_t*>(values + static_cast<int64_t>(block) * steps * kStepHalves +
+                                                           512) + lane;
+  // mode 3: the V-block's gathered columns, 32 per step (4 per group), 2 stride bytes per V-block
+  const uint8_t* idx = indices + static_cast<int64_t>(min(block * 32, n - 1) / vector) * stride * (kMode == 3 ? 2 : 1);
   const bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   // ldmatrix.x4.trans: lane l addresses row l % 8 of matrix l / 8 = (k half (l / 8) % 2, n tile l / 16).
   const int my_pos = (lane >> 3 & 1) * 8 + (lane & 7), my_tok = kNTiles == 2 ? (lane >> 4) * 8 : 0;
@@ -652,25 +695,31 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
   } else
 #endif
   {
+    // mode 3: lane l gathers column l of a step (group 8 step + l / 4, its (l % 4)-th kept column)
+    constexpr int kIdxPerStep = kMode == 3 ? 32 : 16;
+    const int my_idx = kMode == 3 ? lane : my_pos;
     for (int p0 = cb; p0 < ce; p0 += piece) {
       const int p1 = min(p0 + piece, ce);
       const int g0 = p0 * 16 / keep, g1 = (p1 * 16 - 1) / keep;  // groups this piece touches
       const int c0 = (g0 * group) & ~7;
       uint4 ab[kAhead][2];  // this warp's steps p0 + a and their index bytes, in flight (issued before x is staged)
       int ib[kAhead];
+      uint32_t eb[kAhead];  // mode 3: the lane's metadata word
+      auto fetch = [&](int a, int step) {
+        ab[a][0] = ld_stream16(vals + static_cast<int64_t>(step) * kStepHalves);
+        ab[a][1] = ld_stream16(vals + static_cast<int64_t>(step) * kStepHalves + 256);
+        ib[a] = __ldg(idx + step * kIdxPerStep + my_idx);
+        if constexpr (kMode == 3) eb[a] = __ldg(meta + static_cast<int64_t>(step) * (kStepHalves / 2));
+      };
 #pragma unroll
       for (int a = 0; a < kAhead; ++a) {
-        if (p0 + a < p1) {
-          ab[a][0] = ld_stream16(vals + static_cast<int64_t>(p0 + a) * 512);
-          ab[a][1] = ld_stream16(vals + static_cast<int64_t>(p0 + a) * 512 + 256);
-          ib[a] = __ldg(idx + (p0 + a) * 16 + my_pos);
-        }
+        if (p0 + a < p1) fetch(a, p0 + a);
       }
       __syncthreads();  // the previous piece's columns are no longer read
       wait_for_inputs();  // the weights above are already in flight
       stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
       __syncthreads();
-      int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // this lane's position, its group and place
+      int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // mode 2: this lane's position, its group and place
       const int dg = 16 / keep, dq = 16 - dg * keep;
       for (int c = p0; c < p1; c += kAhead) {
 #pragma unroll
@@ -682,15 +731,16 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
           for (int t = 0; t < 2; ++t) {
             af[t][0] = ab[a][t].x; af[t][1] = ab[a][t].y; af[t][2] = ab[a][t].z; af[t][3] = ab[a][t].w;
           }
-          const int col = g * group + ib[a] - c0;
-          if (cc + kAhead < p1) {
-            ab[a][0] = ld_stream16(vals + static_cast<int64_t>(cc + kAhead) * 512);
-            ab[a][1] = ld_stream16(vals + static_cast<int64_t>(cc + kAhead) * 512 + 256);
-            ib[a] = __ldg(idx + (cc + kAhead) * 16 + my_pos);
+          const uint32_t e = kMode == 3 ? eb[a] : 0u;
+          const int col = (kMode == 3 ? cc * 8 + lane / 4 : g) * group + ib[a] - c0;
+          if (cc + kAhead < p1) fetch(a, cc + kAhead);
+          if constexpr (kMode == 3) {
+            mma_sp_step(acc, af, e, xs, col);
+          } else {
+            mma_step(acc, af, xs, col, my_tok);
+            q += dq; g += dg;
+            if (q >= keep) { q -= keep; ++g; }
           }
-          mma_step(acc, af, xs, col, my_tok);
-          q += dq; g += dg;
-          if (q >= keep) { q -= keep; ++g; }
         }
       }
     }
@@ -711,7 +761,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
 
 template <class Out>
 constexpr auto kernel() {
-  if constexpr (kMode == 2) {
+  if constexpr (kMode >= 2) {
     return nm_decode_mma_kernel<Out>;
   } else if constexpr (kMode == 1) {
     return nm_decode_rows_kernel<Out>;
