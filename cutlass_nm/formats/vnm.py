@@ -258,7 +258,8 @@ def decode_vnm_layout(w: VNMWeight) -> tuple[torch.Tensor, torch.Tensor, int]:
     values: fp16/bf16 ``[ceil(rows / 32)][G_p / 8 * 576]``: per 32-row block and step of 8 groups, the
     mma.sp.m16n8k32 A fragments of its two 16-row tiles (``[tile][lane][8]``: lane 4 g + c holds the 2 kept values
     of row g, group c; row g + 8, group c; row g, group c + 4; row g + 8, group c + 4), then 32 metadata words
-    (int32 in 64 halves; lane 4 g + c: row g + 8 (c % 2) of tile c // 2, group 8 s + i's nibble at bits 4 i).
+    (int32 in 64 halves; lane 4 g + 2 tile + hi: the nibbles of groups 8 s + 4 hi + i, i < 4, of the tile's row g at
+    bits 4 i and of its row g + 8 at bits 16 + 4 i; the layout the hardware reads, found by a probe on the H100).
     indices: uint8 ``[ceil(rows / V)][4 G_p]``: each group's 4 gathered columns (offsets within the group).
     Returns (values, indices, stride = 2 G_p: the kept values per padded row)."""
     if w.pattern.v % 32:
@@ -273,8 +274,10 @@ def decode_vnm_layout(w: VNMWeight) -> tuple[torch.Tensor, torch.Tensor, int]:
     meta[:rows, :groups] = w.meta.long()
     # rows = 32 b + 16 tile + 8 half + g; groups = 8 s + 4 hi + c
     frag = vals.reshape(blocks, 2, 2, 8, steps, 2, 4, 2).permute(0, 4, 1, 3, 6, 5, 2, 7)  # b s tile g c hi half pair
-    nib = meta.reshape(blocks, 2, 2, 8, steps, 8) << (4 * torch.arange(8, device=w.device))
-    words = nib.sum(-1).permute(0, 4, 3, 1, 2)  # b s g tile half: lane 4 g + 2 tile + half
+    # word of lane 4 g + 2 tile + hi: groups 4 hi .. 4 hi + 3 of row g (bits 0-15), then of row g + 8 (bits 16-31)
+    shift = 4 * torch.arange(8, device=w.device).reshape(2, 4)  # half, c
+    nib = meta.reshape(blocks, 2, 2, 8, steps, 2, 4) << shift.view(1, 1, 2, 1, 1, 1, 4)  # b tile half g s hi c
+    words = nib.sum((2, 6)).permute(0, 3, 2, 1, 4)  # b s g tile hi
     words = torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
     packed = torch.cat((frag.reshape(blocks, steps, 512), words.reshape(blocks, steps, 32).view(w.dtype)), dim=-1)
     cols = torch.zeros(w.columns.shape[0], gp, 4, dtype=torch.uint8, device=w.device)

@@ -567,7 +567,8 @@ __device__ __forceinline__ void mma_step(float (&acc)[2][kNTiles][4], const uint
 // is 8 groups, 32 gathered x columns (k of mma.sp.m16n8k32), whose 2:4-compressed values (16 per row) are A and
 // whose 2-bit positions are the metadata. Per warp and step the layout (formats/nm.py decode_vnm_layout) holds
 // 1024 bytes of A fragments (one 16-byte load per lane and 16-row tile, as in mode 2) then 32 metadata words:
-// lane 4 g + c holds row g + 8 (c % 2) of tile c / 2, read by the tile's mma with sparsity selector c / 2.
+// lane 4 g + 2 t + h holds groups 4 h .. 4 h + 3 of rows g and g + 8 of tile t, read by the tile's mma with sparsity
+// selector t (lanes 4 g + 2 t and 4 g + 2 t + 1).
 constexpr int kStepHalves = kMode == 3 ? 576 : 512;  // values (+ metadata) per warp and step, in halves
 
 __device__ __forceinline__ void mma_sp_16832(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[4],
