@@ -4,10 +4,11 @@ bandwidth, and speedup over cuBLAS dense fp16 at the same m, all timed in one ru
     python3 benchmarks/bench_nm_decode.py --out benchmarks/results/h100/nm_decode.json
 
 Effective bandwidth = (compressed values + indices as the kernel streams them + x + y bytes) / time.
-V:N:M rows run twice: on the decode path (read as element-wise 2:M, 1 index byte per value) and on the
-dispatch default (the Sparse Tensor Core family). Each timed sample replays a graph of back-to-back calls; where
-the default config launches with programmatic dependent launch (``pdl``), which lets a call's weight stream start
-while the previous call finishes, the row is timed again with it off (``no_pdl_ms``: every call on its own).
+V:N:M rows run twice: forced onto the decode path and on the dispatch default (both the decode path's sparse
+tensor cores, mode 3, up to 16 tokens; the weight's stored bytes are counted for both). Each timed sample replays
+a graph of back-to-back calls; where the default config launches with programmatic dependent launch (``pdl``),
+which lets a call's weight stream start while the previous call finishes, the row is timed again with it off
+(``no_pdl_ms``: every call on its own).
 """
 
 from __future__ import annotations
@@ -41,8 +42,6 @@ def streamed_bytes(w, family: str | None) -> int:
     """Bytes of weight the kernel reads: values plus its index/metadata form."""
     if isinstance(w, cutlass_nm.NMWeight):
         return w.values.numel() * 2 + w.indices.numel()  # one uint8 index per value and vector of rows
-    if family == "nm_decode":
-        return w.values.numel() * 3  # V:N:M read as 2:M: one uint8 index per value
     extra = w.columns.numel() if isinstance(w, cutlass_nm.VNMWeight) else 0
     return w.values.numel() * 2 + w.meta.numel() + extra
 

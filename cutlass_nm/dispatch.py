@@ -57,10 +57,10 @@ def _no_selector(family: Family, problem: Problem) -> None:
 
 _WEIGHTS = (Sparse24Weight, VNMWeight, NMWeight)
 DECODE_MAX_M = 16  # the general N:M decode path's largest m
-# V:N:M on the decode path up to here: in the H200's LLaMA-7B block at 128:2:8 (results/h200/llama_block.json) the
-# MLP ran 1.29x over dense at one token on it but 0.89x at 4 tokens, where vnm_sm90 with the batched gather ran 1.14x
-# at 16 tokens (its time barely depends on m this small)
-VNM_DECODE_MAX_M = 1
+# V:N:M on the decode path (mode 3, sparse tensor cores) up to here: on the H100 it beat vnm_sm90 at every LLaMA
+# shape for 128:2:8 at 1-16 tokens, and was within 6 % either way for 128:2:16 at 16
+# (results/h100/vnm_decode_e4c72cb.json)
+VNM_DECODE_MAX_M = 16
 
 
 def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torch.Tensor | None = None, *,
@@ -141,7 +141,7 @@ def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: 
     if kind is NMWeight:
         return "nm_decode" if m <= DECODE_MAX_M and dtype != torch.float32 else "nm_simt"
     if kind is VNMWeight and m <= VNM_DECODE_MAX_M:
-        return "nm_decode"  # a V:N:M weight read as 2:M streams faster than the SPTC tile at one token
+        return "nm_decode"  # the decode path's sparse tensor cores stream V:N:M faster than the GEMM tiles here
     major, minor = (9, 0) if device is None else device_info(device).capability
     prefix = "vnm" if kind is VNMWeight else "sptc24"
     if (major, minor) == (9, 0):

@@ -78,9 +78,9 @@ def test_default_family_by_weight_kind_gpu_and_m(monkeypatch):
     dev = torch.device("cuda")
     monkeypatch.setattr(dispatch, "device_info", lambda d: DeviceInfo(132, (9, 0), "H100"))
     assert default_family(dev) == "sptc24_sm90"
-    assert default_family(dev, cutlass_nm.VNMWeight) == "nm_decode"  # m = 1: read as 2:M
-    assert default_family(dev, cutlass_nm.VNMWeight, m=2) == "vnm_sm90"
-    assert default_family(dev, cutlass_nm.VNMWeight, m=16) == "vnm_sm90"
+    assert default_family(dev, cutlass_nm.VNMWeight) == "nm_decode"  # m <= 16: sparse tensor cores, mode 3
+    assert default_family(dev, cutlass_nm.VNMWeight, m=16) == "nm_decode"
+    assert default_family(dev, cutlass_nm.VNMWeight, m=17) == "vnm_sm90"
     # wgmma.sp with the batched gather beat mma.sp on all 12 rows (m >= 2048) of results/h200/vnm_producer.md
     assert default_family(dev, cutlass_nm.VNMWeight, m=2048) == "vnm_sm90"
     assert default_family(dev, NMWeight, m=16) == "nm_decode"

@@ -153,7 +153,7 @@ def test_nm_decode_mode_rules_and_layouts():
     assert "multiple of 32" in dec.check(dec.Config(max_tokens=16, mode=2), Problem(16, 4096, 4096, F16, "128:2:8"))
     assert "unknown" in dec.check(dec.Config(max_tokens=16, mode=2), Problem(16, 4096, 4096, F16, "2:8"))  # vector 0
     assert dec.Config(mode=2).unit == 16 and dec.Config(mode=1).unit == 8
-    # the heuristic: tensor cores when 32 rows share indices, lanes along k otherwise (and for V:N:M read as 2:M)
+    # the heuristic: tensor cores when 32 rows share indices, lanes along k otherwise; V:N:M on sparse tensor cores
     assert dec.heuristic(Problem(3, 8192, 8192, F16, "2:8", 32)) == dec.Config(max_tokens=8, warps=8, ahead=2, mode=2,
                                                                                 pdl=1)
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 64)).mode == 2
@@ -162,7 +162,7 @@ def test_nm_decode_mode_rules_and_layouts():
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 32)).bulk == 1
     assert dec.heuristic(Problem(4, 8192, 8192, F16, "2:8", 32)).bulk == 0
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 1)).mode == 0
-    assert dec.heuristic(Problem(1, 4096, 4096, F16, "128:2:8")).mode == 0
+    assert dec.heuristic(Problem(1, 4096, 4096, F16, "128:2:8")).mode == 3  # V:N:M: sparse tensor cores
 
 
 def test_decode_mma_layout_is_the_a_fragment_order():
