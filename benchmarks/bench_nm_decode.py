@@ -38,6 +38,15 @@ def copy_bandwidth() -> float:
     return 2 * a.numel() / (t.p50_ms * 1e-3)
 
 
+def decode_inputs(m: int, n: int, k: int) -> tuple[int, list, float]:
+    """For an (m, n, k) decode problem: how many input sets rotate past L2, those x sets, and cuBLAS fp16's median
+    time on dense weights of the shape (rotated the same way)."""
+    copies = copies_to_rotate(n * k * 2)
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
+    dense = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
+    return copies, xs, time_rotating(lambda i: torch.mm(xs[i], dense[i].T), copies).p50_ms
+
+
 def streamed_bytes(w, family: str | None) -> int:
     """Bytes of weight the kernel reads: values plus its index/metadata form."""
     if isinstance(w, cutlass_nm.NMWeight):
@@ -114,11 +123,7 @@ def main() -> None:
     rows = []
     for n, k in shapes:
         for m in tokens:
-            copies = copies_to_rotate(n * k * 2)
-            xs = [torch.randn(m, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
-            ws = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
-            t_dense = time_rotating(lambda i, xs=xs, ws=ws: torch.mm(xs[i], ws[i].T), copies).p50_ms
-            del ws
+            _, xs, t_dense = decode_inputs(m, n, k)
             for pattern in args.patterns.split(","):
                 families = ["nm_decode", None] if cutlass_nm.Pattern.parse(pattern).is_vnm else [None]
                 for family in families:

@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 
 import torch
-from bench_nm_decode import clone_weight
+from bench_nm_decode import clone_weight, decode_inputs
 
 import cutlass_nm
 from cutlass_nm.bench.env import environment
-from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
+from cutlass_nm.bench.timing import time_rotating
 from cutlass_nm.families import KernelTypes, get_family
 from cutlass_nm.formats.vnm import compress_vnm
 from cutlass_nm.kernels import precompile
@@ -42,11 +42,7 @@ def main() -> None:
     precompile([("nm_decode", c, types) for m in tokens for c in mode3_configs(m)])
     rows = []
     for (n, k), m in itertools.product(SHAPES, tokens):
-        copies = copies_to_rotate(n * k * 2)
-        xs = [torch.randn(m, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
-        dense = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
-        t_dense = time_rotating(lambda i, xs=xs, ws=dense: torch.mm(xs[i], ws[i].T), copies).p50_ms
-        del dense
+        copies, xs, t_dense = decode_inputs(m, n, k)
         for pattern in args.patterns.split(","):
             first = compress_vnm(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern, prune=True,
                                  exact=False)

@@ -13,10 +13,11 @@ import json
 from pathlib import Path
 
 import torch
+from bench_nm_decode import decode_inputs
 
 import cutlass_nm
 from cutlass_nm.bench.env import environment
-from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
+from cutlass_nm.bench.timing import time_rotating
 from cutlass_nm.dispatch import set_selector
 from cutlass_nm.families import KernelTypes, get_family
 from cutlass_nm.families.nm_decode import MAX_FIXED, fixed_smem
@@ -76,11 +77,7 @@ def main() -> None:
     rows = []
     env = environment()
     for (n, k), m in itertools.product(shapes, tokens):
-        copies = copies_to_rotate(n * k * 2)
-        xs = [torch.randn(m, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
-        dense = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
-        t_dense = time_rotating(lambda i, xs=xs, ws=dense: torch.mm(xs[i], ws[i].T), copies).p50_ms
-        del dense
+        copies, xs, t_dense = decode_inputs(m, n, k)
         for pattern in patterns:
             ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern,
                                    vector=args.vector)[0] for _ in range(copies)]
