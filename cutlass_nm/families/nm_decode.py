@@ -1,13 +1,13 @@
-"""General N:M decode: m = 1-16 tokens, weights streamed at memory speed.
+"""N:M and V:N:M decode: m = 1-16 tokens, weights streamed at memory speed.
 
 Our own kernel (codegen/templates/nm_decode.cu): there is nothing in CUTLASS for a gather-by-index
 GEMV. N, M and the index-sharing vector are launch arguments, so one binary serves every pattern.
-Three modes (``Config.mode``): 0, lanes along k on CUDA cores (any vector, and V:N:M read as 2:M); 1, one
+Four modes (``Config.mode``): 0, lanes along k on CUDA cores (any vector, and V:N:M read as 2:M); 1, one
 row per lane on CUDA cores; 2, a warp's 32 rows on tensor cores when 32 rows share their indices (the
-format's default vector). A CTA owns ``Config.block_rows`` weight rows; a cluster of ``split`` CTAs splits
-their nonzeros along k (split-K reduced through distributed shared memory), so small n still fills the GPU.
-Each CTA stages the x columns its k-range touches in shared memory, token-contiguous, in pieces that fit
-``SMEM_BUDGET``.
+format's default vector); 3, V:N:M on sparse tensor cores (a warp's 32 rows in one V-block). A CTA owns
+``Config.block_rows`` weight rows; a cluster of ``split`` CTAs splits their nonzeros along k (split-K reduced
+through distributed shared memory), so small n still fills the GPU. Each CTA stages the x columns its k-range
+touches in shared memory, token-contiguous, in pieces that fit ``SMEM_BUDGET``.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class _DecodeFamily:
     name = "nm_decode"
     arch = "sm_80"
     weight = NMWeight
-    also_runs = (VNMWeight,)  # read as element-wise 2:M, when forced with family="nm_decode"
+    also_runs = (VNMWeight,)  # mode 3 (sparse tensor cores), or mode 0 reading it as element-wise 2:M
     Config = Config
 
     def space(self) -> dict[str, tuple]:
@@ -157,7 +157,7 @@ class _DecodeFamily:
             return (f"{fixed_smem(cfg)} bytes of sums and bulk rings ({cfg.warps} warps, {cfg.max_tokens} tokens, "
                     f"ahead {cfg.ahead}) leave too little of the {SMEM_BUDGET}-byte budget for staged x")
         if cfg.ahead == 8 and not cfg.mode:
-            return "ahead=8 only with mode 1 or 2 (rows x chunks in flight would take too many registers)"
+            return "ahead=8 only with modes 1-3 (rows x chunks in flight would take too many registers)"
         if cfg.mode == 3 and (not Pattern.parse(problem.pattern).is_vnm or Pattern.parse(problem.pattern).v % 32):
             return f"mode=3 (sparse tensor cores) needs a V:N:M weight with V % 32 == 0, got {problem.pattern}"
         if cfg.mode == 2 and (Pattern.parse(problem.pattern).is_vnm or not problem.vector or problem.vector % 32):

@@ -565,7 +565,7 @@ __device__ __forceinline__ void mma_step(float (&acc)[2][kNTiles][4], const uint
 // ---- mode = 3: V:N:M weights on sparse tensor cores ----
 // A warp's 32 rows lie in one V-block (V % 32 == 0), so they gather the same 4 columns of every group of M: a step
 // is 8 groups, 32 gathered x columns (k of mma.sp.m16n8k32), whose 2:4-compressed values (16 per row) are A and
-// whose 2-bit positions are the metadata. Per warp and step the layout (formats/nm.py decode_vnm_layout) holds
+// whose 2-bit positions are the metadata. Per warp and step the layout (formats/vnm.py decode_vnm_layout) holds
 // 1024 bytes of A fragments (one 16-byte load per lane and 16-row tile, as in mode 2) then 32 metadata words:
 // lane 4 g + 2 t + h holds groups 4 h .. 4 h + 3 of rows g and g + 8 of tile t, read by the tile's mma with sparsity
 // selector t (lanes 4 g + 2 t and 4 g + 2 t + 1).
