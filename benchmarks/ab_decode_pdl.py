@@ -9,23 +9,17 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import json
 import statistics
 from pathlib import Path
 
 import torch
 from bench_llama_block import Block, time_ms
+from bench_nm_decode import no_pdl
 
 import cutlass_nm
 from cutlass_nm.bench.env import environment
 from cutlass_nm.nn import sparsify
-
-
-def no_pdl(family, problem):
-    """The heuristic config, with PDL off on the decode path."""
-    cfg = family.heuristic(problem)
-    return dataclasses.replace(cfg, pdl=0) if family.name == "nm_decode" else cfg
 
 
 def main() -> None:

@@ -81,13 +81,14 @@ def bench_pattern(pattern: str, m: int, n: int, k: int, xs: list, t_dense: float
     t = time_rotating(run, copies)
     moved = weight_bytes + m * k * 2 + m * n * 2
     extra = {}
-    if getattr(default_config(ws[0], m, k, family), "pdl", 0):
-        no_pdl = lambda fam, prob: dataclasses.replace(fam.heuristic(prob), pdl=0)  # noqa: E731
-        cutlass_nm.set_selector(no_pdl)
-        try:
-            t0 = time_rotating(run, copies).p50_ms
-        finally:
-            cutlass_nm.set_selector(None)
+    switched = []  # whether dispatch's config for this row had PDL on (the selector turned it off)
+    cutlass_nm.set_selector(lambda fam, prob: no_pdl(fam, prob, switched))
+    try:
+        run(0)
+        t0 = time_rotating(run, copies).p50_ms if switched else None
+    finally:
+        cutlass_nm.set_selector(None)
+    if t0 is not None:
         extra = {"no_pdl_ms": t0, "no_pdl_fraction_of_copy_bw": moved / (t0 * 1e-3) / bw,
                  "no_pdl_speedup_vs_cublas": t_dense / t0}
     return {"n": n, "k": k, "m": m, "pattern": pattern, "vector": vector, "family": family or "default",
@@ -97,15 +98,15 @@ def bench_pattern(pattern: str, m: int, n: int, k: int, xs: list, t_dense: float
             "rel_err": err, **extra}
 
 
-def default_config(w, m: int, k: int, family: str | None = None):
-    """The config dispatch picks for (m, w) with the tuning DB off (on ``family`` when forced): its heuristic."""
-    from cutlass_nm.dispatch import default_family
-    from cutlass_nm.families import KernelTypes, Problem, get_family
-
-    fam = get_family(family or default_family(torch.device("cuda"), type(w), m=m))
-    problem = Problem(m, w.out_features, k, KernelTypes("f16", "f16", False), str(w.pattern),
-                      getattr(w, "vector", 0))
-    return fam.heuristic(problem)
+def no_pdl(family, problem, switched: list | None = None):
+    """A dispatch selector: the family's heuristic config with programmatic dependent launch off (each call on its
+    own); appends to ``switched`` when that turned PDL off."""
+    cfg = family.heuristic(problem)
+    if not getattr(cfg, "pdl", 0):
+        return cfg
+    if switched is not None:
+        switched.append(family.name)
+    return dataclasses.replace(cfg, pdl=0)
 
 
 def main() -> None:

@@ -157,7 +157,7 @@ def test_nm_decode_mode_rules_and_layouts():
     assert dec.heuristic(Problem(3, 8192, 8192, F16, "2:8", 32)) == dec.Config(max_tokens=8, warps=8, ahead=2, mode=2,
                                                                                 pdl=1)
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 64)).mode == 2
-    # values by TMA bulk copies below 2^25 weights up to 8 tokens, registers otherwise
+    # values by TMA bulk copies below 2^25 weights, registers above
     assert dec.heuristic(Problem(4, 4096, 4096, F16, "2:8", 32)).bulk == 1
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 32)).bulk == 1
     assert dec.heuristic(Problem(4, 8192, 8192, F16, "2:8", 32)).bulk == 0

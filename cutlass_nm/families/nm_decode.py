@@ -158,9 +158,10 @@ class _DecodeFamily:
                     f"ahead {cfg.ahead}) leave too little of the {SMEM_BUDGET}-byte budget for staged x")
         if cfg.ahead == 8 and not cfg.mode:
             return "ahead=8 only with modes 1-3 (rows x chunks in flight would take too many registers)"
-        if cfg.mode == 3 and (not Pattern.parse(problem.pattern).is_vnm or Pattern.parse(problem.pattern).v % 32):
+        pattern = Pattern.parse(problem.pattern)
+        if cfg.mode == 3 and (not pattern.is_vnm or pattern.v % 32):
             return f"mode=3 (sparse tensor cores) needs a V:N:M weight with V % 32 == 0, got {problem.pattern}"
-        if cfg.mode == 2 and (Pattern.parse(problem.pattern).is_vnm or not problem.vector or problem.vector % 32):
+        if cfg.mode == 2 and (pattern.is_vnm or not problem.vector or problem.vector % 32):
             return ("mode=2 (tensor cores) needs an N:M weight whose vector of rows sharing positions is a multiple "
                     f"of 32, got vector {problem.vector or 'unknown'} ({problem.pattern})")
         if cfg.rows * cfg.max_tokens > MAX_ACCUMULATORS:
@@ -217,16 +218,15 @@ class _Launcher:
         self.layout = LAYOUTS[cfg.mode]
         self.layout_key = (self.layout.__name__,)
 
-    def _plan(self, x: torch.Tensor, w) -> tuple[int, int, int]:
+    def _plan(self, x: torch.Tensor, w, stride: int) -> tuple[int, int, int]:
         info = device_info(x.device)
-        stride = w.layout(self.layout_key, self.layout)[2]
         return plan(self.cfg, w.out_features, stride, w.pattern.n, w.pattern.m, info.sm_count,
                     info.capability >= (9, 0))
 
     def occupancy(self, x: torch.Tensor, w) -> dict[str, int]:
         """The launch a call on (x, w) makes, and whether it fits in one wave: split, piece, smem bytes, its
         clusters (row blocks) and how many clusters of that size the device holds at once."""
-        split, piece, smem = self._plan(x, w)
+        split, piece, smem = self._plan(x, w, w.layout(self.layout_key, self.layout)[2])
         with torch.cuda.device(x.device):
             fits = self.lib.cnm_max_active_clusters(split, smem, self.out_kind)
         if fits < 0:
@@ -243,7 +243,7 @@ class _Launcher:
         # the layout is built (written) on a weight's first call: that launch must not overlap its writer
         pdl = int(bool(self.cfg.pdl) and w.has_layout(self.layout_key))
         values, indices, stride = w.layout(self.layout_key, self.layout)
-        split, piece, smem = self._plan(x, w)
+        split, piece, smem = self._plan(x, w, stride)
         stream = torch.cuda.current_stream(x.device).cuda_stream
         status = self.lib.cnm_run(x.data_ptr(), values.data_ptr(), indices.data_ptr(),
                                   None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, keep, group,
