@@ -105,12 +105,29 @@ def time_ms(fn, reps: int = 30) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def kernel_breakdown(fn, calls: int = 5) -> list[dict]:
+    """GPU kernels of ``fn()`` from torch.profiler: name, launches per call and mean µs per call, largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    rows = [{"kernel": e.key[:120], "launches": e.count // calls, "us": e.device_time_total / calls}
+            for e in prof.key_averages() if e.device_time_total > 0 and e.key not in ("cudaDeviceSynchronize",)]
+    return sorted(rows, key=lambda r: -r["us"])
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-def bench_pattern(pattern: str, dense: nn.Module, dims: tuple[int, int], phases: list, tiny: bool) -> tuple:
-    """Rows (prefill and decode latency, block and MLP, dense vs sparse) and checks for one pattern."""
+def bench_pattern(pattern: str, dense: nn.Module, dims: tuple[int, int], phases: list, tiny: bool,
+                  breakdown: bool = False) -> tuple:
+    """Rows (prefill and decode latency, block and MLP, dense vs sparse) and checks for one pattern; with
+    ``breakdown``, each prefill row also lists the MLP's kernels (torch.profiler, GPU only)."""
     dim, dev, dtype = dims[0], next(dense.parameters()).device, next(dense.parameters()).dtype
     sparse = sparsify(copy.deepcopy(dense), pattern, include=["*_proj"])
     reference = masked_dense(sparse)
@@ -125,6 +142,9 @@ def bench_pattern(pattern: str, dense: nn.Module, dims: tuple[int, int], phases:
                                                                                                     reference(x))}
         row["block_speedup"] = row["block_dense_ms"] / row["block_sparse_ms"]
         row["mlp_speedup"] = row["mlp_dense_ms"] / row["mlp_sparse_ms"]
+        if breakdown and dev.type == "cuda" and tokens > 1:
+            row["mlp_kernels_dense"] = kernel_breakdown(lambda x=x: dense.mlp(x))
+            row["mlp_kernels_sparse"] = kernel_breakdown(lambda x=x: sparse.mlp(x))
         rows.append(row)
         print(json.dumps(row), flush=True)
     x = torch.randn(1, 16 if tiny else 128, dim, device=dev, dtype=dtype)
@@ -172,6 +192,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--patterns", default="2:4,128:2:8", help="comma-separated patterns to sparsify with")
     ap.add_argument("--decode", default="1,4,16", help="comma-separated decode batch sizes (one token each)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also list each prefill MLP's GPU kernels and their times (torch.profiler)")
     args = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.float16 if dev == "cuda" else torch.float32
@@ -185,7 +207,8 @@ def main() -> None:
     rows, checks = [], []
     with torch.inference_mode():
         for pattern in args.patterns.split(","):
-            r, c = bench_pattern(pattern, dense, (dim, hidden), [*prefill, *((b, 1) for b in decode)], args.tiny)
+            r, c = bench_pattern(pattern, dense, (dim, hidden), [*prefill, *((b, 1) for b in decode)], args.tiny,
+                                 args.breakdown)
             rows += r
             checks.append(c)
     if args.out:
