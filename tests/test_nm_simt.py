@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -9,7 +11,15 @@ import cutlass_nm
 from cutlass_nm import ConfigError, InputError
 from cutlass_nm.dispatch import default_family
 from cutlass_nm.families import FAMILIES, KernelTypes, Problem
-from cutlass_nm.families.nm_simt import FAMILY, Config, kgroups_for, simt_layout, smem_bound
+from cutlass_nm.families.nm_simt import (
+    FAMILY,
+    Config,
+    compact_layout,
+    compact_steps,
+    kgroups_for,
+    simt_layout,
+    smem_bound,
+)
 from cutlass_nm.formats.nm import NMWeight, compress_nm
 from cutlass_nm.tune.space import all_configs
 
@@ -45,7 +55,7 @@ def test_check_rejects_impossible_configs():
     assert smem_bound(long_k, "1:8") < smem_bound(long_k, "2:4") <= smem_bound(long_k)
     assert "output" in FAMILY.check(Config(), Problem(256, 64, 64, KernelTypes("f32", "f16", False)))
     valid = all_configs(FAMILY, p)
-    assert Config() in valid and 100 < len(valid) < 10000
+    assert Config() in valid and 100 < len(valid) < 20000
 
 
 def test_from_record_is_strict():
@@ -78,6 +88,57 @@ def test_layout_reconstructs_the_weight(pattern, vector):
     dense.scatter_add_(1, k_index.repeat_interleave(vector, 0), wt.T)
     assert torch.equal(dense[:rows, :k], w.to_dense().float())
     assert dense[rows:].abs().sum() == 0 and dense[:, k:].abs().sum() == 0
+
+
+@pytest.mark.parametrize("pattern", ["1:8", "4:32", "3:7", "2:8", "16:32", "31:64"])
+@pytest.mark.parametrize(("vector", "block_rows"), [(8, 64), (32, 256), (64, 32), (32, 32)])
+@pytest.mark.parametrize("k_cols", [64, 96])
+def test_compact_layout_reconstructs_the_weight(pattern, vector, block_rows, k_cols):
+    """Each kept weight, read the way the kernel reads it (its place in its CTA's row list of its k-tile), lands on
+    its own column; every list fits k_cols rows and the k-tile its step cap."""
+    rows, k = 300, 1003
+    w = compress_nm(torch.randn(rows, k), pattern, vector, prune=True)
+    n, m = w.pattern.n, w.pattern.m
+    if m > k_cols:
+        pytest.skip("refused by the rule")
+    wt, cols, lists, n_pad, nnz_pad, kg = compact_layout(w, block_rows, k_cols)
+    tiles = nnz_pad // (kg * n)
+    assert kg * n <= compact_steps(n, k_cols) and lists.shape == (n_pad // block_rows, tiles, k_cols)
+    assert wt.shape == (nnz_pad, n_pad) and cols.shape == (n_pad // vector, nnz_pad) and int(cols.max()) < k_cols
+    row = torch.arange(n_pad)
+    step = torch.arange(nnz_pad)
+    place = cols.long().repeat_interleave(vector, 0)  # (n_pad, nnz_pad)
+    column = lists.long()[(row // block_rows)[:, None], (step // (kg * n))[None, :], place]
+    weight = wt.T
+    assert bool((column[weight != 0] >= 0).all())  # a kept weight never reads a zero-filled row
+    dense = torch.zeros(n_pad, k + 1)
+    dense.scatter_add_(1, torch.where(column >= 0, column, k), weight)
+    assert torch.equal(dense[:rows, :k], w.to_dense().float())
+    assert dense[rows:, :k].abs().sum() == 0
+    listed = lists[lists >= 0]
+    assert int(listed.max()) < k
+    for c in range(lists.shape[0]):  # ascending, no column twice, inside the k-tile's span
+        for t in range(tiles):
+            got = lists[c, t][lists[c, t] >= 0]
+            assert torch.equal(got, got.unique()) and bool(((got // (kg * m)) == t).all())
+
+
+def test_compact_holds_more_steps_at_high_sparsity():
+    """At 1:8 with vector 32, 256-row CTAs and 96 staged rows, a k-tile holds >= 12 kept steps (a plain 64-column
+    k-tile holds 8): the point of compaction."""
+    w = compress_nm(torch.randn(1024, 4096), "1:8", 32, prune=True)
+    *_, kg = compact_layout(w, 256, 96)
+    assert kg >= 12
+
+
+def test_compact_rule():
+    w_rule = Config(block_rows=256, block_tokens=64, k_cols=96, stages=2, x_transposed=1, compact=1)
+    assert FAMILY.check(w_rule, Problem(2048, 4096, 4096, F32, "1:8", 32)) is None
+    assert "x_transposed" in FAMILY.check(replace(w_rule, x_transposed=0), Problem(2048, 4096, 4096, F32, "1:8", 32))
+    assert "k_cols" in FAMILY.check(replace(w_rule, k_cols=32), Problem(2048, 4096, 4096, F32, "1:64", 32))
+    assert "thread_rows" in FAMILY.check(w_rule, Problem(2048, 4096, 4096, F32, "1:8", 1))
+    assert "divide" in FAMILY.check(replace(w_rule, block_rows=64, thread_rows=4), Problem(2048, 4096, 4096, F32,
+                                                                                          "1:8", 48))
 
 
 # 256x64 CTAs of 8x8 tiles, 64-column k-tiles, 3 stages, x transposed: the heuristic's measured choice below
@@ -212,7 +273,7 @@ def test_tuner_problem_carries_the_measured_vector(tmp_path):
         checked.append(cfg)
         return {"status": "ok", "p20_ms": 1.0, "p50_ms": 1.0, "p80_ms": 1.0, "iterations": reps}
 
-    res = tune_problem(Problem(256, 4096, 4096, F32, "16:32"), family="nm_simt", n_trials=3, storage=None,
+    res = tune_problem(Problem(256, 4096, 4096, F32, "16:32"), family="nm_simt", n_trials=10, storage=None,
                        db_url=f"sqlite:///{tmp_path / 't.sqlite'}", env=env(), measure=measure, build=no_build,
                        jobs=1, warm_start=0, retime_top=1, seed=0)
     assert res.problem.vector == NM_VECTOR == 32
@@ -251,7 +312,9 @@ def test_fp32_routing_and_refusals():
 def test_source_compiles(isolated_cache):
     from cutlass_nm.kernels import precompile
 
-    kids = [(FAMILY.name, Config(split_k=2), KernelTypes("bf16", "f32", True))]
+    kids = [(FAMILY.name, Config(split_k=2), KernelTypes("bf16", "f32", True)),
+            (FAMILY.name, Config(block_rows=256, block_tokens=64, k_cols=96, stages=2, x_transposed=1, compact=1),
+             KernelTypes("f32", "f32", True))]
     assert not [r for r in precompile(kids, workers=1) if isinstance(r, Exception)]
 
 

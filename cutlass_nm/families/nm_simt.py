@@ -11,7 +11,10 @@ row groups read x as a broadcast. ``split_k`` > 1 splits k over CTAs and reduces
 N, M and the vector are launch arguments: one binary serves every pattern. fp16/bf16 x is widened to fp32
 in a workspace first (a pass over x, small beside the GEMM). With ``x_transposed`` = 1 that pass writes xᵀ
 (k x m) instead, for fp32 too, so a k-tile is staged column-major and a thread reads its tokens as float4s
-(2 shared-memory loads per 8 tokens instead of 8 scalar loads).
+(2 shared-memory loads per 8 tokens instead of 8 scalar loads). ``compact`` = 1 (with ``x_transposed``) stages
+only the rows of xᵀ that the CTA's rows use: a k-tile spans as many M-groups as keep the union of its vectors'
+columns within ``k_cols`` rows (and its kept steps within ``k_cols`` / 4), so at high sparsity a k-tile holds
+2-3x more kept steps for the same shared memory (compact_layout).
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ ROW_PAD = 256  # the layout pads rows to a multiple of the largest block_rows
 
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
-    """CTA tile (W rows x tokens), thread tile, k-tile width in dense columns, pipeline depth, split-K, and
-    whether x is transposed first (x_transposed: float4 token reads from a column-major x tile)."""
+    """CTA tile (W rows x tokens), thread tile, k-tile width in dense columns (compact: in staged rows of xᵀ),
+    pipeline depth, split-K, whether x is transposed first (x_transposed: float4 token reads from a column-major x
+    tile) and whether that tile holds only the columns the CTA's rows use (compact, needs x_transposed)."""
 
     block_rows: int = 128
     block_tokens: int = 128
@@ -48,12 +52,13 @@ class Config(FamilyConfig):
     stages: int = 3
     split_k: int = 1
     x_transposed: int = 0
+    compact: int = 0
 
     SPACE: ClassVar = {"block_rows": (32, 64, 128, 256), "block_tokens": (32, 64, 128, 256),
-                       "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 128),
+                       "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 96, 128),
                        "stages": (2, 3, 4, 5), "split_k": (1, 2, 4, 8),
                        # x_transposed = 1 passed its H100 GPU tests (results/h100/gpu_tests_nm.log); timed by the tuner
-                       "x_transposed": (0, 1)}
+                       "x_transposed": (0, 1), "compact": (0, 1)}
 
     @property
     def threads(self) -> int:
@@ -108,11 +113,13 @@ def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     pat = _parsed(pattern)
     if pat is None or pat.v is not None:
         ktd, ktc = cfg.k_cols, cfg.k_cols // 2
+    elif cfg.compact:  # k_cols rows of xᵀ, at most compact_steps kept steps (compact_layout)
+        ktd, ktc = cfg.k_cols, compact_steps(pat.n, cfg.k_cols)
     else:
         kg = kgroups_for(pat.m, cfg.k_cols)
         ktd, ktc = kg * pat.m, kg * pat.n
     fast = ktd <= cfg.k_cols and vector >= cfg.thread_rows  # the launcher's condition for modes 1 and 2
-    if cfg.x_transposed and fast:  # mode 2
+    if cfg.x_transposed and (fast or cfg.compact):  # mode 2 (compact: the launcher refuses anything else)
         x = ktd * (cfg.block_tokens + 4) * 4
     else:  # mode 1 (aligned x, k and ktd multiples of 4) or mode 0
         pitch = cfg.k_cols + 4 if fast and ktd % 4 == 0 else -(-ktd // 8) * 8 + 4
@@ -132,6 +139,61 @@ def kgroups_for(m: int, k_cols: int) -> int:
     return max(1, k_cols // m)
 
 
+def compact_steps(keep: int, k_cols: int) -> int:
+    """The most kept steps a compact k-tile holds: whole groups of ``keep`` within k_cols / 4 (at least one)."""
+    return max(1, k_cols // 4 // keep) * keep
+
+
+def compact_layout(w: NMWeight, block_rows: int, k_cols: int) -> tuple[torch.Tensor, ...]:
+    """The compact kernel layout for CTAs of ``block_rows`` rows: (wt, cols, rows, n_pad, nnz_pad, kgroups).
+
+    A k-tile is the largest whole number of M-groups, ``kgroups``, whose kept steps fit compact_steps and in which
+    every CTA's rows (the vectors in its block) use at most ``k_cols`` distinct columns of x. ``rows`` [n_pad /
+    block_rows][tiles][k_cols] int32 lists those columns per CTA and k-tile (ascending, -1 = none: zeros), and
+    ``cols`` gives each kept weight's place in its CTA's list; ``wt`` is simt_layout's. Needs vector and
+    block_rows to divide one another (a vector's columns then have one place per k-tile in every CTA it spans)."""
+    rows_w, k = w.shape
+    n, m, vec = w.pattern.n, w.pattern.m, w.vector
+    if vec % block_rows and block_rows % vec:
+        raise ValueError(f"compact layout: vector {vec} and block_rows {block_rows} must divide one another")
+    if m > k_cols:
+        raise ValueError(f"compact layout: a group of {m} columns does not fit {k_cols} staged rows")
+    groups = -(-k // m)
+    n_pad = -(-rows_w // ROW_PAD) * ROW_PAD
+    nvec, ncta = n_pad // vec, n_pad // block_rows
+    idx = torch.zeros(nvec, groups, n, dtype=torch.long, device=w.device)
+    idx[: w.indices.shape[0]] = w.indices.view(-1, groups, n).long()
+    used_vec = torch.zeros(nvec, groups, m, dtype=torch.bool, device=w.device)
+    used_vec.scatter_(2, idx, True)
+    used_vec[w.indices.shape[0]:] = False  # padding vectors use nothing
+    cta_of_vec = torch.arange(nvec, device=w.device) * vec // block_rows
+    if vec >= block_rows:  # a vector spans vec / block_rows CTAs
+        used = used_vec.repeat_interleave(vec // block_rows, dim=0)
+    else:  # a CTA holds block_rows / vec vectors
+        used = used_vec.view(ncta, block_rows // vec, groups, m).any(1)
+    kg = max(1, compact_steps(n, k_cols) // n)
+    while True:  # the largest k-tile whose every CTA union fits k_cols rows
+        tiles = -(-groups // kg)
+        padded = torch.zeros(ncta, tiles * kg, m, dtype=torch.bool, device=w.device)
+        padded[:, :groups] = used
+        if kg == 1 or int(padded.view(ncta, tiles, kg * m).sum(-1).max()) <= k_cols:
+            break
+        kg -= 1
+    flat = padded.view(ncta, tiles, kg * m)
+    place = flat.int().cumsum(-1) - 1  # a used column's place in its CTA's list
+    rows = torch.full((ncta, tiles, k_cols), -1, dtype=torch.int32, device=w.device)
+    c, t, j = flat.nonzero(as_tuple=True)
+    col = t * kg * m + j
+    rows[c, t, place[c, t, j]] = torch.where(col < k, col, -1).int()
+    wt, _, _, nnz_pad = simt_layout(w, kg)
+    idx_pad = torch.zeros(nvec, tiles * kg, n, dtype=torch.long, device=w.device)
+    idx_pad[:, :groups] = idx
+    column = torch.arange(tiles * kg, device=w.device)[None, :, None] * m + idx_pad  # g * M + kept offset
+    cols = place.view(ncta, -1)[cta_of_vec[:, None], column.view(nvec, -1)]
+    cols = cols.clamp_min(0).int().contiguous()  # padding vectors (nothing used): place 0, weight 0
+    return wt, cols, rows.contiguous(), n_pad, nnz_pad, kg
+
+
 def simt_layout(w: NMWeight, kgroups: int) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """Kernel layout: fp32 values transposed to [G_pad·N][n_pad] and int32 column-within-k-tile indices
     [n_pad / vector][G_pad·N], groups padded to a multiple of ``kgroups`` (padding weights are zero)."""
@@ -147,6 +209,21 @@ def simt_layout(w: NMWeight, kgroups: int) -> tuple[torch.Tensor, torch.Tensor, 
     within = (torch.arange(gpad, device=w.device, dtype=torch.int32) % kgroups) * m
     cols = (idx + within[None, :, None]).reshape(n_pad // w.vector, gpad * n)
     return wt.contiguous(), cols.contiguous(), n_pad, gpad * n
+
+
+def _compact_rule(cfg: Config, pat: Pattern | None, vector: int) -> str | None:
+    """The reason ``compact`` = 1 cannot run this pattern and vector (None: it can, or compact is off)."""
+    if not cfg.compact:
+        return None
+    if not cfg.x_transposed:
+        return "compact=1 stages columns of the transposed x: it needs x_transposed=1"
+    if pat is not None and pat.m > cfg.k_cols:
+        return f"compact=1: a group of {pat.m} columns does not fit k_cols={cfg.k_cols} staged rows"
+    if vector > 0 and vector < cfg.thread_rows:
+        return f"compact=1 needs the vector ({vector}) >= thread_rows ({cfg.thread_rows})"
+    if vector > 0 and vector % cfg.block_rows and cfg.block_rows % vector:
+        return f"compact=1 needs vector {vector} and block_rows {cfg.block_rows} to divide one another"
+    return None
 
 
 class _SimtFamily:
@@ -174,6 +251,8 @@ class _SimtFamily:
         acc = cfg.thread_rows * cfg.thread_tokens
         if cfg.threads * (acc + cfg.thread_rows + cfg.thread_tokens + 40) > MAX_REGS:
             return f"{cfg.threads} threads x {acc} accumulators exceed the register file"
+        if (reason := _compact_rule(cfg, pat, problem.vector)) is not None:
+            return reason
         if (need := smem_bound(cfg, problem.pattern, problem.vector)) > SMEM_BYTES:
             vector = f"vector {problem.vector}" if problem.vector > 0 else "the worst vector (unknown)"
             return (f"{cfg.stages} stages need {need} B of shared memory (> {SMEM_BYTES}) for {problem.pattern}, "
@@ -185,7 +264,7 @@ class _SimtFamily:
     def source(self, cfg: Config, types: KernelTypes) -> str:
         from ..codegen.cutlass_emit import template
 
-        fields = {name: int(getattr(cfg, name)) for name in Config.SPACE}
+        fields = {name: int(getattr(Config.from_record(cfg.to_record()), name)) for name in Config.SPACE}
         return template("nm_simt.cu").substitute(element=ELEMENTS[types.dtype], **fields)
 
     def heuristic(self, problem: Problem) -> Config:
@@ -218,7 +297,7 @@ class _SimtFamily:
 class _Launcher:
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
-        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp] + [i32] * 11 + [vp]
+        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, vp] + [i32] * 11 + [vp]
         lib.cnm_run.restype = i32
         lib.cnm_workspace.argtypes = [i32, i32, i32]
         lib.cnm_workspace.restype = ctypes.c_longlong
@@ -229,11 +308,20 @@ class _Launcher:
     def __call__(self, x: torch.Tensor, w: NMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         m, k = x.shape
         n = w.out_features
-        kg = kgroups_for(w.pattern.m, self.cfg.k_cols)
-        wt, cols, n_pad, nnz_pad = w.layout(("simt", kg), partial(simt_layout, kgroups=kg))
+        cfg, rows = self.cfg, None
+        if cfg.compact:
+            if (reason := _compact_rule(cfg, w.pattern, w.vector)) is not None:
+                raise LaunchError(f"nm_simt: config {cfg.to_record()} cannot run this weight: {reason}")
+            key = ("simt_compact", cfg.block_rows, cfg.k_cols)
+            wt, cols, rows, n_pad, nnz_pad, kg = w.layout(key, partial(compact_layout, block_rows=cfg.block_rows,
+                                                                      k_cols=cfg.k_cols))
+        else:
+            kg = kgroups_for(w.pattern.m, cfg.k_cols)
+            wt, cols, n_pad, nnz_pad = w.layout(("simt", kg), partial(simt_layout, kgroups=kg))
         scratch = workspace(x.device, int(self.workspace(m, n, k)))
         stream = torch.cuda.current_stream(x.device).cuda_stream
-        status = self.run(x.data_ptr(), wt.data_ptr(), cols.data_ptr(), None if bias is None else bias.data_ptr(),
+        status = self.run(x.data_ptr(), wt.data_ptr(), cols.data_ptr(), None if rows is None else rows.data_ptr(),
+                          None if bias is None else bias.data_ptr(),
                           y.data_ptr(), scratch, m, n, k, w.pattern.n, w.pattern.m, w.vector, kg, n_pad, nnz_pad,
                           self.out_kind, int(x.data_ptr() % 16 == 0), stream)
         if status == 3:

@@ -11,7 +11,9 @@
 // Three kernel modes: 1 (fast: 16-byte cp.async of x, compile-time pitch, one column per thread per step),
 // 2 (x_transposed: x is first transposed to x^T [k][m] in a workspace, so a k-tile is staged column-major
 // [ktd][kBT] and a thread reads its tokens as float4s: 2 loads per 8 tokens instead of 8) and 0 (general: any
-// k alignment, any M, vector = 1): same arithmetic, runtime geometry, scalar x loads.
+// k alignment, any M, vector = 1): same arithmetic, runtime geometry, scalar x loads. With kCompact (mode 2 only),
+// a stage holds kKC rows of x^T listed per CTA and k-tile (rows [n_pad / kBR][ktiles][kKC], -1 = zeros) and a
+// k-tile is as many M-groups as keep that list within kKC (families/nm_simt.py::compact_layout).
 #include <algorithm>
 #include <cstdint>
 #include <cuda_runtime.h>
@@ -29,6 +31,7 @@ constexpr int kKC = ${k_cols};  // target dense columns per k-tile
 constexpr int kStages = ${stages};
 constexpr int kSplit = ${split_k};
 constexpr bool kTransposed = ${x_transposed};  // mode 2 where the fast path applies
+constexpr bool kCompact = ${compact};  // mode 2 with x^T rows listed per CTA and k-tile
 constexpr int kWarpRows = 4 * kTR, kWarpTokens = 8 * kTT;
 constexpr int kWarpsR = kBR / kWarpRows, kWarpsT = kBT / kWarpTokens;
 constexpr int kThreads = 32 * kWarpsR * kWarpsT;
@@ -47,6 +50,7 @@ struct Params {
   int m_pad;
   const float* wt;
   const int* cols;
+  const int* rows;   // kCompact: x^T rows staged per CTA and k-tile, [n_pad / kBR][ktiles][kKC]
   const Element* bias;
   void* y;         // m x n (Out) or the split-K partials [kSplit][m][n] float
   int m, n, k, keep, group, vector, kgroups, ktd, ktc, pitch, nvb, n_pad, nnz_pad, ktiles;
@@ -109,7 +113,8 @@ struct TileCopier {
   static_assert(kMode != 2 || kThreads % kChunks == 0, "mode 2: threads must cover whole x^T rows");
   static_assert(kThreads % kWChunks == 0, "threads must cover whole W steps");
 
-  const float* x0;   // this thread's first x chunk at k-tile 0
+  static constexpr int kRowsPer = (kKC + kRowStep - 1) / kRowStep;  // compact: x^T rows this thread copies
+  const float* x0;   // this thread's first x chunk at k-tile 0 (compact: at x^T row 0)
   int64_t x_step;    // elements between this thread's successive x chunks (rows of x^T or tokens)
   int x_first, x_stride, x_limit;  // mode 2: first row, row step, rows; mode 1: first token, token step, tokens
   int x_dst, x_dst_step;           // floats into the stage
@@ -119,6 +124,7 @@ struct TileCopier {
   int64_t w_step;
   int w_first, w_dst;
   const int* c0;
+  const int* r0;     // compact: this CTA's row lists
   int c_v, c_j, c_dv, c_dj;
 
   __device__ TileCopier(const Params& p, int row0, int tok0, int vb0) {
@@ -126,7 +132,7 @@ struct TileCopier {
     if (kMode == 2) {
       const int c = (t % kChunks) * 4;
       x_first = t / kChunks; x_stride = kRowStep; x_limit = p.ktd;
-      x0 = p.x + static_cast<int64_t>(x_first) * p.m_pad + tok0 + c;
+      x0 = p.x + (kCompact ? 0 : static_cast<int64_t>(x_first) * p.m_pad) + tok0 + c;
       x_step = static_cast<int64_t>(kRowStep) * p.m_pad;
       x_dst = x_first * kPitchT + c; x_dst_step = kRowStep * kPitchT;
       tok_ok = tok0 + c < p.m_pad; x_col = 0;
@@ -148,6 +154,7 @@ struct TileCopier {
     w_dst = w_first * kBR + r;
     c_v = t / p.ktc; c_j = t % p.ktc; c_dv = kThreads / p.ktc; c_dj = kThreads % p.ktc;
     c0 = p.cols + static_cast<int64_t>(vb0) * p.nnz_pad;
+    r0 = kCompact ? p.rows + static_cast<int64_t>(blockIdx.x) * p.ktiles * kKC : nullptr;
   }
 
   __device__ __forceinline__ void issue(const Params& p, char* stage, int kt, int tok0) const {
@@ -155,7 +162,22 @@ struct TileCopier {
     float* ws = reinterpret_cast<float*>(stage + p.x_bytes);
     int* cs = reinterpret_cast<int*>(stage + p.x_bytes + p.w_bytes);
     const int k0 = kt * p.ktd, j0 = kt * p.ktc;
-    if constexpr (kMode == 2) {  // rows k0 + r of x^T, out-of-range rows or tokens zero-filled
+    if constexpr (kMode == 2 && kCompact) {  // the listed rows of x^T: indices first, then the copies
+      const int* list = r0 + kt * kKC;
+      int row[kRowsPer];
+#pragma unroll
+      for (int i = 0; i < kRowsPer; ++i) {
+        const int r = x_first + i * x_stride;
+        row[i] = r < kKC ? __ldg(list + r) : -1;
+      }
+#pragma unroll
+      for (int i = 0; i < kRowsPer; ++i) {
+        if (x_first + i * x_stride >= kKC) break;
+        const bool ok = tok_ok && row[i] >= 0;
+        cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(
+            xs + x_dst + i * x_dst_step, ok ? x0 + static_cast<int64_t>(row[i]) * p.m_pad : p.x, ok);
+      }
+    } else if constexpr (kMode == 2) {  // rows k0 + r of x^T, out-of-range rows or tokens zero-filled
       const float* src = x0 + static_cast<int64_t>(k0) * p.m_pad;
       float* dst = xs + x_dst;
       for (int r = x_first; r < x_limit; r += x_stride, src += x_step, dst += x_dst_step) {
@@ -357,7 +379,7 @@ int grid_for(int64_t total) { return int(std::min<int64_t>((total + 255) / 256, 
 
 extern "C" {
 
-int cnm_abi_version() { return 1; }
+int cnm_abi_version() { return 2; }
 
 // Bytes of scratch cnm_run needs (widened x, split-K partials); 0 if none.
 long long cnm_workspace(int m, int n, int k) {
@@ -368,18 +390,21 @@ long long cnm_workspace(int m, int n, int k) {
   return bytes;
 }
 
-// keep:group = N:M; vector: rows sharing an index row; kgroups: groups per k-tile (the layout's);
+// keep:group = N:M; vector: rows sharing an index row; kgroups: groups per k-tile (the layout's); rows: the
+// compact layout's x^T row lists (kCompact only, else null);
 // out_kind: 0 = the input type, 1 = float. x_aligned: x is 16-byte aligned. 0 on success, 2: bad arguments,
 // 3: does not fit in shared memory, else 1000 + cudaError_t.
-int cnm_run(const void* x, const void* wt, const void* cols, const void* bias, void* y, void* workspace, int m,
-            int n, int k, int keep, int group, int vector, int kgroups, int n_pad, int nnz_pad, int out_kind,
-            int x_aligned, cudaStream_t stream) {
+int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, const void* bias, void* y,
+            void* workspace, int m, int n, int k, int keep, int group, int vector, int kgroups, int n_pad,
+            int nnz_pad, int out_kind, int x_aligned, cudaStream_t stream) {
   if (m < 1 || n < 1 || k < 1 || keep < 1 || group <= keep || group > 64 || vector < 1 || kgroups < 1 ||
       n_pad % kBR || n_pad % vector || nnz_pad % (kgroups * keep))
     return 2;
+  if (kCompact && (!kTransposed || vector < kTR || rows == nullptr || group > kKC)) return 2;
   Params p{};
   p.wt = static_cast<const float*>(wt);
   p.cols = static_cast<const int*>(cols);
+  p.rows = static_cast<const int*>(rows);
   p.bias = static_cast<const Element*>(bias);
   p.m = m; p.n = n; p.k = k; p.keep = keep; p.group = group; p.vector = vector; p.kgroups = kgroups;
   p.ktd = kgroups * group; p.ktc = kgroups * keep; p.n_pad = n_pad; p.nnz_pad = nnz_pad;
@@ -394,8 +419,9 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* bias, v
   p.m_pad = (m + 3) / 4 * 4;
   if (kTransposed) ws += ((int64_t(k) * p.m_pad * 4 + 255) / 256) * 256;
   int mode;
-  if (kTransposed && p.ktd <= kKC && vector >= kTR) {
+  if (kTransposed && (kCompact || (p.ktd <= kKC && vector >= kTR))) {
     mode = 2;
+    if (kCompact) p.ktd = kKC;  // the stage holds the listed rows
     dim3 grid((k + 31) / 32, (m + 31) / 32);
     transpose_widen<<<grid, dim3(32, 8), 0, stream>>>(static_cast<const Element*>(x),
                                                       reinterpret_cast<float*>(transposed), m, k, p.m_pad);
