@@ -264,7 +264,8 @@ class _SimtFamily:
     def source(self, cfg: Config, types: KernelTypes) -> str:
         from ..codegen.cutlass_emit import template
 
-        fields = {name: int(getattr(Config.from_record(cfg.to_record()), name)) for name in Config.SPACE}
+        valid = Config.from_record(cfg.to_record())  # only validated ints reach the source
+        fields = {name: int(getattr(valid, name)) for name in Config.SPACE}
         return template("nm_simt.cu").substitute(element=ELEMENTS[types.dtype], **fields)
 
     def heuristic(self, problem: Problem) -> Config:
