@@ -49,7 +49,9 @@ _COMPACT = (Config(block_rows=256, block_tokens=64, k_cols=96, stages=2),
             Config(block_rows=256, block_tokens=64, k_cols=64, stages=3))
 SWEEP = (tuple(Config(**{**c.to_record(), "x_transposed": t}) for t in (1, 0) for c in _BASES)
          + tuple(Config(**{**c.to_record(), "x_transposed": 1}) for c in _WIDE)
-         + tuple(Config(**{**c.to_record(), "x_transposed": 1, "compact": 1}) for c in _COMPACT))
+         + tuple(Config(**{**c.to_record(), "x_transposed": 1, "compact": 1}) for c in _COMPACT)
+         # tma: the transposed bases and wide tiles again, their stages filled by TMA
+         + tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (*_BASES, *_WIDE)))
 TYPES = {"f32": KernelTypes("f32", "f32", False), "f16": KernelTypes("f16", "f16", False)}
 SMS = 132
 VECTOR = 32  # the weights' index-sharing vector (the format's default); the problems carry it for exact checks

@@ -31,9 +31,15 @@ CONFIGS = [Config(), Config(split_k=4), Config(block_rows=32, block_tokens=32, t
            Config(block_rows=256, block_tokens=64, k_cols=96, stages=2, x_transposed=1, compact=1),
            Config(block_rows=64, block_tokens=128, k_cols=64, stages=3, split_k=2, x_transposed=1, compact=1),
            Config(block_rows=32, block_tokens=32, thread_rows=4, thread_tokens=4, k_cols=128, x_transposed=1,
-                  compact=1)]
+                  compact=1),
+           # tma: stages filled by TMA on sm_90
+           Config(block_rows=256, block_tokens=64, k_cols=64, stages=3, x_transposed=1, tma=1),
+           Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, x_transposed=1, tma=1),
+           Config(block_rows=32, block_tokens=32, thread_rows=4, thread_tokens=4, k_cols=16, stages=5, x_transposed=1,
+                  tma=1)]
 TRANSPOSED = Config(x_transposed=1, split_k=2)
 COMPACT = Config(block_rows=256, block_tokens=64, k_cols=96, stages=2, split_k=2, x_transposed=1, compact=1)
+TMA = Config(block_rows=128, block_tokens=128, k_cols=64, stages=3, split_k=2, x_transposed=1, tma=1)
 CONFIG_PATTERNS = ["3:7", "16:32", "1:8", "2:4", "13:64"]
 MATMUL_PATTERNS = ["1:4", "2:8", "3:7", "5:16", "16:32", "2:4", "31:64", "1:2"]
 
@@ -52,7 +58,7 @@ def _precompiled():
     kids |= {(FAMILY.name, FAMILY.heuristic(Problem(m, 512, 768, t, p, 32)), t) for m in (1, 3, 16) for t in _types()
              for p in ("5:16", "2:8")}
     kids |= {(FAMILY.name, c, KernelTypes("f32", "f32", False)) for c in CONFIGS}
-    kids |= {(FAMILY.name, cfg, t) for t in _types() for cfg in (TRANSPOSED, COMPACT)}
+    kids |= {(FAMILY.name, cfg, t) for t in _types() for cfg in (TRANSPOSED, COMPACT, TMA)}
     bad = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
     assert not bad, bad[:1]
     cutlass_nm.set_selector(lambda family, problem: None)  # heuristics, not the tuning DB
@@ -114,6 +120,21 @@ def test_compact_matches_reference(shape, pattern, vector, dtype):
     x, w, b, ref = _case(m, n, k, pattern, dtype, vector, seed=13)
     y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
     get_kernel((FAMILY.name, COMPACT, KernelTypes(NAMES[dtype], NAMES[dtype], True)))(x, w, b, y)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all()
+    assert _err(y, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("pattern", ["1:8", "4:32", "3:7", "5:16", "2:4", "31:64"])
+@pytest.mark.parametrize("vector", [1, 8, 16, 32])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=NAMES.get)
+def test_tma_matches_reference(shape, pattern, vector, dtype):
+    """tma = 1 (x^T tiles and kept weights by TMA on sm_90; vector 1 runs the cp.async path), split-K 2, tails."""
+    m, n, k = shape
+    x, w, b, ref = _case(m, n, k, pattern, dtype, vector, seed=17)
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    get_kernel((FAMILY.name, TMA, KernelTypes(NAMES[dtype], NAMES[dtype], True)))(x, w, b, y)
     torch.cuda.synchronize()
     assert torch.isfinite(y).all()
     assert _err(y, ref) < TOL[dtype]

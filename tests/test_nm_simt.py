@@ -131,6 +131,18 @@ def test_compact_holds_more_steps_at_high_sparsity():
     assert kg >= 12
 
 
+def test_tma_smem_and_rule():
+    """tma = 1: the xᵀ tile is unpadded (TMA boxes) and each stage has an 8-byte mbarrier; it needs whole xᵀ tiles."""
+    tma = replace(WIDE3, tma=1)
+    # 16:32, vector 32: x^T 64 x 64 floats = 16384 B, W 32768, indices 8 x 32 x 4 = 1024: 50176 per stage (x 128)
+    assert smem_bound(tma, "16:32", 32) == 3 * (16384 + 32768 + 1024 + 8)
+    assert smem_bound(tma, "16:32", 32) < smem_bound(WIDE3, "16:32", 32)
+    assert FAMILY.check(tma, Problem(2048, 4096, 4096, F32, "4:32", 32)) is None
+    assert "x_transposed" in FAMILY.check(replace(tma, x_transposed=0), Problem(2048, 4096, 4096, F32, "4:32", 32))
+    assert "compact=0" in FAMILY.check(replace(tma, compact=1, k_cols=96, stages=2),
+                                       Problem(2048, 4096, 4096, F32, "4:32", 32))
+
+
 def test_compact_rule():
     w_rule = Config(block_rows=256, block_tokens=64, k_cols=96, stages=2, x_transposed=1, compact=1)
     assert FAMILY.check(w_rule, Problem(2048, 4096, 4096, F32, "1:8", 32)) is None

@@ -14,7 +14,9 @@ in a workspace first (a pass over x, small beside the GEMM). With ``x_transposed
 (2 shared-memory loads per 8 tokens instead of 8 scalar loads). ``compact`` = 1 (with ``x_transposed``) stages
 only the rows of xᵀ that the CTA's rows use: a k-tile spans as many M-groups as keep the union of its vectors'
 columns within ``k_cols`` rows (and its kept steps within ``k_cols`` / 4), so at high sparsity a k-tile holds
-2-3x more kept steps for the same shared memory (compact_layout).
+2-3x more kept steps for the same shared memory (compact_layout). ``tma`` = 1 (with ``x_transposed``, on sm_90)
+fills each stage's xᵀ tile and kept weights by two TMA copies from one thread, completing on a per-stage mbarrier,
+instead of every thread issuing 16-byte cp.async with its own address arithmetic.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ ROW_PAD = 256  # the layout pads rows to a multiple of the largest block_rows
 class Config(FamilyConfig):
     """CTA tile (W rows x tokens), thread tile, k-tile width in dense columns (compact: in staged rows of xᵀ),
     pipeline depth, split-K, whether x is transposed first (x_transposed: float4 token reads from a column-major x
-    tile) and whether that tile holds only the columns the CTA's rows use (compact, needs x_transposed)."""
+    tile), whether that tile holds only the columns the CTA's rows use (compact, needs x_transposed) and whether
+    TMA fills the stages (tma, needs x_transposed, not compact; sm_90, cp.async elsewhere)."""
 
     block_rows: int = 128
     block_tokens: int = 128
@@ -53,12 +56,13 @@ class Config(FamilyConfig):
     split_k: int = 1
     x_transposed: int = 0
     compact: int = 0
+    tma: int = 0
 
     SPACE: ClassVar = {"block_rows": (32, 64, 128, 256), "block_tokens": (32, 64, 128, 256),
                        "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 96, 128),
                        "stages": (2, 3, 4, 5), "split_k": (1, 2, 4, 8),
                        # x_transposed = 1 passed its H100 GPU tests (results/h100/gpu_tests_nm.log); timed by the tuner
-                       "x_transposed": (0, 1), "compact": (0, 1)}
+                       "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1)}
 
     @property
     def threads(self) -> int:
@@ -120,14 +124,14 @@ def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
         ktd, ktc = kg * pat.m, kg * pat.n
     fast = ktd <= cfg.k_cols and vector >= cfg.thread_rows  # the launcher's condition for modes 1 and 2
     if cfg.x_transposed and (fast or cfg.compact):  # mode 2 (compact: the launcher refuses anything else)
-        x = ktd * (cfg.block_tokens + 4) * 4
+        x = ktd * (cfg.block_tokens + (0 if cfg.tma else 4)) * 4  # TMA boxes are unpadded
     else:  # mode 1 (aligned x, k and ktd multiples of 4) or mode 0
         pitch = cfg.k_cols + 4 if fast and ktd % 4 == 0 else -(-ktd // 8) * 8 + 4
         x = cfg.block_tokens * pitch * 4
     w = ktc * cfg.block_rows * 4
     index_rows = cfg.block_rows // vector if cfg.block_rows >= vector else 1  # the launcher's p.nvb
     cols = index_rows * ktc * 4
-    return cfg.stages * (-(-(x + w + cols) // 128) * 128)
+    return cfg.stages * (-(-(x + w + cols) // 128) * 128 + (8 if cfg.tma else 0))  # tma: an mbarrier per stage
 
 
 def kgroups_for(m: int, k_cols: int) -> int:
@@ -212,7 +216,9 @@ def simt_layout(w: NMWeight, kgroups: int) -> tuple[torch.Tensor, torch.Tensor, 
 
 
 def _compact_rule(cfg: Config, pat: Pattern | None, vector: int) -> str | None:
-    """The reason ``compact`` = 1 cannot run this pattern and vector (None: it can, or compact is off)."""
+    """The reason ``compact`` = 1 (or ``tma`` = 1) cannot run this pattern and vector (None: it can, or both off)."""
+    if cfg.tma and (not cfg.x_transposed or cfg.compact):
+        return "tma=1 copies whole xᵀ tiles: it needs x_transposed=1 and compact=0"
     if not cfg.compact:
         return None
     if not cfg.x_transposed:

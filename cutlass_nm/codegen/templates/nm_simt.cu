@@ -13,13 +13,18 @@
 // [ktd][kBT] and a thread reads its tokens as float4s: 2 loads per 8 tokens instead of 8) and 0 (general: any
 // k alignment, any M, vector = 1): same arithmetic, runtime geometry, scalar x loads. With kCompact (mode 2 only),
 // a stage holds kKC rows of x^T listed per CTA and k-tile (rows [n_pad / kBR][ktiles][kKC], -1 = zeros) and a
-// k-tile is as many M-groups as keep that list within kKC (families/nm_simt.py::compact_layout).
+// k-tile is as many M-groups as keep that list within kKC (families/nm_simt.py::compact_layout). With kTma (mode 2,
+// sm_90), one thread brings each stage's x^T tile and kept weights by two TMA copies that complete on the stage's
+// mbarrier, instead of every thread issuing 16-byte cp.async with its own address arithmetic (the column indices
+// stay on cp.async); the x^T tile is then unpadded ([ktd][kBT]).
 #include <algorithm>
 #include <cstdint>
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cutlass/arch/memory_sm80.h>
+#include <cutlass/cuda_host_adapter.hpp>
 
 namespace {
 using Element = ${element};  // input/bias type; x is widened to float first when it is not float
@@ -32,6 +37,7 @@ constexpr int kStages = ${stages};
 constexpr int kSplit = ${split_k};
 constexpr bool kTransposed = ${x_transposed};  // mode 2 where the fast path applies
 constexpr bool kCompact = ${compact};  // mode 2 with x^T rows listed per CTA and k-tile
+constexpr bool kTma = ${tma};  // mode 2: stages filled by TMA where the GPU has it (sm_90)
 constexpr int kWarpRows = 4 * kTR, kWarpTokens = 8 * kTT;
 constexpr int kWarpsR = kBR / kWarpRows, kWarpsT = kBT / kWarpTokens;
 constexpr int kThreads = 32 * kWarpsR * kWarpsT;
@@ -39,7 +45,7 @@ constexpr int kThreads = 32 * kWarpsR * kWarpsT;
 // halve the resident warps)
 constexpr int kMinBlocks = kTR * kTT <= 64 && kThreads <= 256 ? 2 : 1;
 constexpr int kPitchFast = kKC + 4;  // floats; = 4 mod 8 words: 8 consecutive tokens hit 8 bank groups
-constexpr int kPitchT = kBT + 4;     // mode 2: floats per column of the x^T tile
+constexpr int kPitchT = kTma ? kBT : kBT + 4;  // mode 2: floats per column of the x^T tile (TMA boxes: unpadded)
 static_assert(kTT % 4 == 0, "mode 2 reads a thread's tokens as float4s");
 static_assert(kBR % kWarpRows == 0 && kBT % kWarpTokens == 0, "tile must be a whole number of warps");
 static_assert(kTR % 4 == 0, "thread rows are read as float4");
@@ -55,6 +61,7 @@ struct Params {
   void* y;         // m x n (Out) or the split-K partials [kSplit][m][n] float
   int m, n, k, keep, group, vector, kgroups, ktd, ktc, pitch, nvb, n_pad, nnz_pad, ktiles;
   int x_bytes, w_bytes, stage_bytes;
+  CUtensorMap tma_x, tma_w;  // kTma: x^T (k x m_pad, boxes kBT x ktd) and the kept weights (nnz_pad x n_pad, kBR x ktc)
 };
 
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -125,6 +132,7 @@ struct TileCopier {
   int w_first, w_dst;
   const int* c0;
   const int* r0;     // compact: this CTA's row lists
+  int row0_;
   int c_v, c_j, c_dv, c_dj;
 
   __device__ TileCopier(const Params& p, int row0, int tok0, int vb0) {
@@ -155,12 +163,33 @@ struct TileCopier {
     c_v = t / p.ktc; c_j = t % p.ktc; c_dv = kThreads / p.ktc; c_dj = kThreads % p.ktc;
     c0 = p.cols + static_cast<int64_t>(vb0) * p.nnz_pad;
     r0 = kCompact ? p.rows + static_cast<int64_t>(blockIdx.x) * p.ktiles * kKC : nullptr;
+    row0_ = row0;
+  }
+
+  // kTma: thread 0 arms the stage's barrier with both boxes' bytes and issues the two copies (out-of-range rows
+  // and tokens of x^T arrive as zeros); the other threads only copy the column indices (issue_indices).
+  __device__ __forceinline__ void issue_tma(const Params& p, char* stage, uint32_t bar, int kt, int tok0) const {
+#if __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) {
+      const uint32_t xs = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+      const uint32_t ws = xs + p.x_bytes;
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // this stage's earlier reads come first
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(p.x_bytes + p.w_bytes)
+                   : "memory");
+      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                   "[%4];" ::"r"(xs), "l"(reinterpret_cast<uint64_t>(&p.tma_x)), "r"(tok0), "r"(kt * p.ktd), "r"(bar)
+                   : "memory");
+      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                   "[%4];" ::"r"(ws), "l"(reinterpret_cast<uint64_t>(&p.tma_w)), "r"(row0_), "r"(kt * p.ktc), "r"(bar)
+                   : "memory");
+    }
+#endif
+    issue_indices(p, stage, kt);
   }
 
   __device__ __forceinline__ void issue(const Params& p, char* stage, int kt, int tok0) const {
     float* xs = reinterpret_cast<float*>(stage);
     float* ws = reinterpret_cast<float*>(stage + p.x_bytes);
-    int* cs = reinterpret_cast<int*>(stage + p.x_bytes + p.w_bytes);
     const int k0 = kt * p.ktd, j0 = kt * p.ktc;
     if constexpr (kMode == 2 && kCompact) {  // the listed rows of x^T: indices first, then the copies
       const int* list = r0 + kt * kKC;
@@ -209,6 +238,12 @@ struct TileCopier {
       for (int j = w_first; j < p.ktc; j += kWStep, src += w_step, dst += kWStep * kBR)
         cutlass::arch::cp_async<16, cutlass::arch::CacheOperation::Global>(dst, src);
     }
+    issue_indices(p, stage, kt);
+  }
+
+  __device__ __forceinline__ void issue_indices(const Params& p, char* stage, int kt) const {
+    int* cs = reinterpret_cast<int*>(stage + p.x_bytes + p.w_bytes);
+    const int j0 = kt * p.ktc;
     int v = c_v, j = c_j;  // column indices [nvb][ktc], element e = v * ktc + j
     for (int e = threadIdx.x; e < p.nvb * p.ktc; e += kThreads) {
       cutlass::arch::cp_async<4>(cs + e, c0 + static_cast<int64_t>(v) * p.nnz_pad + j0 + j);
@@ -218,9 +253,10 @@ struct TileCopier {
   }
 };
 
-template <int kMode, class Out>
+template <int kMode, class Out, bool kUseTma = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-nm_simt_kernel(Params p) {
+nm_simt_kernel(__grid_constant__ const Params p) {
+  static_assert(!kUseTma || kMode == 2, "TMA fills mode 2's stages only");
   constexpr bool kFast = kMode != 0;
   extern __shared__ __align__(16) char smem[];
   const int row0 = blockIdx.x * kBR, tok0 = blockIdx.y * kBT;
@@ -249,7 +285,22 @@ nm_simt_kernel(Params p) {
     for (int b = 0; b < kTT; ++b) acc[a][b] = 0.f;
 
   const TileCopier<kMode> copier(p, row0, tok0, vb0);
-  auto load = [&](int s, int kt) { copier.issue(p, smem + s * p.stage_bytes, kt, tok0); };
+  // kUseTma: one mbarrier per stage after the stages, completed by the stage's TMA bytes
+  const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + kStages * p.stage_bytes));
+#if __CUDA_ARCH__ >= 900
+  if constexpr (kUseTma) {
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int s = 0; s < kStages; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bars + 8 * s));
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+  }
+#endif
+  auto load = [&](int s, int kt) {
+    if constexpr (kUseTma) copier.issue_tma(p, smem + s * p.stage_bytes, bars + 8 * s, kt, tok0);
+    else copier.issue(p, smem + s * p.stage_bytes, kt, tok0);
+  };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < count) load(s, kt0 + s);
@@ -261,6 +312,12 @@ nm_simt_kernel(Params p) {
     const int next = i + kStages - 1;
     if (next < count) load(next % kStages, kt0 + next);
     cutlass::arch::cp_async_fence();
+#if __CUDA_ARCH__ >= 900
+    if constexpr (kUseTma) {  // this stage's boxes: its (i / kStages)-th fill
+      asm volatile("{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT_%=;\n}"
+                   ::"r"(bars + 8 * (i % kStages)), "r"((i / kStages) & 1) : "memory");
+    }
+#endif
 
     const char* stage = smem + (i % kStages) * p.stage_bytes;
     const float* xs = reinterpret_cast<const float*>(stage) + (kMode == 2 ? tloc : tloc * pitch);
@@ -360,9 +417,9 @@ __global__ void transpose_widen(const Element* x, float* xt, int m, int k, int m
   }
 }
 
-template <int kMode, class Out>
+template <int kMode, class Out, bool kUseTma = false>
 cudaError_t launch(const Params& p, size_t smem, int limit, cudaStream_t stream) {
-  auto kernel = nm_simt_kernel<kMode, Out>;
+  auto kernel = nm_simt_kernel<kMode, Out, kUseTma>;
   static int allowed = 0;  // dynamic shared memory opted in so far (once per process and variant)
   if (int(smem) > allowed) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
@@ -372,6 +429,35 @@ cudaError_t launch(const Params& p, size_t smem, int limit, cudaStream_t stream)
   dim3 grid((p.n + kBR - 1) / kBR, (p.m + kBT - 1) / kBT, kSplit);
   kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
+}
+
+// mode 2's launch: the TMA-filled kernel where the binary has it and the GPU runs it, else cp.async.
+template <class Out>
+cudaError_t launch_mode(int mode, bool use_tma, const Params& p, size_t smem, int limit, cudaStream_t stream) {
+  if constexpr (kTma) {
+    if (use_tma) return launch<2, Out, true>(p, smem, limit, stream);
+  }
+  return mode == 2 ? launch<2, Out>(p, smem, limit, stream)
+       : mode == 1 ? launch<1, Out>(p, smem, limit, stream) : launch<0, Out>(p, smem, limit, stream);
+}
+
+// kTma's two tensor maps: x^T (k rows of m_pad tokens; boxes of kBT tokens x ktd rows, zeros past k and m_pad) and
+// the kept weights (nnz_pad steps of n_pad rows; boxes of kBR rows x ktc steps). False if the driver refuses.
+bool encode_maps(Params& p) {
+  const cuuint32_t unit[2] = {1, 1};
+  const cuuint64_t x_dims[2] = {cuuint64_t(p.m_pad), cuuint64_t(p.k)}, x_stride[1] = {cuuint64_t(p.m_pad) * 4};
+  const cuuint32_t x_box[2] = {cuuint32_t(kBT), cuuint32_t(p.ktd)};
+  const cuuint64_t w_dims[2] = {cuuint64_t(p.n_pad), cuuint64_t(p.nnz_pad)}, w_stride[1] = {cuuint64_t(p.n_pad) * 4};
+  const cuuint32_t w_box[2] = {cuuint32_t(kBR), cuuint32_t(p.ktc)};
+  CUresult a = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
+      &p.tma_x, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(p.x), x_dims, x_stride, x_box, unit,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CUresult b = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
+      &p.tma_w, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(p.wt), w_dims, w_stride, w_box, unit,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return a == CUDA_SUCCESS && b == CUDA_SUCCESS;
 }
 
 int grid_for(int64_t total) { return int(std::min<int64_t>((total + 255) / 256, 132 * 16)); }
@@ -442,22 +528,23 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   p.x_bytes = mode == 2 ? p.ktd * kPitchT * 4 : kBT * p.pitch * 4;
   p.w_bytes = p.ktc * kBR * 4;
   p.stage_bytes = ((p.x_bytes + p.w_bytes + p.nvb * p.ktc * 4 + 127) / 128) * 128;
-  const size_t smem = size_t(p.stage_bytes) * kStages;
-  static int limit = 0;  // opt-in shared memory per block of the (first) device
+  const size_t smem = size_t(p.stage_bytes) * kStages + (kTma ? 8 * kStages : 0);  // kTma: + a barrier per stage
+  static int limit = 0, major = 0;  // opt-in shared memory per block and compute capability of the (first) device
   if (limit == 0) {
     int dev = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   }
   if (smem > size_t(limit)) return 3;
+  const bool use_tma = kTma && !kCompact && mode == 2 && major >= 9;
+  if (use_tma && !encode_maps(p)) return 1000 + int(cudaErrorInvalidValue);
   p.y = kSplit > 1 ? static_cast<void*>(ws) : y;
   cudaError_t err;
   if (kSplit > 1 || out_kind == 1) {
-    err = mode == 2 ? launch<2, float>(p, smem, limit, stream)
-        : mode == 1 ? launch<1, float>(p, smem, limit, stream) : launch<0, float>(p, smem, limit, stream);
+    err = launch_mode<float>(mode, use_tma, p, smem, limit, stream);
   } else {
-    err = mode == 2 ? launch<2, Element>(p, smem, limit, stream)
-        : mode == 1 ? launch<1, Element>(p, smem, limit, stream) : launch<0, Element>(p, smem, limit, stream);
+    err = launch_mode<Element>(mode, use_tma, p, smem, limit, stream);
   }
   if (err == cudaSuccess && kSplit > 1) {
     const int64_t total = int64_t(m) * n;
