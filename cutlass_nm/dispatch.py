@@ -89,6 +89,14 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
     return y
 
 
+def kernel_for(family: str, x2: torch.Tensor, w: VNMWeight, out_dtype: torch.dtype) -> Callable:
+    """The kernel ``family`` runs for ``x2`` (m x k) against ``w`` with no bias: matmul's cached resolution, for
+    callers that chain kernels (``gated_mlp``); the first call per problem compiles or loads it."""
+    key = (x2.shape[0], w.out_features, w.in_features, x2.dtype, out_dtype, False, x2.device, family, type(w),
+           w.pattern, 0)
+    return _RESOLVED.get(key) or _resolve(key)
+
+
 def _check(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None) -> None:
     """Every input rule, cheapest first; device checks come last so the rest is testable on a CPU."""
     if not isinstance(w, _WEIGHTS):

@@ -122,3 +122,26 @@ def _vnm_backward(ctx, grad):
 
 
 vnm_linear.register_autograd(_vnm_backward, setup_context=_vnm_setup_context)
+
+
+@torch.library.custom_op("cutlass_nm::vnm_gated_mlp", mutates_args=())
+def vnm_gated_mlp(x: torch.Tensor, gu_values: torch.Tensor, gu_columns: torch.Tensor, gu_meta: torch.Tensor,
+                  down_values: torch.Tensor, down_columns: torch.Tensor, down_meta: torch.Tensor, gu_m: int,
+                  down_m: int, k: int) -> torch.Tensor:
+    """down(silu(x·Gᵀ) ⊙ (x·Uᵀ)) for a fused ``256:2:gu_m`` gate/up weight and a ``128:2:down_m`` down weight
+    (``gated_mlp``). Inference only: no autograd formula is registered."""
+    from .gated_mlp import gated_mlp, reference
+
+    gate_up = vnm_view(gu_values, gu_columns, gu_meta, 256, gu_m, k)
+    down = vnm_view(down_values, down_columns, down_meta, 128, down_m, int(gu_values.shape[0]) // 2)
+    if x.is_cuda:
+        return gated_mlp(x.contiguous(), gate_up, down)
+    return reference(x, gate_up, down)
+
+
+@vnm_gated_mlp.register_fake
+def _(x: torch.Tensor, gu_values: torch.Tensor, gu_columns: torch.Tensor, gu_meta: torch.Tensor,
+      down_values: torch.Tensor, down_columns: torch.Tensor, down_meta: torch.Tensor, gu_m: int, down_m: int,
+      k: int) -> torch.Tensor:
+    torch._check(x.shape[-1] == k, lambda: "x's last dim must equal the gate/up weight's in_features")
+    return x.new_empty((*x.shape[:-1], down_values.shape[0]))

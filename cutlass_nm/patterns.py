@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .errors import PatternError
 
-_VNM_V = (32, 64, 128)
+_VNM_V = (32, 64, 128, 256)  # 256: also a gate/up pair of V = 128 pruned together (formats.glu)
 _MAX_M = 128
 
 

@@ -31,7 +31,8 @@ ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "flo
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
     """CTA tile (tile_m rows of W inside one V-block, tile_n tokens, tile_k gathered columns), pipeline depth,
-    consumer warpgroups (2 split tile_m = 128 in halves), the per-call x transpose (0: padded shared-memory tile
+    consumer warpgroups (2 split tile_m = 128 in halves; tile_m = 256, for V = 256 weights, in two 128-row MMA
+    tiles each), the per-call x transpose (0: padded shared-memory tile
     whose stores conflict 8 ways, the original; 1: swizzled tile, conflict-free stores) and the B gather (0: 16-byte
     cp.async by the producer warpgroup, the original; 1: one TMA box of 64 tokens x 1 row per gathered row and
     64-token chunk, swizzled by the copy engine) and, for the cp.async gather, how its producer issues (0: one
@@ -50,7 +51,7 @@ class Config(FamilyConfig):
     mma_pipe: int = 0
 
     SPACE: ClassVar = {
-        "tile_m": (64, 128),
+        "tile_m": (64, 128, 256),
         "tile_n": (64, 128, 256),
         "tile_k": (64, 128),
         "stages": (2, 3, 4, 5, 6, 7, 8),
@@ -60,6 +61,19 @@ class Config(FamilyConfig):
         "producer": (0, 1),
         "mma_pipe": (0, 1),
     }
+
+
+def emit(cfg: Config, types: KernelTypes, glu: bool) -> str:
+    """templates/vnm_sm90.cu for ``cfg`` (plain epilogue, or ``glu``: the SwiGLU epilogue of ``vnm_glu_sm90``)."""
+    from ..codegen.cutlass_emit import fragment, template
+
+    c = type(cfg).from_record(cfg.to_record())  # only validated ints reach the source
+    return template("vnm_sm90.cu").substitute(
+        element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
+        tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
+        has_bias="true" if types.bias else "false", transpose=int(c.transpose), gather=int(c.gather),
+        producer=int(c.producer), mma_pipe=int(c.mma_pipe), glu=1 if glu else 0,
+        sparse_mainloop=fragment("sparse_mainloop.cuh"))
 
 
 def smem_per_stage(cfg: Config) -> int:
@@ -92,8 +106,10 @@ class _VnmSm90Family:
             return reason
         if cfg.gather == 1 and cfg.producer == 1:
             return "producer=1 batches the cp.async gather: it does not apply to the TMA gather (gather=1)"
-        if cfg.consumers == 2 and cfg.tile_m != 128:
-            return "two consumer warpgroups split tile_m in halves of 64: tile_m must be 128"
+        if cfg.consumers == 2 and cfg.tile_m == 64:
+            return "two consumer warpgroups split tile_m in halves of 64: tile_m must be 128 or 256"
+        if cfg.tile_m == 256 and cfg.consumers != 2:
+            return "tile_m = 256 runs on two consumer warpgroups (consumers=2)"
         acc = cfg.tile_m * cfg.tile_n // (128 * cfg.consumers)
         if acc > MAX_ACC_PER_THREAD:
             return f"{cfg.tile_m}x{cfg.tile_n} over {cfg.consumers} warpgroup(s) needs {acc} > " \
@@ -110,14 +126,7 @@ class _VnmSm90Family:
         return None
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
-        from ..codegen.cutlass_emit import fragment, template
-
-        c = Config.from_record(cfg.to_record())  # only validated ints reach the source
-        return template("vnm_sm90.cu").substitute(
-            element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
-            tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
-            has_bias="true" if types.bias else "false", transpose=int(c.transpose), gather=int(c.gather),
-            producer=int(c.producer), mma_pipe=int(c.mma_pipe), sparse_mainloop=fragment("sparse_mainloop.cuh"))
+        return emit(cfg, types, glu=False)
 
     def heuristic(self, problem: Problem) -> Config:
         """Swizzled transpose and batched producer throughout (H200: benchmarks/results/h200/vnm_producer.md and
@@ -160,15 +169,17 @@ class _Launcher:
         self.transpose_only = lib.cnm_transpose
         self.atom = lib.cnm_meta_atom_k()
 
-    def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-        """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
+    def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor,
+                 xt: torch.Tensor | None = None) -> None:
+        """Write x·Wᵀ (+ bias) into y (m x n, contiguous). With ``xt`` (``transposed_input``), x only gives the
+        shape: the kernel gathers from xt, which already holds x transposed, and skips its own transpose."""
         v = w.pattern.v
         if v % self.cfg.tile_m:
             if v % 64 == 0:  # a V = 64 weight under a tile_m = 128 kernel: its tile_m = 64 twin runs it
                 from ..kernels import get_kernel
 
                 problem = Problem(x.shape[0], w.out_features, x.shape[1], self.types)
-                get_kernel((FAMILY.name, fallback_config(self.cfg, problem), self.types))(x, w, bias, y)
+                get_kernel((FAMILY.name, fallback_config(self.cfg, problem), self.types))(x, w, bias, y, xt)
                 return
             raise ShapeError(f"vnm_sm90 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
                              "(Hopper's sparse MMA tiles are 64 rows: V >= 64)")
@@ -176,11 +187,16 @@ class _Launcher:
         n = w.out_features
         values, e, gidx = w.layout(("vnm_sm90", self.atom), lambda ww: kernel_layout(ww, self.atom))
         ldx = -(-m // 8) * 8
-        xt = torch.empty(w.padded_k, ldx, dtype=x.dtype, device=x.device)  # x transposed by the library
+        given = xt is not None
+        if given and (xt.shape != (w.padded_k, ldx) or xt.dtype != x.dtype or not xt.is_contiguous()):
+            raise ShapeError(f"xt must be a contiguous {x.dtype} ({w.padded_k}, {ldx}) tensor, got "
+                             f"{xt.dtype} {tuple(xt.shape)}")
+        if not given:
+            xt = torch.empty(w.padded_k, ldx, dtype=x.dtype, device=x.device)  # x transposed by the library
         stream = torch.cuda.current_stream(x.device).cuda_stream
-        status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), x.data_ptr(), xt.data_ptr(), y.data_ptr(),
-                          None if bias is None else bias.data_ptr(), n, m, k, w.padded_k, ldx, gidx.shape[1], v,
-                          stream)
+        status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), None if given else x.data_ptr(),
+                          xt.data_ptr(), y.data_ptr(), None if bias is None else bias.data_ptr(), n, m, k,
+                          w.padded_k, ldx, gidx.shape[1], v, stream)
         check_status(status, FAMILY.name, (m, n, k))
 
     def transpose(self, x: torch.Tensor, padded_k: int, xt: torch.Tensor) -> None:

@@ -10,7 +10,9 @@
 //     arrive on the stage's full barrier when their copies land (cp.async.mbarrier.arrive.noinc);
 //   * consumer warpgroup(s): CUTLASS's sparse collective mma() or ours (mma_pipe = 1, templates/sparse_mainloop.cuh:
 //     one wgmma.sp batch kept in flight), from shared memory, then a predicated
-//     register epilogue (bias per row, conversion, tails in n and m).
+//     register epilogue (bias per row, conversion, tails in n and m), or, kGlu = 1, the SwiGLU epilogue: the
+//     tile's first half of rows is a gate block, its second half the up block that shares its gathered columns,
+//     and the CTA writes h = silu(gate) * up transposed (hidden x ldx, the layout the next V:N:M GEMM gathers).
 #include <cstdint>
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -45,6 +47,11 @@ constexpr int kTranspose = ${transpose};  // 0: padded tile (8-way store conflic
 constexpr int kProducer = ${producer};
 // 0: CUTLASS's sparse consumer mainloop (drains each k-tile's wgmma.sp batch); 1: cnm::PipelinedSparseMma.
 constexpr int kMmaPipe = ${mma_pipe};
+// 0: y(m x n) = x Wg^T (+ bias). 1: SwiGLU over a fused gate/up weight whose V = kTileM blocks are [gate rows of
+// block b; up rows of block b]: hT[b * kTileM / 2 + r][tok] = silu(D[r][tok]) * D[r + kTileM / 2][tok] for every
+// tok < ldx. Two cooperative consumer warpgroups tile 256 rows as two 128-row MMA tiles, so a thread's
+// accumulators at MMA_M = 0 and 1 are rows r and r + 128: the pair is thread-local (CNM_GLU_PROBE checks).
+constexpr int kGlu = ${glu};
 
 constexpr int kThreads = 128 * (1 + kConsumers);
 using TileShape = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
@@ -68,6 +75,7 @@ static_assert(kGather == 0 || cosize_v<typename Mainloop::SmemLayoutA> * sizeof(
               "the TMA gather needs smem_B 1024-byte aligned");
 static_assert(kTileN % 64 == 0 && kTileK % 4 == 0 && kTileK / 4 <= 32, "gather tiling");
 static_assert(size(TiledMma{}) == 128 * kConsumers, "one consumer warpgroup per MMA warpgroup");
+static_assert(kGlu == 0 || (kTileM == 256 && kConsumers == 2 && !kHasBias), "SwiGLU: 256-row tiles, 2 consumers");
 
 struct alignas(1024) SharedStorage {
   typename Mainloop::TensorStorage tensors;
@@ -80,7 +88,7 @@ struct Params {
   const int* gidx;     // blocks x kg, -1 past the gathered columns
   const Element* xt;   // padded_k x ldx
   const Element* bias; // n, or null
-  ElementOut* y;       // m x n
+  ElementOut* y;       // m x n; kGlu = 1: hT, (n / 2) x ldx
   int n, m, ldx, kg, tiles_per_block, padded_k;
   CUtensorMap tma_x;   // xt (padded_k x ldx), 64 x 1 boxes, 128B swizzle (kGather = 1)
 };
@@ -243,6 +251,34 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
   }
 }
 
+// kGlu = 1: h = silu(gate) * up, written transposed (row-major hT, tokens contiguous) as pairs of tokens: a
+// thread's accumulators 2i and 2i + 1 are tokens t, t + 1 of one row, t even, and ldx % 8 == 0.
+template <class Accum>
+__device__ void epilogue_glu(Params const& p, Accum const& accum, int thread_idx, int m_tile, int n_tile) {
+  TiledMma tiled_mma;
+  auto thr = tiled_mma.get_thread_slice(thread_idx);
+  Tensor coords = thr.partition_C(make_identity_tensor(make_shape(Int<kTileM>{}, Int<kTileN>{})));
+  static_assert(kGlu == 0 || size<1>(decltype(coords){}) == 2, "two 128-row MMA tiles: gate, then up");
+  const int row0 = m_tile * (kTileM / 2), tok0 = n_tile * kTileN;
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < size<2>(accum); ++j) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int v = 0; v < size<0>(accum); v += 2) {
+      const int row = row0 + get<0>(coords(v, 0, j));
+      const int tok = tok0 + get<1>(coords(v, 0, j));
+      if (tok < p.ldx) {
+        cutlass::Array<ElementOut, 2> h;
+        CUTLASS_PRAGMA_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          const float g = accum(v + e, 0, j), u = accum(v + e, 1, j);
+          h[e] = ElementOut(g / (1.0f + __expf(-g)) * u);
+        }
+        *reinterpret_cast<cutlass::Array<ElementOut, 2>*>(p.y + size_t(row) * p.ldx + tok) = h;
+      }
+    }
+  }
+}
+
 template <class Accum>
 __device__ void epilogue(Params const& p, Accum const& accum, int thread_idx, int m_tile, int n_tile) {
   TiledMma tiled_mma;
@@ -379,7 +415,11 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ cons
     PipeState read;
     collective.mma(pipeline, read, accum, k_tiles, thread_idx, smem.tensors, p.mainloop);
     collective.mma_tail(pipeline, read, k_tiles);
-    epilogue(p, accum, thread_idx, m_tile, n_tile);
+    if constexpr (kGlu == 1) {
+      epilogue_glu(p, accum, thread_idx, m_tile, n_tile);
+    } else {
+      epilogue(p, accum, thread_idx, m_tile, n_tile);
+    }
   }
 }
 }  // namespace cnm_vnm
@@ -388,7 +428,7 @@ using namespace cnm_vnm;
 
 extern "C" {
 
-int cnm_abi_version() { return 2; }
+int cnm_abi_version() { return 3; }
 
 // Logical K columns of one metadata atom: the weight's sm90 layout must have been built for this.
 int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEAtom{})); }
@@ -403,10 +443,11 @@ int cnm_transpose(const void* x, void* xt, int m, int k, int padded_k, int ldx, 
 }
 
 // y(m x n) = gather(x) * Wg^T. a: n x kg/2 values, e: sm90 metadata, gidx: blocks x kg, x: m x k, xt: scratch of
-// padded_k x ldx (ldx = m rounded up to 8), filled here. 0 on success, else 1000 + cudaError_t.
+// padded_k x ldx (ldx = m rounded up to 8), filled here; x null: xt already holds x transposed (zeros in rows past
+// k that the gather index names). kGlu = 1: y is hT ((n / 2) x ldx). 0 on success, else 1000 + cudaError_t.
 int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* xt, void* y, const void* bias, int n,
             int m, int k, int padded_k, int ldx, int kg, int v, cudaStream_t stream) {
-  transpose(static_cast<Element const*>(x), static_cast<Element*>(xt), m, k, padded_k, ldx, stream);
+  if (x != nullptr) transpose(static_cast<Element const*>(x), static_cast<Element*>(xt), m, k, padded_k, ldx, stream);
   auto problem = cute::make_shape(n, ldx, kg, 1);
   typename Mainloop::Arguments args{
       static_cast<Element const*>(a), SparseConfig::fill_layoutA(problem), static_cast<Element const*>(xt),
@@ -450,6 +491,30 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
 }
 
 }  // extern "C"
+
+#ifdef CNM_GLU_PROBE
+// nvcc -DCNM_GLU_PROBE ... -o probe && ./probe: prints the number of (thread, accumulator) pairs that break what
+// epilogue_glu assumes (0 expected: MMA_M = 1 is row + 128 at the same token; accumulators 2i, 2i + 1 are
+// tokens t, t + 1 with t even), then the number checked.
+#include <cstdio>
+int main() {
+  TiledMma tiled_mma;
+  long bad = 0, checked = 0;
+  for (int t = 0; t < 128 * kConsumers; ++t) {
+    auto thr = tiled_mma.get_thread_slice(t);
+    Tensor c = thr.partition_C(make_identity_tensor(make_shape(Int<kTileM>{}, Int<kTileN>{})));
+    for (int j = 0; j < size<2>(c); ++j)
+      for (int v = 0; v < size<0>(c); ++v) {
+        auto g = c(v, 0, j), u = c(v, 1, j), first = c(v & ~1, 0, j);
+        bad += get<0>(u) != get<0>(g) + kTileM / 2 || get<1>(u) != get<1>(g) || get<0>(g) >= kTileM / 2;
+        bad += get<0>(first) != get<0>(g) || get<1>(g) != get<1>(first) + (v & 1) || get<1>(first) % 2;
+        ++checked;
+      }
+  }
+  printf("%ld %ld\n", bad, checked);
+  return 0;
+}
+#endif
 
 #ifdef CNM_HOST_PROBE
 // nvcc -DCNM_HOST_PROBE ... -o probe && ./probe: prints the number of B elements whose batched-producer address

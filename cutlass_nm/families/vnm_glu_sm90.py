@@ -1,0 +1,108 @@
+"""SwiGLU over co-pruned V:N:M gate and up weights on Hopper: one wgmma.sp GEMM, one gathered B for both.
+
+A gated MLP's gate and up projections read the same x. Pruned together (``formats.glu.fuse_glu``: each
+V-block of gate rows and the same V-block of up rows keep the same columns), they form one 2V:2:M weight whose
+blocks are [gate block b; up block b]. This family runs it with 256-row CTA tiles (V = 128): the CTA gathers the
+block's x rows once for 256 weight rows (vnm_sm90 gathers them once per 128), and its epilogue writes
+h = silu(gate) · up, transposed (hidden x m, tokens contiguous): the layout the down projection's vnm_sm90 kernel
+gathers from, so neither the SiLU, the product nor a transpose of h costs a pass over memory.
+
+Same template as vnm_sm90 (templates/vnm_sm90.cu, ``kGlu`` = 1), same config fields; ``tile_m`` is 256 on two
+consumer warpgroups, no bias. The launcher writes into ``ht`` ((hidden rounded to the down weight's padded k) x
+ldx, ldx = m rounded up to 8).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..errors import ShapeError
+from ..formats.vnm import VNMWeight
+from ..patterns import Pattern
+from . import vnm_sm90
+from .base import KernelTypes, Problem
+
+FUSED_V = 256  # gate block + up block of a V = 128 pattern
+
+
+@dataclass(frozen=True, slots=True)
+class Config(vnm_sm90.Config):
+    """vnm_sm90's fields with the SwiGLU tile: 256 rows (128 gate + 128 up) on two consumer warpgroups."""
+
+    tile_m: int = 256
+    tile_n: int = 128
+    tile_k: int = 64
+    stages: int = 6
+    consumers: int = 2
+    transpose: int = 1
+    gather: int = 0
+    producer: int = 1
+    mma_pipe: int = 0
+
+    SPACE: ClassVar = {
+        "tile_m": (256,),
+        "tile_n": (64, 128),
+        "tile_k": (64, 128),
+        "stages": (2, 3, 4, 5, 6, 7, 8),
+        "consumers": (2,),
+        "transpose": (0, 1),
+        "gather": (0,),
+        "producer": (0, 1),
+        "mma_pipe": (0, 1),
+    }
+
+
+class _VnmGluSm90Family:
+    name = "vnm_glu_sm90"
+    arch = "sm_90a"
+    weight = VNMWeight
+    Config = Config
+
+    def space(self) -> dict[str, tuple]:
+        return Config.SPACE
+
+    def check(self, cfg: Config, problem: Problem) -> str | None:
+        """vnm_sm90's rules, plus: a fused 256:2:M weight (n = 2 · hidden rows, hidden % 128 == 0), no bias."""
+        if not isinstance(cfg, Config):
+            return f"vnm_glu_sm90 takes its own Config, got {type(cfg).__name__}"
+        if problem.types.bias:
+            return "the SwiGLU epilogue takes no bias"
+        pattern = Pattern.parse(problem.pattern)
+        if pattern.v != FUSED_V:
+            return f"the SwiGLU kernel runs fused gate/up weights (V = {FUSED_V}: formats.glu.fuse_glu), got " \
+                   f"{problem.pattern}"
+        if problem.n % FUSED_V:
+            return f"a fused gate/up weight has 2 x hidden rows with hidden % 128 == 0, got n = {problem.n}"
+        return vnm_sm90.FAMILY.check(cfg, problem)
+
+    def source(self, cfg: Config, types: KernelTypes) -> str:
+        return vnm_sm90.emit(cfg, types, glu=True)
+
+    def heuristic(self, problem: Problem) -> Config:
+        """128 tokens per CTA (the 128 accumulators per thread that fit), 6 stages of 64 gathered columns."""
+        return Config()
+
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
+        return _Launcher(lib, cfg, types)
+
+
+class _Launcher(vnm_sm90._Launcher):
+    """A loaded SwiGLU kernel: ``launcher(x, w, None, ht)`` writes silu(x·Gᵀ) · (x·Uᵀ) transposed into ``ht``."""
+
+    def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, ht: torch.Tensor,
+                 xt: torch.Tensor | None = None) -> None:
+        if w.pattern.v != FUSED_V:
+            raise ShapeError(f"vnm_glu_sm90 runs fused gate/up weights (V = {FUSED_V}), got {w.pattern}")
+        hidden, ldx = w.out_features // 2, -(-x.shape[0] // 8) * 8
+        if bias is not None:
+            raise ShapeError("the SwiGLU epilogue takes no bias")
+        if ht.dim() != 2 or ht.shape[0] < hidden or ht.shape[1] != ldx or not ht.is_contiguous():
+            raise ShapeError(f"ht must be a contiguous (>= {hidden}, {ldx}) tensor, got {tuple(ht.shape)}")
+        super().__call__(x, w, None, ht, xt)
+
+
+FAMILY = _VnmGluSm90Family()
