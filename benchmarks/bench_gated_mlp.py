@@ -11,6 +11,7 @@ Medians of CUDA-graph replays, x and the sparse weights rotated past L2 (the den
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -20,8 +21,26 @@ import torch.nn.functional as F
 import cutlass_nm
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.dispatch import kernel_for
+from cutlass_nm.families import KernelTypes, Problem, get_family
 from cutlass_nm.formats.glu import deinterleave, fuse_glu
+from cutlass_nm.formats.vnm import VNMWeight
 from cutlass_nm.gated_mlp import gated_mlp
+from cutlass_nm.kernels import get_kernel
+
+F16 = KernelTypes("f16", "f16", False)
+AHEAD = (1, 4)  # vnm_sm90 / vnm_glu_sm90 idx_ahead: gather indices loaded 1 or 4 k-tiles ahead (A/B)
+
+
+def ab_kids(m: int, dim: int, hidden: int) -> dict[str, tuple]:
+    """The idx_ahead A/B kernels of one row: gate's and down's vnm_sm90 heuristic config, and the glu kernel."""
+    sm90, glu = get_family("vnm_sm90"), get_family("vnm_glu_sm90")
+    kids = {}
+    for ahead in AHEAD:
+        for name, (n, k) in (("gate", (hidden, dim)), ("down", (dim, hidden))):
+            cfg = dataclasses.replace(sm90.heuristic(Problem(m, n, k, F16, "128:2:8")), idx_ahead=ahead)
+            kids[f"{name}_ahead{ahead}_ms"] = ("vnm_sm90", cfg, F16)
+        kids[f"glu_ahead{ahead}_ms"] = ("vnm_glu_sm90", dataclasses.replace(glu.Config(), idx_ahead=ahead), F16)
+    return kids
 
 MODELS = {"llama-7b": (4096, 11008), "llama-13b": (5120, 13824)}
 
@@ -42,7 +61,8 @@ def bench(model: str, m: int, pattern: str, reps: int) -> dict:
     u_w, _ = cutlass_nm.prune(up, pattern)
     sparse_bytes = sum(t.numel() * t.element_size() for w in (fused, d_w) for t in (w.values, w.columns, w.meta))
     wc = min(4, copies_to_rotate(sparse_bytes))
-    fused_ws = [fused] + [fuse_glu(gate * (1 + i / 64), up, pattern) for i in range(1, wc)]
+    fused_ws = [fused] + [VNMWeight(fused.values.clone(), fused.columns.clone(), fused.meta.clone(), fused.shape,
+                                    fused.pattern) for _ in range(1, wc)]
     xc = copies_to_rotate(m * dim * 2)
     xs = [torch.randn(m, dim, device="cuda", dtype=dt, generator=g) for _ in range(xc)]
     copies = max(xc, wc)
@@ -91,6 +111,16 @@ def bench(model: str, m: int, pattern: str, reps: int) -> dict:
     for name, fn in (("dense_ms", dense), ("separate_ms", separate), ("fused_ms", fused_mlp), ("glu_ms", glu_only),
                      ("gate_up_two_ms", gate_up_two), ("down_from_ht_ms", down_from_ht), ("down_ms", down_alone)):
         row[name] = _ms(fn, copies, reps)
+    outs = {"gate": (torch.empty(m, hidden, device="cuda", dtype=dt), g_w, xs),
+            "down": (torch.empty(m, dim, device="cuda", dtype=dt), d_w, hs)}
+    for name, kid in ab_kids(m, dim, hidden).items():
+        kern = get_kernel(kid)
+        if name.startswith("glu"):
+            row[name] = _ms(lambda i, kern=kern: kern(xs[i % xc], fused_ws[i % wc], None, ht), copies, reps)
+        else:
+            out, w, src = outs[name.split("_")[0]]
+            row[name] = _ms(lambda i, kern=kern, out=out, w=w, src=src: kern(src[i % len(src)], w, None, out), copies,
+                            reps)
     row["separate_speedup"] = row["dense_ms"] / row["separate_ms"]
     row["fused_speedup"] = row["dense_ms"] / row["fused_ms"]
     row["glu_over_two_gemms"] = row["glu_ms"] / row["gate_up_two_ms"]
@@ -99,17 +129,16 @@ def bench(model: str, m: int, pattern: str, reps: int) -> dict:
 
 def precompile_all(models: list[str], ms: list[int]) -> None:
     """Compile every kernel the rows reach (heuristic configs), in parallel."""
-    from cutlass_nm.families import KernelTypes, Problem, get_family
     from cutlass_nm.kernels import precompile
 
-    types = KernelTypes("f16", "f16", False)
     sm90, glu = get_family("vnm_sm90"), get_family("vnm_glu_sm90")
-    kids = {("vnm_glu_sm90", glu.Config(), types)}
+    kids = {("vnm_glu_sm90", glu.Config(), F16)}
     for model in models:
         dim, hidden = MODELS[model]
         for m in ms:
             for n, k in ((dim, hidden), (hidden, dim)):
-                kids.add(("vnm_sm90", sm90.heuristic(Problem(m, n, k, types, "128:2:8")), types))
+                kids.add(("vnm_sm90", sm90.heuristic(Problem(m, n, k, F16, "128:2:8")), F16))
+            kids.update(ab_kids(m, dim, hidden).values())
     failed = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
     print(f"precompiled {len(kids)} kernels, {len(failed)} failed", flush=True)
 

@@ -42,6 +42,7 @@ class Config(vnm_sm90.Config):
     gather: int = 0
     producer: int = 1
     mma_pipe: int = 0
+    idx_ahead: int = 4
 
     SPACE: ClassVar = {
         "tile_m": (256,),
@@ -53,6 +54,7 @@ class Config(vnm_sm90.Config):
         "gather": (0,),
         "producer": (0, 1),
         "mma_pipe": (0, 1),
+        "idx_ahead": (1, 4),
     }
 
 
