@@ -42,7 +42,7 @@ class Config(vnm_sm90.Config):
     gather: int = 0
     producer: int = 1
     mma_pipe: int = 0
-    idx_ahead: int = 4
+    idx_ahead: int = 1
 
     SPACE: ClassVar = {
         "tile_m": (256,),

@@ -138,12 +138,11 @@ class _VnmSm90Family:
         (256 x 4096) 128x128x64, 8 stages was 1.3x faster. m <= 64: a 64x64x128 tile. V = 64 weights run the
         tile_m = 64 fallback (the Problem does not carry V)."""
         if problem.m <= 64:
-            return Config(tile_m=64, tile_n=64, tile_k=128, stages=6, transpose=1, producer=1, idx_ahead=4)
+            return Config(tile_m=64, tile_n=64, tile_k=128, stages=6, transpose=1, producer=1)
         ctas = -(-problem.n // 128) * -(-problem.m // 256)
         if 2 * ctas < SM_COUNT:
-            return Config(tile_m=128, tile_n=128, tile_k=64, stages=8, consumers=2, transpose=1, producer=1,
-                          idx_ahead=4)
-        return Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, transpose=1, producer=1, idx_ahead=4)
+            return Config(tile_m=128, tile_n=128, tile_k=64, stages=8, consumers=2, transpose=1, producer=1)
+        return Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, transpose=1, producer=1)
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, cfg, types)
