@@ -28,18 +28,18 @@ from cutlass_nm.gated_mlp import gated_mlp
 from cutlass_nm.kernels import get_kernel
 
 F16 = KernelTypes("f16", "f16", False)
-AHEAD = (1, 4)  # vnm_sm90 / vnm_glu_sm90 idx_ahead: gather indices loaded 1 or 4 k-tiles ahead (A/B)
+RASTER = (0, 1)  # vnm_sm90 / vnm_glu_sm90 CTA order: weight tiles fastest, or L2-sized token-tile groups (A/B)
 
 
 def ab_kids(m: int, dim: int, hidden: int) -> dict[str, tuple]:
-    """The idx_ahead A/B kernels of one row: gate's and down's vnm_sm90 heuristic config, and the glu kernel."""
+    """The raster A/B kernels of one row: gate's and down's vnm_sm90 heuristic config, and the glu kernel."""
     sm90, glu = get_family("vnm_sm90"), get_family("vnm_glu_sm90")
     kids = {}
-    for ahead in AHEAD:
+    for raster in RASTER:
         for name, (n, k) in (("gate", (hidden, dim)), ("down", (dim, hidden))):
-            cfg = dataclasses.replace(sm90.heuristic(Problem(m, n, k, F16, "128:2:8")), idx_ahead=ahead)
-            kids[f"{name}_ahead{ahead}_ms"] = ("vnm_sm90", cfg, F16)
-        kids[f"glu_ahead{ahead}_ms"] = ("vnm_glu_sm90", dataclasses.replace(glu.Config(), idx_ahead=ahead), F16)
+            cfg = dataclasses.replace(sm90.heuristic(Problem(m, n, k, F16, "128:2:8")), raster=raster)
+            kids[f"{name}_raster{raster}_ms"] = ("vnm_sm90", cfg, F16)
+        kids[f"glu_raster{raster}_ms"] = ("vnm_glu_sm90", dataclasses.replace(glu.Config(), raster=raster), F16)
     return kids
 
 MODELS = {"llama-7b": (4096, 11008), "llama-13b": (5120, 13824)}

@@ -3,6 +3,7 @@ GPU against fp64 references: random inputs, NaN-poisoned outputs, tails in m and
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -61,6 +62,11 @@ def _precompile_in_parallel():
     kids = {_glu_kid(v, torch.float16) for v in GLU_VARIANTS} | {_glu_kid({}, torch.bfloat16)}
     for case in MLP_CASES:
         kids |= _mlp_kids(*case)
+    sm90 = get_family("vnm_sm90")
+    for (m, n, k), bias in (((17, 256, 384), False), ((300, 640, 1000), False), ((300, 384, 32768), True)):
+        types = KernelTypes("f16", "f16", bias)
+        for raster in (0, 1):
+            kids.add(("vnm_sm90", dataclasses.replace(sm90.heuristic(Problem(m, n, k, types)), raster=raster), types))
     failures = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
     assert not failures, failures[0]
 
@@ -105,14 +111,12 @@ def test_glu_kernel_matches_reference(variant, shape, pattern, dtype):
     assert rel_err(ht[:hidden, :m].T, _h_ref(x, fused)) < TOL[dtype]
 
 
+@pytest.mark.parametrize("raster", [0, 1])
 @pytest.mark.parametrize("shape", [(17, 256, 384), (300, 640, 1000)], ids=lambda s: "x".join(map(str, s)))
-def test_sm90_gathers_from_a_transposed_input(shape):
+def test_sm90_gathers_from_a_transposed_input(shape, raster):
     """vnm_sm90 with ``xt`` given skips its transpose and gathers from xt (zeros past k in the rows padding names)."""
-    from cutlass_nm.kernels import get_kernel
-
     m, n, k = shape
     pattern = "128:2:7"  # k % 7 != 0: the gather index names padding rows
-    fam = get_family("vnm_sm90")
     types = KernelTypes("f16", "f16", False)
     g = torch.Generator(device="cuda").manual_seed(5)
     x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=g)
@@ -121,12 +125,37 @@ def test_sm90_gathers_from_a_transposed_input(shape):
     xt = torch.zeros(w.padded_k, ldx, device="cuda", dtype=torch.float16)
     xt[:k, :m] = x.T
     y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
-    get_kernel(("vnm_sm90", fam.heuristic(Problem(m, n, k, types, pattern)), types))(x, w, None, y, xt)
+    kernel = _sm90_kernel(Problem(m, n, k, types, pattern), raster)
+    kernel(x, w, None, y, xt)
     torch.cuda.synchronize()
     assert torch.isfinite(y).all(), "unwritten (poisoned) or non-finite outputs"
     assert rel_err(y, x.double() @ w.to_dense().double().T) < TOL[torch.float16]
     with pytest.raises(cutlass_nm.ShapeError, match="xt must be"):
-        get_kernel(("vnm_sm90", fam.heuristic(Problem(m, n, k, types, pattern)), types))(x, w, None, y, xt[:, :8])
+        kernel(x, w, None, y, xt[:, :8])
+
+
+def _sm90_kernel(problem: Problem, raster: int):
+    from cutlass_nm.kernels import get_kernel
+
+    fam = get_family("vnm_sm90")
+    return get_kernel(("vnm_sm90", dataclasses.replace(fam.heuristic(problem), raster=raster), problem.types))
+
+
+@pytest.mark.parametrize("raster", [0, 1])
+def test_sm90_raster_groups_with_a_partial_last_group(raster):
+    """raster = 1 with k large enough that a group holds 2 of the 3 token tiles (8 MB of xt per 128-token tile):
+    every (weight tile, token tile) is computed once, including the last, partial group's."""
+    m, n, k = 300, 384, 32768
+    types = KernelTypes("f16", "f16", True)
+    g = torch.Generator(device="cuda").manual_seed(6)
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=g)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), "128:2:8")
+    bias = torch.randn(n, device="cuda", dtype=torch.float16, generator=g)
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    _sm90_kernel(Problem(m, n, k, types, "128:2:8"), raster)(x, w, bias, y)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all(), "unwritten (poisoned) or non-finite outputs"
+    assert rel_err(y, x.double() @ w.to_dense().double().T + bias.double()) < TOL[torch.float16]
 
 
 @pytest.mark.parametrize("case", MLP_CASES, ids=lambda c: f"m{c[0]}-{c[1]}x{c[2]}-{c[3]}")

@@ -43,6 +43,7 @@ class Config(vnm_sm90.Config):
     producer: int = 1
     mma_pipe: int = 0
     idx_ahead: int = 1
+    raster: int = 1
 
     SPACE: ClassVar = {
         "tile_m": (256,),
@@ -55,6 +56,7 @@ class Config(vnm_sm90.Config):
         "producer": (0, 1),
         "mma_pipe": (0, 1),
         "idx_ahead": (1, 4),
+        "raster": (0, 1),
     }
 
 

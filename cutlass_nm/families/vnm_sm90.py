@@ -39,7 +39,9 @@ class Config(FamilyConfig):
     row at a time, the original; 1: batches of index loads, then the batch's copies back to back), and the consumer
     mainloop (``mma_pipe`` 0: CUTLASS's sparse collective, which drains each k-tile's wgmma.sp batch; 1: ours,
     one batch kept in flight), and how many k-tiles ahead the cp.async producer loads its gather indices
-    (``idx_ahead`` 1: the original, whose index load latency stalled every k-tile)."""
+    (``idx_ahead``; 4 measured no faster than 1, the original), and the CTA order (``raster`` 0: weight tiles
+    fastest, the original; 1: token tiles in L2-sized groups, each weight tile with its group's token tiles in a
+    row, so a weight larger than L2 is read from DRAM once per group)."""
 
     tile_m: int = 64
     tile_n: int = 128
@@ -51,6 +53,7 @@ class Config(FamilyConfig):
     producer: int = 0
     mma_pipe: int = 0
     idx_ahead: int = 1
+    raster: int = 0
 
     SPACE: ClassVar = {
         "tile_m": (64, 128, 256),
@@ -63,6 +66,7 @@ class Config(FamilyConfig):
         "producer": (0, 1),
         "mma_pipe": (0, 1),
         "idx_ahead": (1, 4),
+        "raster": (0, 1),
     }
 
 
@@ -75,7 +79,8 @@ def emit(cfg: Config, types: KernelTypes, glu: bool) -> str:
         element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
         tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
         has_bias="true" if types.bias else "false", transpose=int(c.transpose), gather=int(c.gather),
-        producer=int(c.producer), mma_pipe=int(c.mma_pipe), idx_ahead=int(c.idx_ahead), glu=1 if glu else 0,
+        producer=int(c.producer), mma_pipe=int(c.mma_pipe), idx_ahead=int(c.idx_ahead), raster=int(c.raster),
+        glu=1 if glu else 0,
         sparse_mainloop=fragment("sparse_mainloop.cuh"))
 
 
@@ -138,11 +143,11 @@ class _VnmSm90Family:
         (256 x 4096) 128x128x64, 8 stages was 1.3x faster. m <= 64: a 64x64x128 tile. V = 64 weights run the
         tile_m = 64 fallback (the Problem does not carry V)."""
         if problem.m <= 64:
-            return Config(tile_m=64, tile_n=64, tile_k=128, stages=6, transpose=1, producer=1)
+            return Config(tile_m=64, tile_n=64, tile_k=128, stages=6, transpose=1, producer=1, raster=1)
         ctas = -(-problem.n // 128) * -(-problem.m // 256)
         if 2 * ctas < SM_COUNT:
-            return Config(tile_m=128, tile_n=128, tile_k=64, stages=8, consumers=2, transpose=1, producer=1)
-        return Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, transpose=1, producer=1)
+            return Config(tile_m=128, tile_n=128, tile_k=64, stages=8, consumers=2, transpose=1, producer=1, raster=1)
+        return Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, transpose=1, producer=1, raster=1)
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, cfg, types)
@@ -152,10 +157,12 @@ def fallback_config(cfg: Config, problem: Problem) -> Config:
     """The tile_m = 64 config a tile_m = 128 kernel hands V = 64 weights to: the same tile on one consumer
     warpgroup where that fits, else 64x256x64, 5 stages."""
     same = Config(tile_m=64, tile_n=cfg.tile_n, tile_k=cfg.tile_k, stages=cfg.stages, consumers=1,
-                  transpose=cfg.transpose, gather=cfg.gather, producer=cfg.producer, idx_ahead=cfg.idx_ahead)
+                  transpose=cfg.transpose, gather=cfg.gather, producer=cfg.producer, idx_ahead=cfg.idx_ahead,
+                  raster=cfg.raster)
     return same if FAMILY.check(same, problem) is None else Config(tile_m=64, tile_n=256, tile_k=64, stages=5,
                                                                    transpose=cfg.transpose, gather=cfg.gather,
-                                                                   producer=cfg.producer, idx_ahead=cfg.idx_ahead)
+                                                                   producer=cfg.producer, idx_ahead=cfg.idx_ahead,
+                                                                   raster=cfg.raster)
 
 
 class _Launcher:

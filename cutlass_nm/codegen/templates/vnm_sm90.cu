@@ -54,6 +54,11 @@ constexpr int kMmaPipe = ${mma_pipe};
 constexpr int kGlu = ${glu};
 // k-tiles of gather indices the cp.async producer loads ahead of their use (1: the original).
 constexpr int kIdxAhead = ${idx_ahead};
+// CTA order. 0: blockIdx.x walks the weight tiles, blockIdx.y the token tiles (the original: a wave spans ~132
+// weight tiles, so each weight tile comes back from DRAM for every token tile once the weight exceeds L2).
+// 1: token tiles in groups whose slice of xt fits a third of L2 (raster_group), and inside a group each weight tile
+// with all of the group's token tiles in a row: the weight is read from DRAM once per group, xt once.
+constexpr int kRaster = ${raster};
 
 constexpr int kThreads = 128 * (1 + kConsumers);
 using TileShape = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
@@ -92,6 +97,7 @@ struct Params {
   const Element* bias; // n, or null
   ElementOut* y;       // m x n; kGlu = 1: hT, (n / 2) x ldx
   int n, m, ldx, kg, tiles_per_block, padded_k;
+  int m_tiles, n_tiles, raster_group;  // weight tiles, token tiles, token tiles per group (kRaster = 1)
   CUtensorMap tma_x;   // xt (padded_k x ldx), 64 x 1 boxes, 128B swizzle (kGather = 1)
 };
 
@@ -394,7 +400,14 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ cons
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
   const int wg = threadIdx.x / 128;
-  const int m_tile = blockIdx.x, n_tile = blockIdx.y;
+  int m_tile = blockIdx.x, n_tile = blockIdx.y;
+  if constexpr (kRaster == 1) {
+    const int span = p.m_tiles * p.raster_group;  // CTAs of a full group
+    const int group = blockIdx.x / span, first = group * p.raster_group;
+    const int size = min(p.raster_group, p.n_tiles - first), r = blockIdx.x - group * span;
+    m_tile = r / size;
+    n_tile = first + r % size;
+  }
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = Mainloop::TmaTransactionBytesMK + (kGather == 1 ? kTileN * kTileK * sizeof(Element) : 0);
@@ -473,7 +486,12 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
            kg,
            v / kTileM,
            padded_k,
+           (n + kTileM - 1) / kTileM,
+           (m + kTileN - 1) / kTileN,
+           1,
            {}};
+  // a group's slice of xt (raster_group token tiles x padded_k rows) within 16 MB, a third of the H100's L2
+  p.raster_group = max(1, min(p.n_tiles, int((16u << 20) / (unsigned(kTileN) * unsigned(padded_k) * sizeof(Element)))));
   if constexpr (kGather == 1) {
     // xt as a 2-D tensor: tokens (ldx, contiguous) x rows (padded_k); boxes of 64 tokens x 1 row, 128B swizzle.
     cuuint64_t dims[2] = {cuuint64_t(ldx), cuuint64_t(padded_k)};
@@ -493,7 +511,7 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
     if (err != cudaSuccess) return 1000 + int(err);
     smem_set = 1;
   }
-  dim3 grid((n + kTileM - 1) / kTileM, (m + kTileN - 1) / kTileN);
+  dim3 grid = kRaster == 1 ? dim3(p.m_tiles * p.n_tiles) : dim3(p.m_tiles, p.n_tiles);
   vnm_kernel<<<grid, kThreads, smem, stream>>>(p);
   cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? 0 : 1000 + int(err);
