@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from cutlass_nm.nn import SparseLinear, sparsify
+from cutlass_nm.nn import SparseGatedMLP, SparseLinear, sparsify, sparsify_gated_mlps
 
 
 class RMSNorm(nn.Module):
@@ -60,10 +60,17 @@ class Block(nn.Module):
 
 
 def masked_dense(sparse: nn.Module) -> nn.Module:
-    """The same block with every SparseLinear replaced by an nn.Linear holding its decompressed weight."""
+    """The same block with every SparseLinear (and SparseGatedMLP) replaced by nn.Linear layers holding the
+    decompressed weights."""
     ref = copy.deepcopy(sparse)
     for module in list(ref.modules()):
         for child_name, child in list(module.named_children()):
+            if isinstance(child, SparseGatedMLP):
+                gate, up, down = child.dense_weights()
+                mlp = MLP(child.in_features, child.hidden).to(gate.device, gate.dtype)
+                for lin, w in ((mlp.gate_proj, gate), (mlp.up_proj, up), (mlp.down_proj, down)):
+                    lin.weight.data.copy_(w)
+                setattr(module, child_name, mlp)
             if isinstance(child, SparseLinear):
                 lin = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None)
                 lin = lin.to(child.values.device, child.values.dtype)
@@ -129,7 +136,11 @@ def bench_pattern(pattern: str, dense: nn.Module, dims: tuple[int, int], phases:
     """Rows (prefill and decode latency, block and MLP, dense vs sparse) and checks for one pattern; with
     ``breakdown``, each prefill row also lists the MLP's kernels (torch.profiler, GPU only)."""
     dim, dev, dtype = dims[0], next(dense.parameters()).device, next(dense.parameters()).dtype
-    sparse = sparsify(copy.deepcopy(dense), pattern, include=["*_proj"])
+    base, _, fuse = pattern.partition("+")  # "128:2:8+glu": gate and up pruned together, one fused kernel
+    sparse = copy.deepcopy(dense)
+    if fuse:
+        sparsify_gated_mlps(sparse, base)
+    sparse = sparsify(sparse, base, include=["*_proj"])
     reference = masked_dense(sparse)
     rows = []
     for batch, tokens in phases:
@@ -177,11 +188,16 @@ def precompile_block(patterns: list[str], dims: tuple[int, int], token_counts: l
     types = KernelTypes(dtype_name(dtype), dtype_name(dtype), False)
     kids = set()
     for pattern in patterns:
+        pattern, _, fuse = pattern.partition("+")
         kind = VNMWeight if Pattern.parse(pattern).v else Sparse24Weight
         for m in token_counts:
             family = get_family(default_family(torch.device("cuda"), kind, m, dtype))
             for n, k in ((dim, dim), (hidden, dim), (dim, hidden)):
                 kids.add((family.name, family.heuristic(Problem(m, n, k, types, pattern)), types))
+            if fuse:  # the fused gate/up weight (256:2:M): its glu kernel, or the decode path's
+                fused = Problem(m, 2 * hidden, dim, types, "256:" + pattern.split(":", 1)[1])
+                glu = get_family("vnm_glu_sm90" if m > 16 else "nm_decode")
+                kids.add((glu.name, glu.heuristic(fused), types))
     failed = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
     print(f"precompiled {len(kids)} kernels, {len(failed)} failed", flush=True)
 
@@ -190,7 +206,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="small dims, CPU ok (a smoke run, no figures)")
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--patterns", default="2:4,128:2:8", help="comma-separated patterns to sparsify with")
+    ap.add_argument("--patterns", default="2:4,128:2:8,128:2:8+glu",
+                    help="comma-separated patterns to sparsify with; '+glu': gate and up pruned together and fused")
     ap.add_argument("--decode", default="1,4,16", help="comma-separated decode batch sizes (one token each)")
     ap.add_argument("--breakdown", action="store_true",
                     help="also list each prefill MLP's GPU kernels and their times (torch.profiler)")

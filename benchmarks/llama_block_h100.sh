@@ -7,7 +7,7 @@
 source benchmarks/device_env.sh
 timeout 150 python3 benchmarks/precompile_gpu_tests.py --families sptc24_sm90,nm_decode,vnm_sm90 \
   --tokens 1,4,16,2048,8192 --dtypes f16 --bias no 2>&1 | tail -2
-timeout 300 python3 benchmarks/bench_llama_block.py --breakdown --out "$OUT/llama_block.json" 2>&1 | tee "$OUT/llama.log" \
+timeout 420 python3 benchmarks/bench_llama_block.py --patterns "${PATTERNS:-2:4,128:2:8,128:2:8+glu}" --breakdown --out "$OUT/llama_block.json" 2>&1 | tee "$OUT/llama.log" \
   | python3 -c "
 import json, sys
 for line in sys.stdin:
