@@ -5,7 +5,7 @@
 # (Its run at ebc04ec also ran tests/test_nn.py's GPU test, which ran past its limit compiling an m = 64 kernel.)
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/llama_block_h100.sh
 source benchmarks/device_env.sh
-timeout 150 python3 benchmarks/precompile_gpu_tests.py --families sptc24_sm90,nm_decode,vnm_sm90 \
+timeout 150 python3 benchmarks/precompile_gpu_tests.py --families "${FAMILIES:-sptc24_sm90,nm_decode,vnm_sm90}" \
   --tokens 1,4,16,2048,8192 --dtypes f16 --bias no 2>&1 | tail -2
 timeout 420 python3 benchmarks/bench_llama_block.py --patterns "${PATTERNS:-2:4,128:2:8,128:2:8+glu}" --breakdown --out "$OUT/llama_block.json" 2>&1 | tee "$OUT/llama.log" \
   | python3 -c "
