@@ -9,7 +9,7 @@ timeout 240 python3 -m pytest -q -m gpu tests/test_gpu_nm_simt.py -k "tma or com
   2>&1 | tee "$OUT/gpu_tests_nm_simt_tma.log" | tail -4
 grep -q " passed" "$OUT/gpu_tests_nm_simt_tma.log" && ! grep -q "failed\|error" "$OUT/gpu_tests_nm_simt_tma.log" \
   || { echo "GPU tests did not pass: no bench"; exit 1; }
-timeout 330 python3 benchmarks/bench_nm_simt.py --dtypes f32 --reps 10 --budget-s 290 --out "$OUT/nm_simt.json" 2>&1 \
+timeout 240 python3 benchmarks/bench_nm_simt.py --dtypes f32 --reps 10 --budget-s 200 --out "$OUT/nm_simt.json" 2>&1 \
   | grep -v '^{' | tail -14
 PATTERN=4:32 CONFIGS='{"block_rows": 256, "block_tokens": 64, "k_cols": 64, "stages": 3, "x_transposed": 1, "tma": 1}' \
   timeout 100 bash benchmarks/profile_nm_simt.sh 2>&1 | grep -v sgemm | head -14
