@@ -143,3 +143,17 @@ def test_sparse_gated_mlp_rejects_biases_and_bad_patterns():
     mlp.up_proj = nn.Linear(64, 256, bias=True)
     with pytest.raises(PatternError, match="bias-free"):
         SparseGatedMLP.from_linears(mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+
+
+def test_family_reference_is_the_transposed_swiglu_the_kernel_writes():
+    """The tuner's worker checks candidates against family.reference in family.output_shape (hT, padded tokens)."""
+    torch.manual_seed(2)
+    gate, up = torch.randn(256, 48), torch.randn(256, 48)
+    fused = fuse_glu(gate, up, "128:2:8")
+    x = torch.randn(13, 48)
+    ref = GLU.reference(x, fused)
+    assert ref.shape == GLU.output_shape(13, 512) == (256, 16)
+    pg, pu = split_glu(fused)
+    h = nn.functional.silu(x.double() @ pg.double().T) * (x.double() @ pu.double().T)
+    torch.testing.assert_close(ref[:, :13], h.T)
+    assert (ref[:, 13:] == 0).all()

@@ -93,6 +93,21 @@ class _VnmGluSm90Family:
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, cfg, types)
 
+    def output_shape(self, m: int, n: int) -> tuple[int, int]:
+        """What the kernel writes for m tokens of an n-row fused weight: hT, (n / 2) x (m rounded up to 8)."""
+        return n // 2, -(-m // 8) * 8
+
+    def reference(self, x: torch.Tensor, w: VNMWeight) -> torch.Tensor:
+        """hT in fp64, zero in the padding tokens: what the tuner's worker checks a candidate against."""
+        from ..formats.glu import deinterleave
+
+        gate, up = (t.double() for t in deinterleave(w.to_dense()))
+        xd = x.double()
+        h = torch.nn.functional.silu(xd @ gate.T) * (xd @ up.T)
+        out = torch.zeros(self.output_shape(*h.shape[:1], w.out_features), dtype=torch.float64, device=x.device)
+        out[:, : x.shape[0]] = h.T
+        return out
+
 
 class _Launcher(vnm_sm90._Launcher):
     """A loaded SwiGLU kernel: ``launcher(x, w, None, ht)`` writes silu(x·Gᵀ) · (x·Uᵀ) transposed into ``ht``."""
