@@ -45,19 +45,9 @@ class Config(vnm_sm90.Config):
     idx_ahead: int = 1
     raster: int = 1
 
-    SPACE: ClassVar = {
-        "tile_m": (256,),
-        "tile_n": (64, 128),
-        "tile_k": (64, 128),
-        "stages": (2, 3, 4, 5, 6, 7, 8),
-        "consumers": (2,),
-        "transpose": (0, 1),
-        "gather": (0,),
-        "producer": (0, 1),
-        "mma_pipe": (0, 1),
-        "idx_ahead": (1, 4),
-        "raster": (0, 1),
-    }
+    # vnm_sm90's space with the SwiGLU tile: 256 rows on 2 consumers, at most 128 tokens (accumulators), cp.async
+    SPACE: ClassVar = {**vnm_sm90.Config.SPACE, "tile_m": (256,), "tile_n": (64, 128), "consumers": (2,),
+                       "gather": (0,)}
 
 
 class _VnmGluSm90Family:
