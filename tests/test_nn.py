@@ -120,3 +120,30 @@ def test_gradients_flow_to_inputs_and_bias():
     nn.functional.linear(x2, w, b).square().sum().backward()
     torch.testing.assert_close(x.grad, x2.grad)
     torch.testing.assert_close(sl.bias.grad, b.grad)
+
+
+def test_safetensors_round_trip_keeps_only_compressed_weights(tmp_path):
+    """A sparsified model (SparseLinear 2:4 and 128:2:8, SparseGatedMLP) saves to safetensors without a dense copy
+    and loads into a freshly built model that then computes the same outputs."""
+    safetensors = pytest.importorskip("safetensors.torch")
+    from cutlass_nm.nn import SparseGatedMLP
+
+    torch.manual_seed(3)
+    lin = nn.ModuleDict({name: nn.Linear(64, 256, bias=False) for name in ("gate", "up")})
+    model = nn.ModuleDict({
+        "a": SparseLinear.from_linear(nn.Linear(64, 32), "2:4"),
+        "b": SparseLinear.from_linear(nn.Linear(64, 128), "128:2:8"),
+        "mlp": SparseGatedMLP.from_linears(lin["gate"], lin["up"], nn.Linear(256, 64, bias=False), "128:2:8"),
+    })
+    state = model.state_dict()
+    assert not any(name.endswith("weight") for name in state)  # no dense copy
+    dense_bytes = (32 * 64 + 128 * 64 + 3 * 256 * 64) * 4
+    assert sum(t.numel() * t.element_size() for t in state.values()) < 0.75 * dense_bytes
+    path = tmp_path / "model.safetensors"
+    safetensors.save_file(state, str(path))
+    fresh = nn.ModuleDict({"a": SparseLinear(64, 32, True, "2:4"), "b": SparseLinear(64, 128, True, "128:2:8"),
+                           "mlp": SparseGatedMLP(64, 256, "128:2:8")})
+    fresh.load_state_dict(safetensors.load_file(str(path)))
+    x = torch.randn(5, 64)
+    for name in ("a", "b", "mlp"):
+        torch.testing.assert_close(fresh[name](x), model[name](x))
