@@ -44,7 +44,7 @@ def main() -> None:
             ratios, pairs = [], []
             for r in range(args.rounds):
                 order = (dense, sparse) if r % 2 == 0 else (sparse, dense)
-                t = {id(m): time_ms(lambda m=m: m(x)) for m in order}
+                t = {id(m): time_ms(lambda m=m, x=x: m(x)) for m in order}
                 pairs.append((t[id(dense)], t[id(sparse)]))
                 ratios.append(t[id(dense)] / t[id(sparse)])
             row = {"batch": b, "tokens": 2048, "pattern": args.pattern + "+glu", "rounds": args.rounds,
