@@ -22,7 +22,7 @@ from cutlass_nm.kernels import get_kernel, precompile
 F16 = KernelTypes("f16", "f16", False)
 GLU = get_family("vnm_glu_sm90")
 VARIANTS = [{}, {"mma_pipe": 1}, {"stages": 4}, {"tile_k": 128, "stages": 3},
-            {"tile_k": 128, "stages": 3, "mma_pipe": 1}, {"tile_n": 64, "stages": 8}, {"producer": 0}, {"idx_ahead": 4}]
+            {"tile_k": 128, "stages": 3, "mma_pipe": 1}, {"tile_n": 64, "stages": 8}, {"producer": 0}]
 
 
 def kid(variant: dict) -> tuple:

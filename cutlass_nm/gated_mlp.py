@@ -53,8 +53,12 @@ def gated_mlp(x: torch.Tensor, gate_up: VNMWeight, down: VNMWeight) -> torch.Ten
     return y.reshape(*x.shape[:-1], down.out_features)
 
 
+def swiglu_reference(x: torch.Tensor, gate_up: VNMWeight) -> torch.Tensor:
+    """h = silu(x·Gᵀ) ⊙ (x·Uᵀ) through the decompressed fused weight, in x's dtype (any device)."""
+    gate, up = deinterleave(gate_up.to_dense().to(x.dtype))
+    return torch.nn.functional.silu(x @ gate.T) * (x @ up.T)
+
+
 def reference(x: torch.Tensor, gate_up: VNMWeight, down: VNMWeight) -> torch.Tensor:
     """The same function through the decompressed weights, in x's dtype (any device)."""
-    gate, up = deinterleave(gate_up.to_dense().to(x.dtype))
-    h = torch.nn.functional.silu(x @ gate.T) * (x @ up.T)
-    return h @ down.to_dense().to(x.dtype).T
+    return swiglu_reference(x, gate_up) @ down.to_dense().to(x.dtype).T

@@ -42,7 +42,6 @@ class Config(vnm_sm90.Config):
     gather: int = 0
     producer: int = 1
     mma_pipe: int = 0
-    idx_ahead: int = 1
     raster: int = 1
 
     # vnm_sm90's space with the SwiGLU tile: 256 rows on 2 consumers, at most 128 tokens (accumulators), cp.async
@@ -89,11 +88,9 @@ class _VnmGluSm90Family:
 
     def reference(self, x: torch.Tensor, w: VNMWeight) -> torch.Tensor:
         """hT in fp64, zero in the padding tokens: what the tuner's worker checks a candidate against."""
-        from ..formats.glu import deinterleave
+        from ..gated_mlp import swiglu_reference
 
-        gate, up = (t.double() for t in deinterleave(w.to_dense()))
-        xd = x.double()
-        h = torch.nn.functional.silu(xd @ gate.T) * (xd @ up.T)
+        h = swiglu_reference(x.double(), w)
         out = torch.zeros(self.output_shape(*h.shape[:1], w.out_features), dtype=torch.float64, device=x.device)
         out[:, : x.shape[0]] = h.T
         return out

@@ -38,8 +38,7 @@ class Config(FamilyConfig):
     64-token chunk, swizzled by the copy engine) and, for the cp.async gather, how its producer issues (0: one
     row at a time, the original; 1: batches of index loads, then the batch's copies back to back), and the consumer
     mainloop (``mma_pipe`` 0: CUTLASS's sparse collective, which drains each k-tile's wgmma.sp batch; 1: ours,
-    one batch kept in flight), and how many k-tiles ahead the cp.async producer loads its gather indices
-    (``idx_ahead``; 4 measured no faster than 1, the original), and the CTA order (``raster`` 0: weight tiles
+    one batch kept in flight), and the CTA order (``raster`` 0: weight tiles
     fastest, the original; 1: token tiles in L2-sized groups, each weight tile with its group's token tiles in a
     row, so a weight larger than L2 is read from DRAM once per group)."""
 
@@ -52,7 +51,6 @@ class Config(FamilyConfig):
     gather: int = 0
     producer: int = 0
     mma_pipe: int = 0
-    idx_ahead: int = 1
     raster: int = 0
 
     SPACE: ClassVar = {
@@ -65,7 +63,6 @@ class Config(FamilyConfig):
         "gather": (0, 1),
         "producer": (0, 1),
         "mma_pipe": (0, 1),
-        "idx_ahead": (1, 4),
         "raster": (0, 1),
     }
 
@@ -79,7 +76,7 @@ def emit(cfg: Config, types: KernelTypes, glu: bool) -> str:
         element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
         tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
         has_bias="true" if types.bias else "false", transpose=int(c.transpose), gather=int(c.gather),
-        producer=int(c.producer), mma_pipe=int(c.mma_pipe), idx_ahead=int(c.idx_ahead), raster=int(c.raster),
+        producer=int(c.producer), mma_pipe=int(c.mma_pipe), raster=int(c.raster),
         glu=1 if glu else 0,
         sparse_mainloop=fragment("sparse_mainloop.cuh"))
 
@@ -162,12 +159,10 @@ def fallback_config(cfg: Config, problem: Problem) -> Config:
     """The tile_m = 64 config a tile_m = 128 kernel hands V = 64 weights to: the same tile on one consumer
     warpgroup where that fits, else 64x256x64, 5 stages."""
     same = Config(tile_m=64, tile_n=cfg.tile_n, tile_k=cfg.tile_k, stages=cfg.stages, consumers=1,
-                  transpose=cfg.transpose, gather=cfg.gather, producer=cfg.producer, idx_ahead=cfg.idx_ahead,
-                  raster=cfg.raster)
+                  transpose=cfg.transpose, gather=cfg.gather, producer=cfg.producer, raster=cfg.raster)
     return same if FAMILY.check(same, problem) is None else Config(tile_m=64, tile_n=256, tile_k=64, stages=5,
                                                                    transpose=cfg.transpose, gather=cfg.gather,
-                                                                   producer=cfg.producer, idx_ahead=cfg.idx_ahead,
-                                                                   raster=cfg.raster)
+                                                                   producer=cfg.producer, raster=cfg.raster)
 
 
 class _Launcher:
@@ -186,8 +181,8 @@ class _Launcher:
 
     def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor,
                  xt: torch.Tensor | None = None) -> None:
-        """Write x·Wᵀ (+ bias) into y (m x n, contiguous). With ``xt`` (``transposed_input``), x only gives the
-        shape: the kernel gathers from xt, which already holds x transposed, and skips its own transpose."""
+        """Write x·Wᵀ (+ bias) into y (m x n, contiguous). With ``xt``, x only gives the shape: the kernel gathers
+        from xt, which already holds x transposed, and skips its own transpose."""
         v = w.pattern.v
         if v % self.cfg.tile_m:
             if v % 64 == 0:  # a V = 64 weight under a tile_m = 128 kernel: its tile_m = 64 twin runs it

@@ -52,8 +52,6 @@ constexpr int kMmaPipe = ${mma_pipe};
 // tok < ldx. Two cooperative consumer warpgroups tile 256 rows as two 128-row MMA tiles, so a thread's
 // accumulators at MMA_M = 0 and 1 are rows r and r + 128: the pair is thread-local (CNM_GLU_PROBE checks).
 constexpr int kGlu = ${glu};
-// k-tiles of gather indices the cp.async producer loads ahead of their use (1: the original).
-constexpr int kIdxAhead = ${idx_ahead};
 // CTA order. 0: blockIdx.x walks the weight tiles, blockIdx.y the token tiles (the original: a wave spans ~132
 // weight tiles, so each weight tile comes back from DRAM for every token tile once the weight exceeds L2).
 // 1: token tiles in groups whose slice of xt fits a third of L2 (raster_group), and inside a group each weight tile
@@ -215,26 +213,20 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
     produce_tma(p, pipeline, tAgA, tAsA, tEgE, tEsE, sB, m_tile, n_tile);
     return;
   }
-  // The gather index of a k-tile is staged in shared memory (double-buffered) by the first kTileK producer
-  // threads, each holding its column's indices for the next kIdxAhead k-tiles in registers: an index load is
-  // issued kIdxAhead k-tiles before its use, so its latency (an L2 round trip under the gather's own load, about a
-  // k-tile's time) does not stall every k-tile's copies (with one tile ahead it did: results/h100/NOTES.md).
+  // The gather index of a k-tile is staged in shared memory (double-buffered), loaded one k-tile ahead by
+  // the first kTileK producer threads so its latency hides behind the previous tile's copies (loading it 4 k-tiles
+  // ahead measured no faster on the H100: results/h100/NOTES.md, 2026-11-24).
   const int* gi = p.gidx + size_t(m_tile / p.tiles_per_block) * p.kg;
   const int tok0 = n_tile * kTileN;
   constexpr int kChunks = kTileN / 8;  // 16-byte chunks per gathered row
   const int k_tiles = p.kg / kTileK;
-  int ahead[kIdxAhead];
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < kIdxAhead; ++i) ahead[i] = tid < kTileK && i < k_tiles ? __ldg(gi + i * kTileK + tid) : 0;
+  int next_row = tid < kTileK ? __ldg(gi + tid) : 0;
   PipeState write = cutlass::make_producer_start_state<Pipeline>();
   for (int kt = 0; kt < k_tiles; ++kt) {
     int* idx = smem.gidx[kt & 1];
     if (tid < kTileK) {
-      const int row = ahead[0];
-      idx[tid] = kProducer == 0 || row < 0 ? row : row * p.ldx;  // batched: xt element offsets
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i + 1 < kIdxAhead; ++i) ahead[i] = ahead[i + 1];
-      ahead[kIdxAhead - 1] = kt + kIdxAhead < k_tiles ? __ldg(gi + (kt + kIdxAhead) * kTileK + tid) : 0;
+      idx[tid] = kProducer == 0 || next_row < 0 ? next_row : next_row * p.ldx;  // batched: xt element offsets
+      if (kt + 1 < k_tiles) next_row = __ldg(gi + (kt + 1) * kTileK + tid);
     }
     cutlass::arch::NamedBarrier::sync(128, 1);
     pipeline.producer_acquire(write);
