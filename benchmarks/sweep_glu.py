@@ -35,9 +35,10 @@ def main() -> None:
     ap.add_argument("--patterns", default="128:2:8,128:2:16")
     ap.add_argument("--dims", default="4096,11008")
     ap.add_argument("--once", help="a variant (JSON): run it twice, untimed")
+    ap.add_argument("--variants", help="a JSON list of variants to sweep instead of the default set")
     args = ap.parse_args()
     dim, hidden = (int(v) for v in args.dims.split(","))
-    variants = [json.loads(args.once)] if args.once else VARIANTS
+    variants = [json.loads(args.once)] if args.once else json.loads(args.variants) if args.variants else VARIANTS
     print(f"precompiled, failures: {[r for r in precompile([kid(v) for v in variants]) if isinstance(r, Exception)]}",
           flush=True)
     g = torch.Generator(device="cuda").manual_seed(0)

@@ -21,7 +21,8 @@ TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 GLU = get_family("vnm_glu_sm90")
 # (m, hidden, k): a tail in m (17: one token past the decode path), k not a multiple of M, an LLM-like one
 GLU_SHAPES = [(17, 256, 512), (133, 384, 1000), (300, 640, 2056), (2048, 1024, 4096)]
-GLU_VARIANTS = [{}, {"tile_n": 64, "tile_k": 128, "stages": 4}, {"mma_pipe": 1}, {"producer": 0, "transpose": 0}]
+GLU_VARIANTS = [{}, {"tile_n": 64, "tile_k": 128, "stages": 4}, {"mma_pipe": 1}, {"producer": 0, "transpose": 0},
+                {"cluster": 2}, {"cluster": 2, "raster": 0}, {"cluster": 2, "tile_k": 128, "stages": 3}]
 PATTERNS = ["128:2:8", "128:2:7", "128:2:16"]
 MLP_M = [1, 5, 16, 17, 133, 1024]
 
@@ -65,8 +66,9 @@ def _precompile_in_parallel():
     sm90 = get_family("vnm_sm90")
     for (m, n, k), bias in (((17, 256, 384), False), ((300, 640, 1000), False), ((300, 384, 32768), True)):
         types = KernelTypes("f16", "f16", bias)
-        for raster in (0, 1):
-            kids.add(("vnm_sm90", dataclasses.replace(sm90.heuristic(Problem(m, n, k, types)), raster=raster), types))
+        for raster, cluster in ((0, 1), (1, 1), (0, 2), (1, 2)):
+            cfg = dataclasses.replace(sm90.heuristic(Problem(m, n, k, types)), raster=raster, cluster=cluster)
+            kids.add(("vnm_sm90", cfg, types))
     failures = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
     assert not failures, failures[0]
 
@@ -111,9 +113,10 @@ def test_glu_kernel_matches_reference(variant, shape, pattern, dtype):
     assert rel_err(ht[:hidden, :m].T, _h_ref(x, fused)) < TOL[dtype]
 
 
+@pytest.mark.parametrize("cluster", [1, 2])
 @pytest.mark.parametrize("raster", [0, 1])
 @pytest.mark.parametrize("shape", [(17, 256, 384), (300, 640, 1000)], ids=lambda s: "x".join(map(str, s)))
-def test_sm90_gathers_from_a_transposed_input(shape, raster):
+def test_sm90_gathers_from_a_transposed_input(shape, raster, cluster):
     """vnm_sm90 with ``xt`` given skips its transpose and gathers from xt (zeros past k in the rows padding names)."""
     m, n, k = shape
     pattern = "128:2:7"  # k % 7 != 0: the gather index names padding rows
@@ -125,7 +128,7 @@ def test_sm90_gathers_from_a_transposed_input(shape, raster):
     xt = torch.zeros(w.padded_k, ldx, device="cuda", dtype=torch.float16)
     xt[:k, :m] = x.T
     y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
-    kernel = _sm90_kernel(Problem(m, n, k, types, pattern), raster)
+    kernel = _sm90_kernel(Problem(m, n, k, types, pattern), raster, cluster)
     kernel(x, w, None, y, xt)
     torch.cuda.synchronize()
     assert torch.isfinite(y).all(), "unwritten (poisoned) or non-finite outputs"
@@ -134,17 +137,20 @@ def test_sm90_gathers_from_a_transposed_input(shape, raster):
         kernel(x, w, None, y, xt[:, :8])
 
 
-def _sm90_kernel(problem: Problem, raster: int):
+def _sm90_kernel(problem: Problem, raster: int, cluster: int = 1):
     from cutlass_nm.kernels import get_kernel
 
     fam = get_family("vnm_sm90")
-    return get_kernel(("vnm_sm90", dataclasses.replace(fam.heuristic(problem), raster=raster), problem.types))
+    cfg = dataclasses.replace(fam.heuristic(problem), raster=raster, cluster=cluster)
+    return get_kernel(("vnm_sm90", cfg, problem.types))
 
 
+@pytest.mark.parametrize("cluster", [1, 2])
 @pytest.mark.parametrize("raster", [0, 1])
-def test_sm90_raster_groups_with_a_partial_last_group(raster):
+def test_sm90_raster_groups_with_a_partial_last_group(raster, cluster):
     """raster = 1 with k large enough that a group holds 2 of the 3 token tiles (8 MB of xt per 128-token tile):
-    every (weight tile, token tile) is computed once, including the last, partial group's."""
+    every (weight tile, token tile) is computed once, including the last, partial group's. cluster = 2 pads the
+    token tiles to 4 (a CTA pair shares A and E by multicast; the padding CTA writes nothing)."""
     m, n, k = 300, 384, 32768
     types = KernelTypes("f16", "f16", True)
     g = torch.Generator(device="cuda").manual_seed(6)
@@ -152,7 +158,7 @@ def test_sm90_raster_groups_with_a_partial_last_group(raster):
     w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), "128:2:8")
     bias = torch.randn(n, device="cuda", dtype=torch.float16, generator=g)
     y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
-    _sm90_kernel(Problem(m, n, k, types, "128:2:8"), raster)(x, w, bias, y)
+    _sm90_kernel(Problem(m, n, k, types, "128:2:8"), raster, cluster)(x, w, bias, y)
     torch.cuda.synchronize()
     assert torch.isfinite(y).all(), "unwritten (poisoned) or non-finite outputs"
     assert rel_err(y, x.double() @ w.to_dense().double().T + bias.double()) < TOL[torch.float16]

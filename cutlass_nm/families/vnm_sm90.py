@@ -40,7 +40,8 @@ class Config(FamilyConfig):
     mainloop (``mma_pipe`` 0: CUTLASS's sparse collective, which drains each k-tile's wgmma.sp batch; 1: ours,
     one batch kept in flight), and the CTA order (``raster`` 0: weight tiles
     fastest, the original; 1: token tiles in L2-sized groups, each weight tile with its group's token tiles in a
-    row, so a weight larger than L2 is read from DRAM once per group)."""
+    row, so a weight larger than L2 is read from DRAM once per group), and the CTAs per cluster along the tokens
+    (``cluster`` 2: two CTAs of one weight tile share its A and metadata by TMA multicast; cp.async gather only)."""
 
     tile_m: int = 64
     tile_n: int = 128
@@ -52,6 +53,7 @@ class Config(FamilyConfig):
     producer: int = 0
     mma_pipe: int = 0
     raster: int = 0
+    cluster: int = 1
 
     SPACE: ClassVar = {
         "tile_m": (64, 128, 256),
@@ -64,6 +66,7 @@ class Config(FamilyConfig):
         "producer": (0, 1),
         "mma_pipe": (0, 1),
         "raster": (0, 1),
+        "cluster": (1, 2),
     }
 
 
@@ -76,7 +79,7 @@ def emit(cfg: Config, types: KernelTypes, glu: bool) -> str:
         element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
         tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
         has_bias="true" if types.bias else "false", transpose=int(c.transpose), gather=int(c.gather),
-        producer=int(c.producer), mma_pipe=int(c.mma_pipe), raster=int(c.raster),
+        producer=int(c.producer), mma_pipe=int(c.mma_pipe), raster=int(c.raster), cluster=int(c.cluster),
         glu=1 if glu else 0,
         sparse_mainloop=fragment("sparse_mainloop.cuh"))
 
@@ -111,6 +114,8 @@ class _VnmSm90Family:
             return reason
         if cfg.gather == 1 and cfg.producer == 1:
             return "producer=1 batches the cp.async gather: it does not apply to the TMA gather (gather=1)"
+        if cfg.gather == 1 and cfg.cluster > 1:
+            return "cluster=2 multicasts A and E beside the cp.async gather: it does not apply to gather=1"
         if cfg.consumers == 2 and cfg.tile_m == 64:
             return "two consumer warpgroups split tile_m in halves of 64: tile_m must be 128 or 256"
         if cfg.tile_m == 256 and cfg.consumers != 2:
@@ -126,6 +131,11 @@ class _VnmSm90Family:
             return reason
         if problem.m < 1 or problem.n < 1 or problem.k < 1:
             return "m, n, k must be >= 1"
+        token_tiles = -(-problem.m // cfg.tile_n)
+        if cfg.cluster > 1 and cfg.raster == 1 and -(-problem.n // cfg.tile_m) * token_tiles > 65535 * cfg.cluster:
+            return f"cluster={cfg.cluster} with raster=1 launches at most {65535 * cfg.cluster} CTAs"
+        if token_tiles > 65535:
+            return f"at most 65535 token tiles of {cfg.tile_n}"
         if cfg.producer == 1 and (problem.k + K_ALIGN) * (-(-problem.m // 8) * 8) >= 2**31:
             return "producer=1 addresses the transposed x with 32-bit offsets: k * m must stay below 2^31"
         return None

@@ -57,6 +57,10 @@ constexpr int kGlu = ${glu};
 // 1: token tiles in groups whose slice of xt fits a third of L2 (raster_group), and inside a group each weight tile
 // with all of the group's token tiles in a row: the weight is read from DRAM once per group, xt once.
 constexpr int kRaster = ${raster};
+// CTAs per cluster along the tokens (1 or 2): the cluster's CTAs compute one weight tile for adjacent token tiles
+// and each brings half of A and E by TMA multicast to both, so A and E cross L2 once per cluster, not per CTA.
+constexpr int kClusterN = ${cluster};
+using ClusterShape = Shape<_1, Int<kClusterN>, _1>;
 
 constexpr int kThreads = 128 * (1 + kConsumers);
 using TileShape = Shape<Int<kTileM>, Int<kTileN>, Int<kTileK>>;
@@ -65,7 +69,7 @@ using Schedule = cute::conditional_t<kConsumers == 2, cutlass::gemm::KernelTmaWa
 // A: K-major compressed 2:4 (CUTLASS layout); B: N-major (tokens contiguous), i.e. rows of xT.
 using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp, Element, cutlass::layout::RowMajor, 16, Element,
-    cutlass::layout::RowMajor, 8, float, TileShape, Shape<_1, _1, _1>,
+    cutlass::layout::RowMajor, 8, float, TileShape, ClusterShape,
     cutlass::gemm::collective::StageCount<kStages>, Schedule>::CollectiveOp;
 using TiledMma = typename Mainloop::TiledMma;
 using Pipeline = typename Mainloop::MainloopPipeline;
@@ -80,6 +84,7 @@ static_assert(kGather == 0 || cosize_v<typename Mainloop::SmemLayoutA> * sizeof(
               "the TMA gather needs smem_B 1024-byte aligned");
 static_assert(kTileN % 64 == 0 && kTileK % 4 == 0 && kTileK / 4 <= 32, "gather tiling");
 static_assert(size(TiledMma{}) == 128 * kConsumers, "one consumer warpgroup per MMA warpgroup");
+static_assert(kClusterN == 1 || kGather == 0, "A/E multicast with the cp.async gather only");
 static_assert(kGlu == 0 || (kTileM == 256 && kConsumers == 2 && !kHasBias), "SwiGLU: 256-row tiles, 2 consumers");
 
 struct alignas(1024) SharedStorage {
@@ -95,7 +100,8 @@ struct Params {
   const Element* bias; // n, or null
   ElementOut* y;       // m x n; kGlu = 1: hT, (n / 2) x ldx
   int n, m, ldx, kg, tiles_per_block, padded_k;
-  int m_tiles, n_tiles, raster_group;  // weight tiles, token tiles, token tiles per group (kRaster = 1)
+  // weight tiles, token tiles (a multiple of kClusterN), token tiles per group (kRaster = 1; a multiple of kClusterN)
+  int m_tiles, n_tiles, raster_group;
   CUtensorMap tma_x;   // xt (padded_k x ldx), 64 x 1 boxes, 128B swizzle (kGather = 1)
 };
 
@@ -202,8 +208,12 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
   Tensor sA = make_tensor(make_smem_ptr(smem.tensors.smem_A.begin()), typename Mainloop::SmemLayoutA{});
   Tensor sE = make_tensor(make_smem_ptr(smem.tensors.smem_E.begin()), typename Mainloop::SmemLayoutE{});
   Tensor sB = make_tensor(make_smem_ptr(smem.tensors.smem_B.begin()), typename Mainloop::SmemLayoutB{});
-  auto tma_a = ml.tma_load_a.get_slice(0);
-  auto tma_e = ml.tma_load_e.get_slice(0);
+  // kClusterN = 2: this CTA's half of A and E, multicast to the cluster (both CTAs share m_tile)
+  auto cta_layout = make_layout(ClusterShape{});
+  auto cta_coord = cta_layout.get_flat_coord(int(cute::block_rank_in_cluster()));
+  const uint16_t mcast = kClusterN == 1 ? 0 : create_tma_multicast_mask<1>(cta_layout, cta_coord);
+  auto tma_a = ml.tma_load_a.get_slice(get<1>(cta_coord));
+  auto tma_e = ml.tma_load_e.get_slice(get<1>(cta_coord));
   Tensor tAgA = tma_a.partition_S(gA);
   Tensor tAsA = tma_a.partition_D(sA);
   Tensor tEgE = tma_e.partition_S(gE);
@@ -233,8 +243,8 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
     auto* bar = pipeline.producer_get_barrier(write);
     int stage = write.index();
     if (tid == 0) {
-      copy(ml.tma_load_a.with(*bar, 0), tAgA(_, _, _, kt), tAsA(_, _, _, stage));
-      copy(ml.tma_load_e.with(*bar, 0), tEgE(_, _, _, kt), tEsE(_, _, _, stage));
+      copy(ml.tma_load_a.with(*bar, mcast), tAgA(_, _, _, kt), tAsA(_, _, _, stage));
+      copy(ml.tma_load_e.with(*bar, mcast), tEgE(_, _, _, kt), tEsE(_, _, _, stage));
     }
     const int j = tid % kChunks;
     const int tok = tok0 + j * 8;
@@ -256,6 +266,9 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
     cutlass::arch::cpasync_barrier_arrive_noinc(reinterpret_cast<uint64_t const*>(bar));
     ++write;
   }
+  // kClusterN = 2: stay until both CTAs' consumers have released every stage (the peer multicasts into this CTA's
+  // shared memory and its consumers arrive on this CTA's empty barriers)
+  if (kClusterN > 1 && tid == 0) pipeline.producer_tail(write);
 }
 
 // kGlu = 1: h = silu(gate) * up, written transposed (row-major hT, tokens contiguous) as pairs of tokens: a
@@ -394,9 +407,12 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ cons
   const int wg = threadIdx.x / 128;
   int m_tile = blockIdx.x, n_tile = blockIdx.y;
   if constexpr (kRaster == 1) {
+    // 1-D order: blockIdx.x, or with clusters blockIdx.z * kClusterN + blockIdx.y (the cluster along y, as
+    // ClusterShape says; group sizes are multiples of kClusterN, so a cluster shares m_tile)
+    const int linear = kClusterN == 1 ? int(blockIdx.x) : int(blockIdx.z * kClusterN + blockIdx.y);
     const int span = p.m_tiles * p.raster_group;  // CTAs of a full group
-    const int group = blockIdx.x / span, first = group * p.raster_group;
-    const int size = min(p.raster_group, p.n_tiles - first), r = blockIdx.x - group * span;
+    const int group = linear / span, first = group * p.raster_group;
+    const int size = min(p.raster_group, p.n_tiles - first), r = linear - group * span;
     m_tile = r / size;
     n_tile = first + r % size;
   }
@@ -408,8 +424,13 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ cons
   pp.num_consumers = 128 * kConsumers;
   // kGather 0: the TMA thread's arrive.expect_tx + one cp.async arrival per producer thread; 1: thread 0's alone
   pp.num_producers = kGather == 1 ? 1 : 129;
-  Pipeline pipeline(smem.pipeline, pp, Shape<_1, _1, _1>{});
-  __syncthreads();
+  Pipeline pipeline(smem.pipeline, pp, ClusterShape{});
+  if constexpr (kClusterN > 1) {  // the peer's barriers are initialised before anyone signals them
+    cute::cluster_arrive_relaxed();
+    cute::cluster_wait();
+  } else {
+    __syncthreads();
+  }
 
   if (wg == 0) {
     cutlass::arch::warpgroup_reg_dealloc<40>();
@@ -479,11 +500,12 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
            v / kTileM,
            padded_k,
            (n + kTileM - 1) / kTileM,
-           (m + kTileN - 1) / kTileN,
+           ((m + kTileN - 1) / kTileN + kClusterN - 1) / kClusterN * kClusterN,
            1,
            {}};
   // a group's slice of xt (raster_group token tiles x padded_k rows) within 16 MB, a third of the H100's L2
   p.raster_group = max(1, min(p.n_tiles, int((16u << 20) / (unsigned(kTileN) * unsigned(padded_k) * sizeof(Element)))));
+  p.raster_group = max(kClusterN, p.raster_group / kClusterN * kClusterN);
   if constexpr (kGather == 1) {
     // xt as a 2-D tensor: tokens (ldx, contiguous) x rows (padded_k); boxes of 64 tokens x 1 row, 128B swizzle.
     cuuint64_t dims[2] = {cuuint64_t(ldx), cuuint64_t(padded_k)};
@@ -503,9 +525,29 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
     if (err != cudaSuccess) return 1000 + int(err);
     smem_set = 1;
   }
-  dim3 grid = kRaster == 1 ? dim3(p.m_tiles * p.n_tiles) : dim3(p.m_tiles, p.n_tiles);
-  vnm_kernel<<<grid, kThreads, smem, stream>>>(p);
-  cudaError_t err = cudaGetLastError();
+  const int ctas = p.m_tiles * p.n_tiles;
+  dim3 grid = kRaster == 0 ? dim3(p.m_tiles, p.n_tiles) : kClusterN == 1 ? dim3(ctas) : dim3(1, kClusterN, ctas / kClusterN);
+  if (grid.y > 65535 || grid.z > 65535) return 1000 + int(cudaErrorInvalidConfiguration);
+  cudaError_t err;
+  if constexpr (kClusterN == 1) {
+    vnm_kernel<<<grid, kThreads, smem, stream>>>(p);
+    err = cudaGetLastError();
+  } else {
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = kClusterN;
+    attr[0].val.clusterDim.z = 1;
+    config.gridDim = grid;
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = size_t(smem);
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    err = cudaLaunchKernelEx(&config, vnm_kernel, p);
+    if (err == cudaSuccess) err = cudaGetLastError();
+  }
   return err == cudaSuccess ? 0 : 1000 + int(err);
 }
 
