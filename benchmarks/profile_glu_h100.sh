@@ -3,7 +3,8 @@
 # with warp-state sampling per SASS instruction; prints the throughput summary and the 40 most-sampled instructions.
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/profile_glu_h100.sh
 source benchmarks/device_env.sh
-VARIANT="${VARIANT:-{\}}"
+VARIANT="${VARIANT:-}"
+[ -n "$VARIANT" ] || VARIANT='{}'
 timeout 240 ncu --clock-control none -k regex:vnm_kernel --launch-skip 1 --launch-count 1 \
   --section SpeedOfLight --section WarpStateStats --section SourceCounters --section MemoryWorkloadAnalysis \
   --section MemoryWorkloadAnalysis_Tables --section LaunchStats --section Occupancy -o "$OUT/glu" -f \
