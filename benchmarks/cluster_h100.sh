@@ -22,7 +22,7 @@ for line in sys.stdin:
 fi
 if [ "${VNM:-0}" = 1 ]; then
   C="128x256x64x5x2x1x0x1x0"
-  timeout 280 python3 benchmarks/bench_vnm.py --families vnm_sm90 --sm90-configs ${C}x0x1 ${C}x0x2 ${C}x1x1 ${C}x1x2 \
+  timeout 280 python3 benchmarks/bench_vnm.py --families vnm_sm90 --shapes "${SHAPES:-6}" --sm90-configs ${C}x0x1 ${C}x0x2 ${C}x1x1 ${C}x1x2 \
     --out "$OUT/vnm_cluster.json" 2>&1 | python3 -c "
 import json, sys
 for line in sys.stdin:
