@@ -4,8 +4,8 @@
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/tune_glu_h100.sh
 source benchmarks/device_env.sh
 export CUTLASS_NM_DB="sqlite:///$OUT/glu_tune.db"
-cutlass-nm db upgrade > /dev/null
-timeout "${TUNE_S:-420}" cutlass-nm tune --shape "${SHAPE:-2048,22016,4096}" --pattern 256:2:8 --family vnm_glu_sm90 \
+python3 -m cutlass_nm.cli db upgrade > /dev/null
+timeout "${TUNE_S:-420}" python3 -m cutlass_nm.cli tune --shape "${SHAPE:-2048,22016,4096}" --pattern 256:2:8 --family vnm_glu_sm90 \
   --trials "${TRIALS:-16}" 2>&1 | tail -25
-cutlass-nm db ls 2>&1 | tail -5
-cutlass-nm db export --out "$OUT/glu_records.jsonl"
+python3 -m cutlass_nm.cli db ls 2>&1 | tail -5
+python3 -m cutlass_nm.cli db export --out "$OUT/glu_records.jsonl"
