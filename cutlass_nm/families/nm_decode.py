@@ -83,6 +83,23 @@ class Config(FamilyConfig):
         8-byte barrier (the template's kRingBytes)."""
         return -(-self.warps * 2 * self.ahead * 1048 // 16) * 16 if self.bulk else 0
 
+    def estimate_ms(self, problem: Problem, sm_count: int = 132) -> float:
+        """Estimate for ranking (tune.perfmodel): the stored weight (16-bit values and their index bytes) once per
+        launch of ``max_tokens`` tokens, plus x and y, at copy bandwidth, times what the H100 sweeps measured of
+        the choices (results/h100/nm_decode_*: tensor-core modes ~1.3x faster than the CUDA-core ones, 2 steps in
+        flight best) and a fixed ~5 µs per launch, ~1 µs less with PDL."""
+        from ..tune.perfmodel import BANDWIDTH
+
+        try:
+            p = Pattern.parse(problem.pattern)
+            keep, group = (2, p.m) if p.is_vnm else (p.n, p.m)
+        except (ValueError, TypeError):
+            keep, group = 2, 8
+        launches = -(-problem.m // self.max_tokens)
+        stream = launches * problem.n * problem.k * keep / group * 2.5 + problem.m * (problem.k + problem.n) * 2
+        choice = (1.0 if self.mode in (2, 3) else 1.3) * (1.0 if self.ahead == 2 else 1.1)
+        return (stream / BANDWIDTH * choice + launches * (4e-6 if self.pdl else 5e-6)) * 1e3
+
     @property
     def unit(self) -> int:
         """Nonzero positions per step of a row: 8 (16-byte loads), 16 on tensor cores (one mma k-step)."""

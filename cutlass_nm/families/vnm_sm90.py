@@ -18,6 +18,7 @@ import torch
 from ..errors import ShapeError
 from ..formats import meta_sm90
 from ..formats.vnm import VNMWeight
+from ..patterns import Pattern
 from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only, pipelined_mma_rule
 from .launch import check_status
 
@@ -69,6 +70,29 @@ class Config(FamilyConfig):
         "cluster": (1, 2),
     }
 
+    def estimate_ms(self, problem: Problem, sm_count: int = SM_COUNT) -> float:
+        """Estimate for ranking (tune.perfmodel): the gathered B (once per weight tile) and A with its metadata
+        (once per token tile, once per cluster) through L2, at a rate that falls below ~128 KB of stages in flight,
+        or CTA waves of wgmma.sp over the gathered K, whichever is larger; short K loops pay the pipeline fill, and
+        the unbatched producer (producer 0) and the TMA gather (gather 1) their measured 1.3x and 2.3x (H100)."""
+        from ..tune.perfmodel import L2_BANDWIDTH, SPARSE_FLOPS
+
+        try:
+            group = getattr(Pattern.parse(problem.pattern), "m", 8)
+        except (ValueError, TypeError):
+            group = 8
+        m, n, k = problem.m, problem.n, problem.k
+        kg = -(-4 * -(-k // group) // K_ALIGN) * K_ALIGN
+        rows = -(-n // self.tile_m)
+        tiles_n = -(-m // self.tile_n)
+        toks = -(-tiles_n // self.cluster) * self.cluster  # padded to whole clusters
+        traffic = rows * toks * self.tile_n * kg * 2 + toks * n * kg * (1 + 1 / 8) / self.cluster + m * n * 2
+        in_flight = (self.stages - 1) * smem_per_stage(self)
+        rate = L2_BANDWIDTH * min(1.0, in_flight / 128e3)
+        mma = -(-rows * toks // sm_count) * 2.0 * self.tile_m * self.tile_n * kg / (SPARSE_FLOPS / sm_count)
+        slow = (2.3 if self.gather else 1.0) * (1.3 if self.gather == 0 and self.producer == 0 else 1.0)
+        return max(traffic / rate, mma) * (1 + 8 / (kg / self.tile_k + 8)) * slow * 1e3
+
 
 def emit(cfg: Config, types: KernelTypes, glu: bool) -> str:
     """templates/vnm_sm90.cu for ``cfg`` (plain epilogue, or ``glu``: the SwiGLU epilogue of ``vnm_glu_sm90``)."""
@@ -82,6 +106,14 @@ def emit(cfg: Config, types: KernelTypes, glu: bool) -> str:
         producer=int(c.producer), mma_pipe=int(c.mma_pipe), raster=int(c.raster), cluster=int(c.cluster),
         glu=1 if glu else 0,
         sparse_mainloop=fragment("sparse_mainloop.cuh"))
+
+
+def _block_rows(pattern: str) -> int:
+    """V of a V:N:M pattern string; 0 (no block constraint known) for anything else."""
+    try:
+        return getattr(Pattern.parse(pattern), "v", None) or 0
+    except (ValueError, TypeError):
+        return 0
 
 
 def smem_per_stage(cfg: Config) -> int:
@@ -120,6 +152,8 @@ class _VnmSm90Family:
             return "two consumer warpgroups split tile_m in halves of 64: tile_m must be 128 or 256"
         if cfg.tile_m == 256 and cfg.consumers != 2:
             return "tile_m = 256 runs on two consumer warpgroups (consumers=2)"
+        if cfg.tile_m == 256 and problem.pattern and _block_rows(problem.pattern) % 256:
+            return f"tile_m = 256 tiles 256-row V-blocks (fused gate/up weights), got {problem.pattern}"
         acc = cfg.tile_m * cfg.tile_n // (128 * cfg.consumers)
         if acc > MAX_ACC_PER_THREAD:
             return f"{cfg.tile_m}x{cfg.tile_n} over {cfg.consumers} warpgroup(s) needs {acc} > " \

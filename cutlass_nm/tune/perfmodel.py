@@ -17,6 +17,7 @@ from typing import Any
 
 SPARSE_FLOPS = 1.4e15
 BANDWIDTH = 3.0e12
+L2_BANDWIDTH = 7.25e12  # read out of L2, all SMs (benchmarks/results/h100/l2_bandwidth.json)
 DENSE_FLOPS = SPARSE_FLOPS / 2  # tensor cores, fp16/bf16, nonzero multiply-adds
 SIMT_FLOPS = 6.7e13  # fp32 FMA on CUDA cores: 132 SMs x 128 lanes x 2 flop x 1.98 GHz (datasheet peak)
 RATES = {"tensor": DENSE_FLOPS, "simt": SIMT_FLOPS}
@@ -35,7 +36,8 @@ def ideal_ms(m: int, n: int, k: int, density: float, weight_bytes: float, engine
 
 
 def estimate_ms(cfg: Any, problem: Any, sm_count: int = 132) -> float:
-    """Estimated time of one launch in ms (for ranking only); a config with its own model (nm_simt) uses it."""
+    """Estimated time of one launch in ms (for ranking only); a config with its own model (every family but the
+    2:4 ones) uses it."""
     if hasattr(cfg, "estimate_ms"):
         return cfg.estimate_ms(problem, sm_count)
     m, n, k = problem.m, problem.n, problem.k
@@ -44,12 +46,12 @@ def estimate_ms(cfg: Any, problem: Any, sm_count: int = 132) -> float:
     waves = math.ceil(tiles / sm_count)
     per_tile = 2.0 * cfg.tile_m * cfg.tile_n * k / (SPARSE_FLOPS / sm_count)
     # A (half of k, plus metadata) is read once per column of tiles, B once per row; clusters share loads.
-    a_bytes = n * k * (1 + 1 / 8) * tiles_n / max(1, cfg.cluster_n)
-    b_bytes = m * k * 2 * tiles_m / max(1, cfg.cluster_m)
+    a_bytes = n * k * (1 + 1 / 8) * tiles_n / max(1, getattr(cfg, "cluster_n", 1))  # sm80: no clusters
+    b_bytes = m * k * 2 * tiles_m / max(1, getattr(cfg, "cluster_m", 1))
     out_bytes = m * n * (4 if problem.types.out_dtype == "f32" else 2)
     mem = (a_bytes + b_bytes + out_bytes) / BANDWIDTH
     depth_penalty = 1.0 + 8.0 / (k / cfg.tile_k + 8)  # short K loops expose pipeline fill
-    schedule = 1.0 if cfg.schedule == "cooperative" else 1.03
+    schedule = 1.0 if getattr(cfg, "schedule", "cooperative") == "cooperative" else 1.03
     return max(waves * per_tile, mem) * depth_penalty * schedule * 1e3
 
 
