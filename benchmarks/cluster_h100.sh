@@ -4,12 +4,7 @@
 # GEMMs (sweep_glu), then, with VNM=1, vnm_sm90 cluster 1 / 2 on issue 5's shapes against cuBLAS (bench_vnm).
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/cluster_h100.sh
 source benchmarks/device_env.sh
-if [ "${TESTS:-1}" = 1 ]; then
-  timeout 300 python3 -m pytest -q -m gpu tests/test_gpu_gated_mlp.py -p no:cacheprovider 2>&1 \
-    | tee "$OUT/gpu_tests_cluster.log" | tail -8
-  grep -q " passed" "$OUT/gpu_tests_cluster.log" && ! grep -q "failed\|error" "$OUT/gpu_tests_cluster.log" \
-    || { echo "GPU tests did not pass: no bench"; exit 1; }
-fi
+[ "${TESTS:-1}" = 1 ] && gpu_tests tests/test_gpu_gated_mlp.py gpu_tests_cluster.log 300
 if [ "${GLU:-1}" = 1 ]; then
   V='[{}, {"cluster": 2}, {"tile_k": 128, "stages": 3}, {"tile_k": 128, "stages": 3, "cluster": 2}, {"cluster": 2, "raster": 0}, {"cluster": 2, "stages": 5}]'
   timeout 200 python3 benchmarks/sweep_glu.py --variants "$V" 2>&1 | tee "$OUT/glu_cluster.jsonl" | python3 -c "

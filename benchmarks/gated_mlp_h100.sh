@@ -4,12 +4,7 @@
 # replay), then, only if they pass, the LLaMA-7B/13B MLP in prefill: dense vs separate vs fused, and the GEMMs alone.
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/gated_mlp_h100.sh
 source benchmarks/device_env.sh
-if [ "${TESTS:-1}" = 1 ]; then
-  timeout 240 python3 -m pytest -q -m gpu tests/test_gpu_gated_mlp.py -p no:cacheprovider 2>&1 \
-    | tee "$OUT/gpu_tests_gated_mlp.log" | tail -8
-  grep -q " passed" "$OUT/gpu_tests_gated_mlp.log" && ! grep -q "failed\|error" "$OUT/gpu_tests_gated_mlp.log" \
-    || { echo "GPU tests did not pass: no bench"; exit 1; }
-fi
+[ "${TESTS:-1}" = 1 ] && gpu_tests tests/test_gpu_gated_mlp.py gpu_tests_gated_mlp.log 240
 [ "${BENCH:-1}" = 1 ] || exit 0
 timeout 320 python3 benchmarks/bench_gated_mlp.py --models "${MODELS:-llama-7b}" --out "$OUT/gated_mlp.json" 2>&1 | python3 -c "
 import json, sys
