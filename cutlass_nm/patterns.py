@@ -81,3 +81,12 @@ class Pattern:
 
 
 SPARSE_24 = Pattern(2, 4)
+
+
+def parse_or_none(text: str | Pattern | None) -> Pattern | None:
+    """``Pattern.parse(text)``, or None when ``text`` is empty or names no valid pattern (callers that only
+    refine an estimate or a rule when the pattern is known)."""
+    try:
+        return Pattern.parse(text) if text else None
+    except PatternError:
+        return None

@@ -22,7 +22,7 @@ import torch
 from ..errors import ShapeError
 from ..formats.nm import NMWeight, decode_layout, decode_mma_layout, decode_rows_layout
 from ..formats.vnm import VNMWeight, decode_vnm_layout
-from ..patterns import Pattern
+from ..patterns import Pattern, parse_or_none
 from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status, device_info
 
@@ -90,11 +90,8 @@ class Config(FamilyConfig):
         flight best) and a fixed ~5 µs per launch, ~1 µs less with PDL."""
         from ..tune.perfmodel import BANDWIDTH
 
-        try:
-            p = Pattern.parse(problem.pattern)
-            keep, group = (2, p.m) if p.is_vnm else (p.n, p.m)
-        except (ValueError, TypeError):
-            keep, group = 2, 8
+        p = parse_or_none(problem.pattern)
+        keep, group = ((2, p.m) if p.is_vnm else (p.n, p.m)) if p is not None else (2, 8)
         launches = -(-problem.m // self.max_tokens)
         stream = launches * problem.n * problem.k * keep / group * 2.5 + problem.m * (problem.k + problem.n) * 2
         choice = (1.0 if self.mode in (2, 3) else 1.3) * (1.0 if self.ahead == 2 else 1.1)

@@ -30,7 +30,7 @@ import torch
 
 from ..errors import LaunchError
 from ..formats.nm import VECTORS, NMWeight
-from ..patterns import Pattern, PatternError
+from ..patterns import Pattern, parse_or_none
 from .base import FamilyConfig, KernelTypes, Problem
 from .launch import check_status, workspace
 
@@ -89,14 +89,6 @@ class Config(FamilyConfig):
 MAX_GROUP = 64  # the largest M the kernel's launcher accepts
 
 
-def _parsed(pattern: str) -> Pattern | None:
-    """A problem's pattern string parsed, or None when it is empty or does not parse (then the worst case)."""
-    try:
-        return Pattern.parse(pattern) if pattern else None
-    except PatternError:
-        return None
-
-
 def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     """Shared memory the launcher (cnm_run, codegen/templates/nm_simt.cu) asks for with this config, computed as
     it does: ``stages`` x one stage rounded up to 128 B, a stage being the k-tile of ``pattern`` (whole M-groups,
@@ -114,7 +106,7 @@ def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     bound makes ``check`` refuse such a winner and dispatch falls back to the heuristic."""
     if vector < 1:
         return max(smem_bound(cfg, pattern, v) for v in VECTORS)
-    pat = _parsed(pattern)
+    pat = parse_or_none(pattern)  # None: the worst case
     if pat is None or pat.v is not None:
         ktd, ktc = cfg.k_cols, cfg.k_cols // 2
     elif cfg.compact:  # k_cols rows of xᵀ, at most compact_steps kept steps (compact_layout)
@@ -244,7 +236,7 @@ class _SimtFamily:
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         t = problem.types
-        if (pat := _parsed(problem.pattern)) is not None and pat.m > MAX_GROUP:
+        if (pat := parse_or_none(problem.pattern)) is not None and pat.m > MAX_GROUP:
             return (f"pattern {problem.pattern}: nm_simt takes N:M with M <= {MAX_GROUP} (its launcher refuses larger "
                     f"groups); prune to a pattern with M <= {MAX_GROUP}")
         if t.out_dtype not in ("f32", t.dtype):

@@ -17,10 +17,10 @@ from typing import ClassVar
 
 import torch
 
-from ..errors import PatternError, ShapeError
+from ..errors import ShapeError
 from ..formats import meta_sm80
 from ..formats.vnm import VNMWeight
-from ..patterns import Pattern
+from ..patterns import Pattern, parse_or_none
 from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status
 from .sptc24_sm80 import TILE_SHAPES
@@ -147,10 +147,7 @@ class _VnmSm80Family:
 
 def _block_rows(problem: Problem) -> int | None:
     """V of the problem's weight pattern; None when the problem does not name a V:N:M pattern."""
-    try:
-        return Pattern.parse(problem.pattern).v
-    except PatternError:
-        return None
+    return getattr(parse_or_none(problem.pattern), "v", None)
 
 
 def fallback_config(cfg: Config) -> Config:

@@ -18,7 +18,7 @@ import torch
 from ..errors import ShapeError
 from ..formats import meta_sm90
 from ..formats.vnm import VNMWeight
-from ..patterns import Pattern
+from ..patterns import parse_or_none
 from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only, pipelined_mma_rule
 from .launch import check_status
 
@@ -77,10 +77,7 @@ class Config(FamilyConfig):
         the unbatched producer (producer 0) and the TMA gather (gather 1) their measured 1.3x and 2.3x (H100)."""
         from ..tune.perfmodel import L2_BANDWIDTH, SPARSE_FLOPS
 
-        try:
-            group = getattr(Pattern.parse(problem.pattern), "m", 8)
-        except (ValueError, TypeError):
-            group = 8
+        group = getattr(parse_or_none(problem.pattern), "m", 8)
         m, n, k = problem.m, problem.n, problem.k
         kg = -(-4 * -(-k // group) // K_ALIGN) * K_ALIGN
         rows = -(-n // self.tile_m)
@@ -106,14 +103,6 @@ def emit(cfg: Config, types: KernelTypes, glu: bool) -> str:
         producer=int(c.producer), mma_pipe=int(c.mma_pipe), raster=int(c.raster), cluster=int(c.cluster),
         glu=1 if glu else 0,
         sparse_mainloop=fragment("sparse_mainloop.cuh"))
-
-
-def _block_rows(pattern: str) -> int:
-    """V of a V:N:M pattern string; 0 (no block constraint known) for anything else."""
-    try:
-        return getattr(Pattern.parse(pattern), "v", None) or 0
-    except (ValueError, TypeError):
-        return 0
 
 
 def smem_per_stage(cfg: Config) -> int:
@@ -152,7 +141,7 @@ class _VnmSm90Family:
             return "two consumer warpgroups split tile_m in halves of 64: tile_m must be 128 or 256"
         if cfg.tile_m == 256 and cfg.consumers != 2:
             return "tile_m = 256 runs on two consumer warpgroups (consumers=2)"
-        if cfg.tile_m == 256 and problem.pattern and _block_rows(problem.pattern) % 256:
+        if cfg.tile_m == 256 and (getattr(parse_or_none(problem.pattern), "v", None) or 0) % 256:
             return f"tile_m = 256 tiles 256-row V-blocks (fused gate/up weights), got {problem.pattern}"
         acc = cfg.tile_m * cfg.tile_n // (128 * cfg.consumers)
         if acc > MAX_ACC_PER_THREAD:
