@@ -53,6 +53,28 @@ __device__ __forceinline__ void wait_for_inputs() {
 #endif
 }
 
+// CNM_TRACE (benchmarks/trace_nm_decode.py only; never defined by the library): thread 0 of each CTA stamps the
+// global timer at entry (0), x staged (1), its warp's weight stream done (2), cluster synced (3) and y written (4),
+// and its SM (5), into cnm_trace_buf[CTA], read back by cnm_trace_read.
+#ifdef CNM_TRACE
+__device__ unsigned long long cnm_trace_buf[16384][6];
+__device__ __forceinline__ void trace_mark(int i) {
+  if (threadIdx.x != 0) return;
+  unsigned long long t;
+  if (i == 5) {
+    unsigned int sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    t = sm;
+  } else {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  }
+  const int cta = blockIdx.y * gridDim.x + blockIdx.x;
+  if (cta < 16384) cnm_trace_buf[cta][i] = t;
+}
+#else
+__device__ __forceinline__ void trace_mark(int) {}
+#endif
+
 __device__ __forceinline__ void allow_next_launch() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -198,6 +220,7 @@ __device__ __forceinline__ void reduce_store(float* red, const Element* __restri
   cg::cluster_group cluster = cg::this_cluster();
   if (split > 1) {
     cluster.sync();
+    trace_mark(3);
     for (int i = s * blockDim.x + threadIdx.x; i < kTotal; i += split * blockDim.x) {
       const int r = i / kMaxTokens, t = i - r * kMaxTokens, row = blockIdx.y * kBlockRows + r;
       if (t >= m || row >= n) continue;
@@ -211,6 +234,7 @@ __device__ __forceinline__ void reduce_store(float* red, const Element* __restri
       store(y + static_cast<int64_t>(t) * n + row, v);
     }
     cluster.sync();  // peers' shared memory stays alive until every slice is read
+    trace_mark(4);
     return;
   }
 #endif
@@ -608,6 +632,8 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
                      const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
                      int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
+  trace_mark(0);
+  trace_mark(5);
   float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
   Element* xs = reinterpret_cast<Element*>(smem + kRedBytes + kRingBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -720,6 +746,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
       wait_for_inputs();  // the weights above are already in flight
       stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
       __syncthreads();
+      if (p0 == cb) trace_mark(1);
       int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // mode 2: this lane's position, its group and place
       const int dg = 16 / keep, dq = 16 - dg * keep;
       for (int c = p0; c < p1; c += kAhead) {
@@ -746,6 +773,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
       }
     }
   }
+  trace_mark(2);
   // C fragment: c0, c1 = (row lane / 4, tokens 2 (lane % 4) + 0, 1), c2, c3 = row + 8.
 #pragma unroll
   for (int t = 0; t < 2; ++t)
@@ -817,6 +845,13 @@ cudaError_t allow_smem(int smem_bytes, int out_kind) {
 extern "C" {
 
 int cnm_abi_version() { return 3; }
+
+#ifdef CNM_TRACE
+// Copies the first `ctas` rows of the trace buffer (6 uint64 each) to host memory; 0 on success.
+int cnm_trace_read(void* host, int ctas) {
+  return int(cudaMemcpyFromSymbol(host, cnm_trace_buf, sizeof(unsigned long long) * 6 * ctas));
+}
+#endif
 
 int cnm_block_rows() { return kBlockRows; }
 
