@@ -78,7 +78,7 @@ def main() -> None:
             for pattern in args.patterns.split(","):
                 ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern)[0]
                       for _ in range(copies)]
-                base = FAMILY.heuristic(Problem(m, n, k, types, pattern, ws[0].vector))
+                base = FAMILY.heuristic(Problem(m, n, k, types, pattern, getattr(ws[0], "vector", 0)))
                 for over in json.loads(args.variants):
                     cfg = dataclasses.replace(base, **over)
                     run, lib = traced_launcher(cfg, types)

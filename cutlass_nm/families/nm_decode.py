@@ -51,7 +51,9 @@ class Config(FamilyConfig):
     ``split`` > 0 fixes the CTAs per cluster that split a row block's nonzeros along k (0: ``plan``'s rule; a
     launch argument, so it shares the binary). ``pdl`` = 1 launches with programmatic dependent launch (sm_90, a
     launch flag too): the weight stream starts while the previous kernel on the stream finishes; x is read after
-    it completes. The first call on a weight, which builds its kernel layout just before, launches without it."""
+    it completes. The first call on a weight, which builds its kernel layout just before, launches without it.
+    ``prefetch`` > 0 (modes 2 and 3 without bulk; sm_90) keeps each warp's next ``prefetch`` steps requested into
+    L2 by bulk prefetches, so DRAM streams while x is staged and deeper than the ``ahead`` steps in registers."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -63,11 +65,12 @@ class Config(FamilyConfig):
     bulk: int = 0
     split: int = 0
     pdl: int = 0
+    prefetch: int = 0
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
                        "stage_x": (0, 1), "ahead": (1, 2, 4, 8),
                        "transpose": (0, 1), "mode": (0, 1, 2, 3), "bulk": (0, 1), "split": (0, 1, 2, 4, 8),
-                       "pdl": (0, 1)}
+                       "pdl": (0, 1), "prefetch": (0, 4, 8, 16)}
 
     @property
     def staged(self) -> bool:
@@ -167,6 +170,8 @@ class _DecodeFamily:
             return f"mode={cfg.mode} gives a warp 32 rows and always stages x: rows=1, transpose=0, stage_x=0"
         if cfg.bulk and cfg.mode != 2:
             return "bulk=1 streams mode 2's values (tensor cores): it needs mode=2"
+        if cfg.prefetch and (cfg.mode < 2 or cfg.bulk):
+            return "prefetch keeps the register stream of modes 2 and 3 ahead in L2: it needs mode 2 or 3, bulk=0"
         if fixed_smem(cfg) > MAX_FIXED:
             return (f"{fixed_smem(cfg)} bytes of sums and bulk rings ({cfg.warps} warps, {cfg.max_tokens} tokens, "
                     f"ahead {cfg.ahead}) leave too little of the {SMEM_BUDGET}-byte budget for staged x")
@@ -189,7 +194,8 @@ class _DecodeFamily:
                                                    warps=int(cfg.warps), rows=int(cfg.rows),
                                                    stage_x=int(cfg.staged), ahead=int(cfg.ahead),
                                                    transpose="true" if cfg.transpose else "false",
-                                                   mode=int(cfg.mode), bulk=int(cfg.bulk))
+                                                   mode=int(cfg.mode), bulk=int(cfg.bulk),
+                                                   prefetch=int(cfg.prefetch))
 
     def heuristic(self, problem: Problem) -> Config:
         """V:N:M weights: sparse tensor cores (mode 3), 8 warps, 2 steps in flight, one kernel for 1-8 tokens and

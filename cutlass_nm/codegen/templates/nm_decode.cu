@@ -42,6 +42,9 @@ constexpr bool kStage = ${stage_x};  // x columns staged in shared memory (alway
 // bytes, per copy) into a ring of kDepth steps in shared memory, instead of register loads (kAhead steps).
 constexpr bool kBulk = ${bulk};
 constexpr int kDepth = 2 * kAhead;
+// modes 2 and 3 without bulk, sm_90: each warp keeps its next kPrefetch steps requested into L2 by bulk prefetches
+// (one instruction per step, lane 0), so DRAM streams while x is staged and beyond the kAhead steps in registers.
+constexpr int kPrefetch = ${prefetch};
 constexpr int kRingBytes = kBulk ? (kWarps * kDepth * (1024 + 16 + 8) + 15) / 16 * 16 : 0;  // values, indices, barriers
 // Programmatic dependent launch (sm_90, the host's `pdl` flag): the kernel may start while the previous kernel on
 // the stream runs. It reads weights (values, indices) before wait_for_inputs(), and x and bias, and writes y, only
@@ -725,6 +728,17 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
     // mode 3: lane l gathers column l of a step (group 8 step + l / 4, its (l % 4)-th kept column)
     constexpr int kIdxPerStep = kMode == 3 ? 32 : 16;
     const int my_idx = kMode == 3 ? lane : my_pos;
+    // steps [s0, s1) of this warp's values (and mode 3's metadata) into L2
+    auto prefetch_l2 = [&](int s0, int s1) {
+#if __CUDA_ARCH__ >= 900
+      if (kPrefetch && lane == 0 && s1 > s0) {
+        const Element* at = values + (static_cast<int64_t>(block) * steps + s0) * kStepHalves;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"((s1 - s0) * kStepHalves * 2)
+                     : "memory");
+      }
+#endif
+    };
+    prefetch_l2(cb, min(cb + kPrefetch, ce));
     for (int p0 = cb; p0 < ce; p0 += piece) {
       const int p1 = min(p0 + piece, ce);
       const int g0 = p0 * 16 / keep, g1 = (p1 * 16 - 1) / keep;  // groups this piece touches
@@ -762,6 +776,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
           const uint32_t e = kMode == 3 ? eb[a] : 0u;
           const int col = (kMode == 3 ? cc * 8 + lane / 4 : g) * group + ib[a] - c0;
           if (cc + kAhead < p1) fetch(a, cc + kAhead);
+          if (cc + kPrefetch < ce) prefetch_l2(cc + kPrefetch, cc + kPrefetch + 1);
           if constexpr (kMode == 3) {
             mma_sp_step(acc, af, e, xs, col);
           } else {
