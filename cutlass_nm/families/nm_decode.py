@@ -53,7 +53,10 @@ class Config(FamilyConfig):
     launch flag too): the weight stream starts while the previous kernel on the stream finishes; x is read after
     it completes. The first call on a weight, which builds its kernel layout just before, launches without it.
     ``prefetch`` > 0 (modes 2 and 3 without bulk; sm_90) keeps each warp's next ``prefetch`` steps requested into
-    L2 by bulk prefetches, so DRAM streams while x is staged and deeper than the ``ahead`` steps in registers."""
+    L2 by bulk prefetches, so DRAM streams while x is staged and deeper than the ``ahead`` steps in registers.
+    ``min_ctas`` (modes 2 and 3) bounds registers so that many CTAs fit an SM (0: the compiler's choice); with
+    ``early_release`` = 1 a PDL launch lets the next kernel start as soon as this one does, not after its weight
+    stream: at ``min_ctas`` = 4 two calls' grids co-reside and DRAM streams across the boundary."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -66,11 +69,13 @@ class Config(FamilyConfig):
     split: int = 0
     pdl: int = 0
     prefetch: int = 0
+    min_ctas: int = 0
+    early_release: int = 0
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
                        "stage_x": (0, 1), "ahead": (1, 2, 4, 8),
                        "transpose": (0, 1), "mode": (0, 1, 2, 3), "bulk": (0, 1), "split": (0, 1, 2, 4, 8),
-                       "pdl": (0, 1), "prefetch": (0, 4, 8, 16)}
+                       "pdl": (0, 1), "prefetch": (0, 4, 8, 16), "min_ctas": (0, 2, 3, 4), "early_release": (0, 1)}
 
     @property
     def staged(self) -> bool:
@@ -172,6 +177,12 @@ class _DecodeFamily:
             return "bulk=1 streams mode 2's values (tensor cores): it needs mode=2"
         if cfg.prefetch and (cfg.mode < 2 or cfg.bulk):
             return "prefetch keeps the register stream of modes 2 and 3 ahead in L2: it needs mode 2 or 3, bulk=0"
+        if (cfg.min_ctas or cfg.early_release) and cfg.mode < 2:
+            return "min_ctas and early_release apply to the tensor-core modes 2 and 3"
+        if cfg.early_release and not cfg.pdl:
+            return "early_release only matters under programmatic dependent launch: it needs pdl=1"
+        if cfg.min_ctas * cfg.warps * 32 > 2048:
+            return f"{cfg.min_ctas} CTAs of {cfg.warps} warps exceed an SM's 2048 threads"
         if fixed_smem(cfg) > MAX_FIXED:
             return (f"{fixed_smem(cfg)} bytes of sums and bulk rings ({cfg.warps} warps, {cfg.max_tokens} tokens, "
                     f"ahead {cfg.ahead}) leave too little of the {SMEM_BUDGET}-byte budget for staged x")
@@ -195,7 +206,8 @@ class _DecodeFamily:
                                                    stage_x=int(cfg.staged), ahead=int(cfg.ahead),
                                                    transpose="true" if cfg.transpose else "false",
                                                    mode=int(cfg.mode), bulk=int(cfg.bulk),
-                                                   prefetch=int(cfg.prefetch))
+                                                   prefetch=int(cfg.prefetch), min_ctas=int(cfg.min_ctas),
+                                                   early_release="true" if cfg.early_release else "false")
 
     def heuristic(self, problem: Problem) -> Config:
         """V:N:M weights: sparse tensor cores (mode 3), 8 warps, 2 steps in flight, one kernel for 1-8 tokens and

@@ -45,6 +45,13 @@ constexpr int kDepth = 2 * kAhead;
 // modes 2 and 3 without bulk, sm_90: each warp keeps its next kPrefetch steps requested into L2 by bulk prefetches
 // (one instruction per step, lane 0), so DRAM streams while x is staged and beyond the kAhead steps in registers.
 constexpr int kPrefetch = ${prefetch};
+// modes 2 and 3: the CTAs per SM the registers must allow (0: the compiler's choice). Two grids of a decode chain
+// co-reside at 4, so under programmatic dependent launch the next call's CTAs start streaming before this one ends.
+constexpr int kMinCtas = ${min_ctas};
+// modes 2 and 3 under programmatic dependent launch: kEarlyRelease lets the next kernel launch as soon as this one
+// starts (its CTAs take free slots, issue their weight loads and wait for this grid to finish), instead of once
+// every CTA's weight stream is done.
+constexpr bool kEarlyRelease = ${early_release};
 constexpr int kRingBytes = kBulk ? (kWarps * kDepth * (1024 + 16 + 8) + 15) / 16 * 16 : 0;  // values, indices, barriers
 // Programmatic dependent launch (sm_90, the host's `pdl` flag): the kernel may start while the previous kernel on
 // the stream runs. It reads weights (values, indices) before wait_for_inputs(), and x and bias, and writes y, only
@@ -630,13 +637,14 @@ __device__ __forceinline__ void mma_sp_step(float (&acc)[2][kNTiles][4], const u
 }
 
 template <class Out>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, kMinCtas > 0 ? kMinCtas : 1)
 nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ values,
                      const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
                      int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
   trace_mark(0);
   trace_mark(5);
+  if constexpr (kEarlyRelease) allow_next_launch();
   float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
   Element* xs = reinterpret_cast<Element*>(smem + kRedBytes + kRingBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
