@@ -1,0 +1,108 @@
+"""Decode-path configs against each other in alternating rounds (issue 6): for each shape, token count and pattern,
+the heuristic's config and VARIANTS (Config overrides) are timed in turn, round after round, each as a CUDA graph of
+back-to-back calls over weights rotated past L2; a same-bytes device copy and cuBLAS fp16 are timed in every round
+too. Medians over rounds, effective bandwidth as a fraction of the device's copy bandwidth measured in the run.
+
+    python3 benchmarks/ab_nm_decode.py --variants '[{}, {"min_ctas": 4, "early_release": 1}]' \
+        --out benchmarks/results/h100/ab_nm_decode.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+
+import torch
+from bench_nm_decode import copy_bandwidth, decode_inputs, streamed_bytes
+
+import cutlass_nm
+from cutlass_nm.bench.env import environment
+from cutlass_nm.bench.timing import time_rotating
+from cutlass_nm.families import KernelTypes, Problem
+from cutlass_nm.families.nm_decode import FAMILY
+from cutlass_nm.kernels import get_kernel, precompile
+
+
+def warm_up(seconds: float = 2.0) -> None:
+    """Large GEMMs until the clocks have left idle (a fresh machine's first rows otherwise run slow)."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    while True:
+        for _ in range(10):
+            a @ a
+        end.record()
+        end.synchronize()
+        if start.elapsed_time(end) > seconds * 1e3:
+            return
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default="8192x8192,4096x4096", help="NxK,NxK,...")
+    ap.add_argument("--patterns", default="2:8,1:8,16:32,128:2:8")
+    ap.add_argument("--tokens", default="1,16")
+    ap.add_argument("--variants", default="[{}]", help="JSON list of Config field overrides of the heuristic")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    types = KernelTypes("f16", "f16", False)
+    overrides = json.loads(args.variants)
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    tokens, patterns = [int(t) for t in args.tokens.split(",")], args.patterns.split(",")
+    vector = {p: 0 if cutlass_nm.Pattern.parse(p).is_vnm else 32 for p in patterns}
+    cfgs = {(n, k, m, p): [dataclasses.replace(FAMILY.heuristic(Problem(m, n, k, types, p, vector[p])), **o)
+                           for o in overrides] for n, k in shapes for m in tokens for p in patterns}
+    precompile({("nm_decode", c, types) for cs in cfgs.values() for c in cs})
+    warm_up()
+    bw = copy_bandwidth()
+    rows = []
+    for (n, k, m, pattern), variants in cfgs.items():
+        copies, xs, _ = decode_inputs(m, n, k)
+        ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern)[0]
+              for _ in range(copies)]
+        dense = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
+        nbytes = streamed_bytes(ws[0], None) + (m * k + m * n) * 2
+        src = [torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda") for _ in range(copies)]
+        dst = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+        y = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        ref = xs[0].float() @ ws[0].to_dense().float().T
+        runs, errs = [], []
+        for cfg in variants:
+            run = get_kernel(("nm_decode", cfg, types))
+            for i in range(copies):  # each weight's layout is built (and written) on its first call
+                run(xs[i], ws[i], None, y)
+            run(xs[0], ws[0], None, y)
+            errs.append(float((y.float() - ref).norm() / ref.norm()))
+            runs.append(lambda i, run=run, xs=xs, ws=ws, y=y: run(xs[i], ws[i], None, y))
+        baselines = (lambda i, s=src, d=dst: d.copy_(s[i]), lambda i, a=xs, b=dense: torch.mm(a[i], b[i].T))
+        times: list[list[float]] = [[] for _ in variants]
+        copy_t, dense_t = [], []
+        for r in range(args.rounds):
+            order = list(range(len(variants)))
+            order = order[r % len(order):] + order[:r % len(order)]
+            for v in order:
+                times[v].append(time_rotating(runs[v], copies, reps=30, warmup_ms=30).p50_ms)
+            copy_t.append(time_rotating(baselines[0], copies, reps=30, warmup_ms=30).p50_ms)
+            dense_t.append(time_rotating(baselines[1], copies, reps=30, warmup_ms=30).p50_ms)
+        t_copy, t_dense = statistics.median(copy_t), statistics.median(dense_t)
+        print(f"{n}x{k} m={m} {pattern}: copy {t_copy * 1e3:.1f} us, cuBLAS {t_dense * 1e3:.1f} us")
+        for cfg, over, ts, err in zip(variants, overrides, times, errs, strict=True):
+            t = statistics.median(ts)
+            rows.append({"n": n, "k": k, "m": m, "pattern": pattern, "override": over, "config": cfg.to_record(),
+                         "median_ms": t, "rounds_ms": ts, "bytes": nbytes, "same_bytes_copy_ms": t_copy,
+                         "cublas_ms": t_dense, "speedup_vs_cublas": t_dense / t,
+                         "fraction_of_copy_bw": nbytes / (t * 1e-3) / bw, "rel_err": err})
+            print(f"  {json.dumps(over)}: {t * 1e3:.1f} us ({min(ts) * 1e3:.1f}-{max(ts) * 1e3:.1f}), "
+                  f"{t_dense / t:.2f}x cuBLAS, {rows[-1]['fraction_of_copy_bw']:.2f} of copy BW, err {err:.1e}")
+        del ws, dense, src, dst, baselines, runs
+        if args.out:
+            args.out.write_text(json.dumps({"environment": environment(), "copy_bandwidth_Bps": bw,
+                                            "rounds": args.rounds, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
