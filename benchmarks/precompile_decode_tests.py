@@ -32,6 +32,8 @@ def main() -> None:
     kids += [("nm_decode", cfg(max_tokens=4, warps=4, ahead=2, mode=mo, pdl=p), f16b)  # split: a launch argument
              for mo, p in {(mo, p) for mo, _, p in t.LAUNCH_VARIANTS}]
     kids += [("nm_decode", cfg(**c, pdl=1), f16) for c in t.CHAIN_CONFIGS.values()]
+    kids += [("nm_decode", cfg(max_tokens=tk, warps=8, ahead=2, mode=mo, pdl=1, prefetch=p, min_ctas=c,
+                               early_release=e), f16b) for mo, tk, _, p, c, e in t.STREAM_VARIANTS]
     kids += [("nm_decode", cfg(max_tokens=tk, warps=w, ahead=a, mode=3, pdl=1), ty)
              for tk, _, w, a in t.MODE3_VARIANTS for ty in (f16b, bf16b)]
     t0 = time.time()

@@ -196,7 +196,28 @@ def test_launch_options(variant):
     _check_forced(cfg, "3:7", 32, 1000, 4093, 3, seed=23, with_bias=True, warm=True)
 
 
-CHAIN_CONFIGS = {"mode2": dict(max_tokens=8, warps=8, ahead=2, mode=2), "mode2_bulk": dict(max_tokens=8, warps=8,
+STREAM_VARIANTS = [(mode, tokens, m, prefetch, min_ctas, early) for mode in (2, 3)
+                   for tokens, m, prefetch, min_ctas, early in ((8, 1, 4, 3, 1), (16, 13, 4, 3, 1), (8, 3, 16, 0, 0),
+                                                                (16, 16, 8, 4, 1), (8, 8, 0, 2, 1))]
+
+
+@pytest.mark.parametrize("variant", STREAM_VARIANTS, ids=lambda v: "mode{}T{}m{}p{}c{}e{}".format(*v))
+@pytest.mark.parametrize("n,k", [(1000, 1003), (64, 16384), (520, 4096)])
+def test_stream_options(variant, n, k):
+    """Modes 2 and 3 with L2 prefetch windows (4-16 steps, sliding past x pieces and split-K shares: 64 x 16384),
+    registers bounded for 2-4 CTAs per SM and the next launch released at entry; tails in n, m and k, a bias,
+    PDL on the second call."""
+    mode, tokens, m, prefetch, min_ctas, early = variant
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=8, ahead=2, mode=mode, pdl=1,
+                                                             prefetch=prefetch, min_ctas=min_ctas,
+                                                             early_release=early)
+    pattern, vector = ("128:2:7", 32) if mode == 3 else ("3:7", 32)
+    _check_forced(cfg, pattern, vector, n, k, m, seed=37, with_bias=True, warm=True)
+
+
+CHAIN_CONFIGS = {"mode2": dict(max_tokens=8, warps=8, ahead=2, mode=2),
+                 "mode2_stream": dict(max_tokens=8, warps=8, ahead=2, mode=2, prefetch=4, min_ctas=3, early_release=1),
+                 "mode2_bulk": dict(max_tokens=8, warps=8,
                  ahead=2, mode=2, bulk=1), "mode1": dict(max_tokens=2, warps=4, ahead=2, mode=1),
                  "mode0": dict(max_tokens=2, warps=8, rows=1), "mode0_one_token": dict(max_tokens=1, warps=4)}
 
