@@ -16,11 +16,11 @@ import statistics
 from pathlib import Path
 
 import torch
-from bench_nm_decode import copy_bandwidth, decode_inputs, streamed_bytes
+from bench_nm_decode import clone_weight, copy_bandwidth, decode_inputs, streamed_bytes
 
 import cutlass_nm
 from cutlass_nm.bench.env import environment
-from cutlass_nm.bench.timing import time_rotating
+from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.families import KernelTypes, Problem
 from cutlass_nm.families.nm_decode import FAMILY
 from cutlass_nm.kernels import get_kernel, precompile
@@ -61,10 +61,12 @@ def main() -> None:
     bw = copy_bandwidth()
     rows = []
     for (n, k, m, pattern), variants in cfgs.items():
-        copies, xs, _ = decode_inputs(m, n, k)
-        ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern)[0]
-              for _ in range(copies)]
-        dense = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
+        _, xs, _ = decode_inputs(m, n, k)
+        first = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern)[0]
+        copies = copies_to_rotate(streamed_bytes(first, None))  # the weights, not the dense shape, rotate past L2
+        ws = [first] + [clone_weight(first) for _ in range(copies - 1)]
+        xs = [xs[i % len(xs)] for i in range(copies)]
+        dense = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies_to_rotate(n * k * 2))]
         nbytes = streamed_bytes(ws[0], None) + (m * k + m * n) * 2
         src = [torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda") for _ in range(copies)]
         dst = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
@@ -78,7 +80,7 @@ def main() -> None:
             run(xs[0], ws[0], None, y)
             errs.append(float((y.float() - ref).norm() / ref.norm()))
             runs.append(lambda i, run=run, xs=xs, ws=ws, y=y: run(xs[i], ws[i], None, y))
-        baselines = (lambda i, s=src, d=dst: d.copy_(s[i]), lambda i, a=xs, b=dense: torch.mm(a[i], b[i].T))
+        baselines = (lambda i, s=src, d=dst: d.copy_(s[i]), lambda i, a=xs, b=dense: torch.mm(a[i], b[i % len(b)].T))
         times: list[list[float]] = [[] for _ in variants]
         copy_t, dense_t = [], []
         for r in range(args.rounds):

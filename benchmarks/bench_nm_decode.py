@@ -106,7 +106,8 @@ def no_pdl(family, problem, switched: list | None = None):
         return cfg
     if switched is not None:
         switched.append(family.name)
-    return dataclasses.replace(cfg, pdl=0)
+    off = {"early_release": 0} if getattr(cfg, "early_release", 0) else {}  # meaningless without PDL: refused
+    return dataclasses.replace(cfg, pdl=0, **off)
 
 
 def main() -> None:

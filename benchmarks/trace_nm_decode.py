@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from bench_nm_decode import decode_inputs
+from bench_nm_decode import clone_weight, decode_inputs, streamed_bytes
 
 import cutlass_nm
 from cutlass_nm.bench.env import environment
-from cutlass_nm.bench.timing import time_rotating
+from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.build import build
 from cutlass_nm.families import KernelTypes, Problem
 from cutlass_nm.families.nm_decode import FAMILY
@@ -74,10 +74,12 @@ def main() -> None:
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.split("x"))
         for m in (int(t) for t in args.tokens.split(",")):
-            copies, xs, t_dense = decode_inputs(m, n, k)
+            _, xs0, t_dense = decode_inputs(m, n, k)
             for pattern in args.patterns.split(","):
-                ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern)[0]
-                      for _ in range(copies)]
+                first = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern)[0]
+                copies = copies_to_rotate(streamed_bytes(first, None))  # the weights rotate past L2
+                ws = [first] + [clone_weight(first) for _ in range(copies - 1)]
+                xs = [xs0[i % len(xs0)] for i in range(copies)]
                 base = FAMILY.heuristic(Problem(m, n, k, types, pattern, getattr(ws[0], "vector", 0)))
                 for over in json.loads(args.variants):
                     cfg = dataclasses.replace(base, **over)
