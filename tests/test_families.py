@@ -160,8 +160,7 @@ def test_nm_decode_mode_rules_and_layouts():
     assert dec.Config(mode=2).unit == 16 and dec.Config(mode=1).unit == 8
     # the heuristic: tensor cores when 32 rows share indices, lanes along k otherwise; V:N:M on sparse tensor cores
     assert dec.heuristic(Problem(3, 8192, 8192, F16, "2:8", 32)) == dec.Config(max_tokens=8, warps=8, ahead=2, mode=2,
-                                                                                pdl=1, prefetch=4, min_ctas=3,
-                                                                                early_release=1)
+                                                                                pdl=1, prefetch=4, min_ctas=3)
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 64)).mode == 2
     # values by TMA bulk copies below 2^25 weights, registers above
     assert dec.heuristic(Problem(4, 4096, 4096, F16, "2:8", 32)).bulk == 1
@@ -169,6 +168,7 @@ def test_nm_decode_mode_rules_and_layouts():
     assert dec.heuristic(Problem(4, 8192, 8192, F16, "2:8", 32)).bulk == 0
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 1)).mode == 0
     assert dec.heuristic(Problem(1, 4096, 4096, F16, "128:2:8")).mode == 3  # V:N:M: sparse tensor cores
+    assert dec.heuristic(Problem(1, 4096, 4096, F16, "128:2:8")).prefetch == 0  # mode 3 lost with it
     # the L2 prefetch window rides the register stream only: none beside bulk rings
     assert dec.heuristic(Problem(4, 4096, 4096, F16, "2:8", 32)).prefetch == 0
     for prob in (Problem(4, 4096, 4096, F16, "2:8", 32), Problem(16, 8192, 8192, F16, "128:2:16"),

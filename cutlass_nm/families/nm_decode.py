@@ -213,8 +213,8 @@ class _DecodeFamily:
     def heuristic(self, problem: Problem) -> Config:
         """V:N:M weights: sparse tensor cores (mode 3), 8 warps, 2 steps in flight, one kernel for 1-8 tokens and
         one for 9-16 (1.1-1.6x faster than mode 0 and vnm_sm90 at 1-16 tokens on the LLaMA shapes). Modes 2 and 3
-        bound registers to 3 CTAs per SM, keep 4 steps ahead in L2 (register stream) and release the next call
-        at once: 1.14x geomean over 36 shape x pattern x token cells, up to 1.6x at 16 tokens.
+        bound registers to 3 CTAs per SM (1.35-1.43x at 16 tokens, where 88 registers cost a second wave); mode 2's
+        register stream keeps 4 steps ahead in L2 (0-5 %).
         N:M with indices shared by a multiple of 32 rows (the format's default): tensor cores (mode 2), one kernel
         for 1-8 tokens and one for 9-16, 8 warps and 2 steps in flight, launched with programmatic dependent
         launch; below 2^25 weights the values come by TMA bulk copies (results/h100/nm_decode_sweep_launch.json:
@@ -226,14 +226,13 @@ class _DecodeFamily:
         pattern = Pattern.parse(problem.pattern)
         small = problem.n * problem.k < 1 << 25
         tokens = 8 if problem.m <= 8 else 16
-        # results/h100/ab_nm_decode_e9006c4.json: registers for 3 CTAs per SM (the 16-token kernel otherwise takes
-        # 88 and its 256 CTAs at 8192² need two waves), 4 steps ahead in L2, the next call released at once
-        stream = dict(min_ctas=3, early_release=1, pdl=1)
+        # results/h100/ab_nm_decode_e28a256.json: registers for 3 CTAs per SM (the 16-token kernel otherwise takes
+        # 88 and its 256 CTAs at 8192² run in two waves); mode 2 keeps 4 steps ahead in L2 (mode 3 loses with it)
         if pattern.is_vnm and pattern.v % 32 == 0:  # results/h100/vnm_decode_e4c72cb.json: 8 warps, 2 steps
-            return Config(max_tokens=tokens, warps=8, ahead=2, mode=3, prefetch=4, **stream)
+            return Config(max_tokens=tokens, warps=8, ahead=2, mode=3, pdl=1, min_ctas=3)
         if not pattern.is_vnm and problem.vector and problem.vector % 32 == 0:
-            return Config(max_tokens=tokens, warps=8, ahead=2, mode=2, bulk=int(small), prefetch=0 if small else 4,
-                          **stream)
+            return Config(max_tokens=tokens, warps=8, ahead=2, mode=2, bulk=int(small), pdl=1, min_ctas=3,
+                          prefetch=0 if small else 4)
         tokens = next(t for t in Config.SPACE["max_tokens"] if t >= min(problem.m, 16))  # mode 0
         if tokens == 1:
             keep, group = (2, pattern.m) if pattern.is_vnm else (pattern.n, pattern.m)
