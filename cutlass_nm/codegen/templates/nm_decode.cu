@@ -45,8 +45,8 @@ constexpr int kDepth = 2 * kAhead;
 // modes 2 and 3 without bulk, sm_90: each warp keeps its next kPrefetch steps requested into L2 by bulk prefetches
 // (one instruction per step, lane 0), so DRAM streams while x is staged and beyond the kAhead steps in registers.
 constexpr int kPrefetch = ${prefetch};
-// modes 2 and 3: the CTAs per SM the registers must allow (0: the compiler's choice). Two grids of a decode chain
-// co-reside at 4, so under programmatic dependent launch the next call's CTAs start streaming before this one ends.
+// modes 2 and 3: the CTAs per SM the registers must allow (0: the compiler's choice). At 3 a grid of 256 CTAs of
+// 8 warps stays in one wave on 132 SMs whatever registers ptxas would pick.
 constexpr int kMinCtas = ${min_ctas};
 // modes 2 and 3 under programmatic dependent launch: kEarlyRelease lets the next kernel launch as soon as this one
 // starts (its CTAs take free slots, issue their weight loads and wait for this grid to finish), instead of once
