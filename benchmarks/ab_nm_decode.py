@@ -13,10 +13,9 @@ import argparse
 import dataclasses
 import json
 import statistics
-from pathlib import Path
 
 import torch
-from bench_nm_decode import clone_weight, copy_bandwidth, decode_inputs, streamed_bytes
+from bench_nm_decode import add_variant_args, copy_bandwidth, decode_inputs, rotated_weights, streamed_bytes
 
 import cutlass_nm
 from cutlass_nm.bench.env import environment
@@ -42,12 +41,8 @@ def warm_up(seconds: float = 2.0) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", default="8192x8192,4096x4096", help="NxK,NxK,...")
-    ap.add_argument("--patterns", default="2:8,1:8,16:32,128:2:8")
-    ap.add_argument("--tokens", default="1,16")
-    ap.add_argument("--variants", default="[{}]", help="JSON list of Config field overrides of the heuristic")
+    add_variant_args(ap, "8192x8192,4096x4096", "2:8,1:8,16:32,128:2:8")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     types = KernelTypes("f16", "f16", False)
     overrides = json.loads(args.variants)
@@ -61,11 +56,8 @@ def main() -> None:
     bw = copy_bandwidth()
     rows = []
     for (n, k, m, pattern), variants in cfgs.items():
-        _, xs, _ = decode_inputs(m, n, k)
-        first = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern)[0]
-        copies = copies_to_rotate(streamed_bytes(first, None))  # the weights, not the dense shape, rotate past L2
-        ws = [first] + [clone_weight(first) for _ in range(copies - 1)]
-        xs = [xs[i % len(xs)] for i in range(copies)]
+        ws, xs = rotated_weights(pattern, n, k, decode_inputs(m, n, k)[1])
+        copies = len(ws)
         dense = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies_to_rotate(n * k * 2))]
         nbytes = streamed_bytes(ws[0], None) + (m * k + m * n) * 2
         src = [torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda") for _ in range(copies)]

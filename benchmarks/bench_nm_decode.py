@@ -62,6 +62,23 @@ def clone_weight(w):
                                             else v) for name, v in fields.items()})
 
 
+def add_variant_args(ap: argparse.ArgumentParser, shapes: str, patterns: str) -> None:
+    """The options the decode config scripts (ab_nm_decode.py, trace_nm_decode.py) share."""
+    ap.add_argument("--shapes", default=shapes, help="NxK,NxK,...")
+    ap.add_argument("--patterns", default=patterns)
+    ap.add_argument("--tokens", default="1,16")
+    ap.add_argument("--variants", default="[{}]", help="JSON list of Config field overrides of the heuristic")
+    ap.add_argument("--out", type=Path)
+
+
+def rotated_weights(pattern: str, n: int, k: int, xs: list) -> tuple[list, list]:
+    """A pruned n x k weight and clones of it in new memory, as many as fill 3x L2 by the weight's own bytes, and
+    ``xs`` repeated to the same count."""
+    first = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern)[0]
+    copies = copies_to_rotate(streamed_bytes(first, None))
+    return [first] + [clone_weight(first) for _ in range(copies - 1)], [xs[i % len(xs)] for i in range(copies)]
+
+
 def bench_pattern(pattern: str, m: int, n: int, k: int, xs: list, t_dense: float, bw: float, vector: int,
                   family: str | None = None) -> dict:
     """One (pattern, m, n, k) row; weights are rotated past L2 like the inputs."""

@@ -14,15 +14,13 @@ import ctypes
 import dataclasses
 import json
 import statistics
-from pathlib import Path
 
 import numpy as np
 import torch
-from bench_nm_decode import clone_weight, decode_inputs, streamed_bytes
+from bench_nm_decode import add_variant_args, decode_inputs, rotated_weights
 
-import cutlass_nm
 from cutlass_nm.bench.env import environment
-from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
+from cutlass_nm.bench.timing import time_rotating
 from cutlass_nm.build import build
 from cutlass_nm.families import KernelTypes, Problem
 from cutlass_nm.families.nm_decode import FAMILY
@@ -63,11 +61,7 @@ def summarize(buf: np.ndarray) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", default="8192x8192", help="NxK,NxK,...")
-    ap.add_argument("--patterns", default="2:8,1:8,16:32")
-    ap.add_argument("--tokens", default="1,16")
-    ap.add_argument("--variants", default="[{}]", help="JSON list of Config field overrides of the heuristic")
-    ap.add_argument("--out", type=Path)
+    add_variant_args(ap, "8192x8192", "2:8,1:8,16:32")
     args = ap.parse_args()
     types = KernelTypes("f16", "f16", False)
     rows = []
@@ -76,10 +70,8 @@ def main() -> None:
         for m in (int(t) for t in args.tokens.split(",")):
             _, xs0, t_dense = decode_inputs(m, n, k)
             for pattern in args.patterns.split(","):
-                first = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern)[0]
-                copies = copies_to_rotate(streamed_bytes(first, None))  # the weights rotate past L2
-                ws = [first] + [clone_weight(first) for _ in range(copies - 1)]
-                xs = [xs0[i % len(xs0)] for i in range(copies)]
+                ws, xs = rotated_weights(pattern, n, k, xs0)
+                copies = len(ws)
                 base = FAMILY.heuristic(Problem(m, n, k, types, pattern, getattr(ws[0], "vector", 0)))
                 for over in json.loads(args.variants):
                     cfg = dataclasses.replace(base, **over)
