@@ -56,8 +56,7 @@ class Config(FamilyConfig):
     L2 by bulk prefetches, so DRAM streams while x is staged and deeper than the ``ahead`` steps in registers.
     ``min_ctas`` (modes 2 and 3) bounds registers so that that many CTAs fit an SM (0: the compiler's choice); with
     ``early_release`` = 1 a PDL launch lets the next kernel start as soon as this one does, not after its weight
-    stream (measured within ±2 % on the H100, so not in the heuristic). ``fetch_after_x`` = 1 (with ``prefetch``)
-    loads the first register steps after x is staged, so x's loads do not queue behind them."""
+    stream (measured within ±2 % on the H100, so not in the heuristic)."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -72,13 +71,11 @@ class Config(FamilyConfig):
     prefetch: int = 0
     min_ctas: int = 0
     early_release: int = 0
-    fetch_after_x: int = 0
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
                        "stage_x": (0, 1), "ahead": (1, 2, 4, 8),
                        "transpose": (0, 1), "mode": (0, 1, 2, 3), "bulk": (0, 1), "split": (0, 1, 2, 4, 8),
-                       "pdl": (0, 1), "prefetch": (0, 4, 8, 16), "min_ctas": (0, 2, 3, 4), "early_release": (0, 1),
-                       "fetch_after_x": (0, 1)}
+                       "pdl": (0, 1), "prefetch": (0, 4, 8, 16), "min_ctas": (0, 2, 3, 4), "early_release": (0, 1)}
 
     @property
     def staged(self) -> bool:
@@ -180,8 +177,6 @@ class _DecodeFamily:
             return "bulk=1 streams mode 2's values (tensor cores): it needs mode=2"
         if cfg.prefetch and (cfg.mode < 2 or cfg.bulk):
             return "prefetch keeps the register stream of modes 2 and 3 ahead in L2: it needs mode 2 or 3, bulk=0"
-        if cfg.fetch_after_x and not cfg.prefetch:
-            return "fetch_after_x leaves the stream to the L2 prefetches while x is staged: it needs prefetch > 0"
         if (cfg.min_ctas or cfg.early_release) and cfg.mode < 2:
             return "min_ctas and early_release apply to the tensor-core modes 2 and 3"
         if cfg.early_release and not cfg.pdl:
@@ -213,8 +208,7 @@ class _DecodeFamily:
                                                    transpose="true" if cfg.transpose else "false",
                                                    mode=int(cfg.mode), bulk=int(cfg.bulk),
                                                    prefetch=int(cfg.prefetch), min_ctas=int(cfg.min_ctas),
-                                                   early_release="true" if cfg.early_release else "false",
-                                                   fetch_after_x="true" if cfg.fetch_after_x else "false")
+                                                   early_release="true" if cfg.early_release else "false")
 
     def heuristic(self, problem: Problem) -> Config:
         """V:N:M weights: sparse tensor cores (mode 3), 8 warps, 2 steps in flight, one kernel for 1-8 tokens and

@@ -45,8 +45,6 @@ constexpr int kDepth = 2 * kAhead;
 // modes 2 and 3 without bulk, sm_90: each warp keeps its next kPrefetch steps requested into L2 by bulk prefetches
 // (one instruction per step, lane 0), so DRAM streams while x is staged and beyond the kAhead steps in registers.
 constexpr int kPrefetch = ${prefetch};
-// with kPrefetch: the first register steps are loaded after x is staged, so x's loads do not queue behind them
-constexpr bool kFetchAfterX = ${fetch_after_x};
 // modes 2 and 3: the CTAs per SM the registers must allow (0: the compiler's choice). At 3 a grid of 256 CTAs of
 // 8 warps stays in one wave on 132 SMs whatever registers ptxas would pick.
 constexpr int kMinCtas = ${min_ctas};
@@ -762,21 +760,13 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
         ib[a] = __ldg(idx + step * kIdxPerStep + my_idx);
         if constexpr (kMode == 3) eb[a] = __ldg(meta + static_cast<int64_t>(step) * (kStepHalves / 2));
       };
-      if constexpr (!kFetchAfterX) {
 #pragma unroll
-        for (int a = 0; a < kAhead; ++a) {
-          if (p0 + a < p1) fetch(a, p0 + a);
-        }
+      for (int a = 0; a < kAhead; ++a) {
+        if (p0 + a < p1) fetch(a, p0 + a);
       }
       __syncthreads();  // the previous piece's columns are no longer read
       wait_for_inputs();  // the weights above are already in flight
       stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
-      if constexpr (kFetchAfterX) {  // the L2 prefetches above carry the stream meanwhile
-#pragma unroll
-        for (int a = 0; a < kAhead; ++a) {
-          if (p0 + a < p1) fetch(a, p0 + a);
-        }
-      }
       __syncthreads();
       if (p0 == cb) trace_mark(1);
       int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // mode 2: this lane's position, its group and place
