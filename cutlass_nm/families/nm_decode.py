@@ -112,13 +112,18 @@ class Config(FamilyConfig):
 
 
 def fixed_smem(cfg: Config) -> int:
-    """Shared memory a CTA needs besides staged x: the fp32 sums (16-byte aligned), the split-K receive buffer (the
-    template's reduce_store: split slices of ceil(sums / split) sums at the end of dynamic shared memory, at most
-    sums + MAX_SPLIT), mode 0's transpose buffers (2-byte values + 1-byte indices) and the bulk stream's rings."""
-    sums = cfg.block_rows * cfg.max_tokens
-    red = -(-sums * 4 // 16) * 16 + -(-(sums + MAX_SPLIT) * 4 // 16) * 16
+    """Shared memory a CTA needs besides staged x: the fp32 sums (16-byte aligned), mode 0's transpose buffers
+    (2-byte values + 1-byte indices) and the bulk stream's rings."""
+    red = -(-cfg.block_rows * cfg.max_tokens * 4 // 16) * 16
     red += cfg.warps * cfg.rows * 256 * 3 if cfg.transpose else 0
     return red + cfg.ring_bytes
+
+
+def recv_smem(cfg: Config, split: int) -> int:
+    """Shared memory of a cluster CTA's receive buffer for the split-K reduction (the template's reduce_store):
+    ``split`` slices of ceil(sums / split) fp32 sums, at the end of dynamic shared memory, 16-byte aligned."""
+    sums = cfg.block_rows * cfg.max_tokens
+    return -(-split * -(-sums // split) * 4 // 16) * 16
 
 
 @functools.lru_cache(maxsize=4096)
@@ -137,7 +142,7 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     while (clusters and split < target and (cfg.split or blocks * split < CTAS_PER_SM * sm_count)
            and chunks >= min_chunks * split):
         split *= 2
-    red = fixed_smem(cfg)
+    red = fixed_smem(cfg) + (recv_smem(cfg, split) if split > 1 else 0)
     per_cta = -(-chunks // split)
     if not cfg.staged:  # one token read straight from L1: nothing staged
         return split, per_cta, red
