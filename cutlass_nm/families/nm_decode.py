@@ -119,13 +119,6 @@ def fixed_smem(cfg: Config) -> int:
     return red + cfg.ring_bytes
 
 
-def recv_smem(cfg: Config, split: int) -> int:
-    """Shared memory of a cluster CTA's receive buffer for the split-K reduction (the template's reduce_store):
-    ``split`` slices of ceil(sums / split) fp32 sums, at the end of dynamic shared memory, 16-byte aligned."""
-    sums = cfg.block_rows * cfg.max_tokens
-    return -(-split * -(-sums // split) * 4 // 16) * 16
-
-
 @functools.lru_cache(maxsize=4096)
 def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int, clusters: bool = True
          ) -> tuple[int, int, int]:
@@ -142,7 +135,7 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     while (clusters and split < target and (cfg.split or blocks * split < CTAS_PER_SM * sm_count)
            and chunks >= min_chunks * split):
         split *= 2
-    red = fixed_smem(cfg) + (recv_smem(cfg, split) if split > 1 else 0)
+    red = fixed_smem(cfg)
     per_cta = -(-chunks // split)
     if not cfg.staged:  # one token read straight from L1: nothing staged
         return split, per_cta, red

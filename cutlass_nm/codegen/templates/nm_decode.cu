@@ -217,20 +217,8 @@ __device__ __forceinline__ int2 cta_share(int units) {
                    static_cast<int>(static_cast<int64_t>(units) * (s + 1) / split));
 }
 
-// Split-K over a cluster (split = gridDim.x > 1, sm_90): every thread arrives on the cluster barrier at kernel entry
-// (cluster_entry), so that reduce_store's first wait only confirms the peers have started and their shared memory
-// may be written.
-__device__ __forceinline__ void cluster_entry() {
-#if __CUDA_ARCH__ >= 900
-  if (gridDim.x > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#endif
-}
-
-// The cluster's CTAs sum their partial sums red[kBlockRows][kMaxTokens] and write y: rank q owns the elements
-// [q slice, (q + 1) slice); each CTA pushes its partials of q's slice into q's receive buffer (the last bytes of
-// dynamic shared memory: [split][slice], reserved by the host when split > 1), one cluster barrier, then each CTA
-// adds its slice's partials in rank order (deterministic), adds the bias and writes y. No CTA reads a peer's memory,
-// so none waits for the others to finish reading before it exits.
+// The cluster's CTAs sum their partial sums red[kBlockRows][kMaxTokens] (each CTA a slice of the elements, the
+// peers' values loaded together, then added in rank order: deterministic), add the bias and write y.
 template <class Out>
 __device__ __forceinline__ void reduce_store(float* red, const Element* __restrict__ bias, Out* __restrict__ y, int m,
                                              int n) {
@@ -239,29 +227,23 @@ __device__ __forceinline__ void reduce_store(float* red, const Element* __restri
   wait_for_inputs();    // (a CTA with no steps has not waited yet) bias is read and y written below
   allow_next_launch();  // the weight stream is done: the next kernel's CTAs may take this SM's free slots
 #if __CUDA_ARCH__ >= 900  // split > 1 (a cluster) is only launched on sm_90+
+  cg::cluster_group cluster = cg::this_cluster();
   if (split > 1) {
-    cg::cluster_group cluster = cg::this_cluster();
-    uint32_t smem_bytes;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_bytes));
-    const int slice = (kTotal + split - 1) / split;
-    float* recv = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(red) + smem_bytes) - split * slice;
-    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every peer has started (cluster_entry)
-    __syncthreads();  // this CTA's partials are all in red
-    for (int i = threadIdx.x; i < kTotal; i += blockDim.x) {
-      const int r = i / kMaxTokens, t = i - r * kMaxTokens, q = i / slice;
-      if (t >= m || blockIdx.y * kBlockRows + r >= n) continue;
-      cluster.map_shared_rank(recv, q)[s * slice + i - q * slice] = red[i];
-    }
-    cluster.sync();  // every push has landed
+    cluster.sync();
     trace_mark(3);
-    for (int j = threadIdx.x; j < slice && s * slice + j < kTotal; j += blockDim.x) {
-      const int i = s * slice + j, r = i / kMaxTokens, t = i - r * kMaxTokens, row = blockIdx.y * kBlockRows + r;
+    for (int i = s * blockDim.x + threadIdx.x; i < kTotal; i += split * blockDim.x) {
+      const int r = i / kMaxTokens, t = i - r * kMaxTokens, row = blockIdx.y * kBlockRows + r;
       if (t >= m || row >= n) continue;
-      float v = recv[j];
-      for (int q = 1; q < split; ++q) v += recv[q * slice + j];
+      float part[8];  // MAX_SPLIT
+#pragma unroll
+      for (int q = 0; q < 8; ++q) part[q] = q < split ? cluster.map_shared_rank(red, q)[i] : 0.f;
+      float v = part[0];
+#pragma unroll
+      for (int q = 1; q < 8; ++q) v += part[q];
       if (bias) v += to_float(bias[row]);
       store(y + static_cast<int64_t>(t) * n + row, v);
     }
+    cluster.sync();  // peers' shared memory stays alive until every slice is read
     trace_mark(4);
     return;
   }
@@ -282,7 +264,6 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
                  const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
                  int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
-  cluster_entry();
   float* red = reinterpret_cast<float*>(smem);                                   // [kBlockRows][kMaxTokens]
   unsigned char* tbuf = smem + kRedBytes;                                        // [kWarps][kTransposeBytes]
   Element* xs = reinterpret_cast<Element*>(tbuf + kWarps * kTransposeBytes);
@@ -475,7 +456,6 @@ nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__
                       const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
                       int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
-  cluster_entry();
   float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
   float* xs = reinterpret_cast<float*>(smem + kRedBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -662,7 +642,6 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
                      const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
                      int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
-  cluster_entry();
   trace_mark(0);
   trace_mark(5);
   if constexpr (kEarlyRelease) allow_next_launch();
