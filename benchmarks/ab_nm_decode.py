@@ -25,20 +25,6 @@ from cutlass_nm.families.nm_decode import FAMILY
 from cutlass_nm.kernels import get_kernel, precompile
 
 
-def warm_up(seconds: float = 2.0) -> None:
-    """Large GEMMs until the clocks have left idle (a fresh machine's first rows otherwise run slow)."""
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    while True:
-        for _ in range(10):
-            a @ a
-        end.record()
-        end.synchronize()
-        if start.elapsed_time(end) > seconds * 1e3:
-            return
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_variant_args(ap, "8192x8192,4096x4096", "2:8,1:8,16:32,128:2:8")
@@ -52,8 +38,7 @@ def main() -> None:
     cfgs = {(n, k, m, p): [dataclasses.replace(FAMILY.heuristic(Problem(m, n, k, types, p, vector[p])), **o)
                            for o in overrides] for n, k in shapes for m in tokens for p in patterns}
     precompile({("nm_decode", c, types) for cs in cfgs.values() for c in cs})
-    warm_up()
-    bw = copy_bandwidth()
+    bw = copy_bandwidth()  # also the warm-up: 200 ms of copies lift the clocks before the first row
     rows = []
     for (n, k, m, pattern), variants in cfgs.items():
         ws, xs = rotated_weights(pattern, n, k, decode_inputs(m, n, k)[1])

@@ -71,12 +71,15 @@ def add_variant_args(ap: argparse.ArgumentParser, shapes: str, patterns: str) ->
     ap.add_argument("--out", type=Path)
 
 
+def rotation(first) -> list:
+    """``first`` and clones of it in new memory, as many as fill 3x L2 by the weight's own bytes."""
+    return [first] + [clone_weight(first) for _ in range(copies_to_rotate(streamed_bytes(first, None)) - 1)]
+
+
 def rotated_weights(pattern: str, n: int, k: int, xs: list) -> tuple[list, list]:
-    """A pruned n x k weight and clones of it in new memory, as many as fill 3x L2 by the weight's own bytes, and
-    ``xs`` repeated to the same count."""
-    first = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern)[0]
-    copies = copies_to_rotate(streamed_bytes(first, None))
-    return [first] + [clone_weight(first) for _ in range(copies - 1)], [xs[i % len(xs)] for i in range(copies)]
+    """The rotation of a pruned n x k weight, and ``xs`` repeated to the same count."""
+    ws = rotation(cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern)[0])
+    return ws, [xs[i % len(xs)] for i in range(len(ws))]
 
 
 def bench_pattern(pattern: str, m: int, n: int, k: int, xs: list, t_dense: float, bw: float, vector: int,
@@ -86,8 +89,8 @@ def bench_pattern(pattern: str, m: int, n: int, k: int, xs: list, t_dense: float
     kind = "24" if p.is_24 else "vnm" if p.is_vnm else "nm"
     first = make_weight(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern, kind, vector)
     weight_bytes = streamed_bytes(first, family)
-    copies = copies_to_rotate(weight_bytes)
-    ws = [first] + [clone_weight(first) for _ in range(copies - 1)]  # distinct memory, rotated past L2
+    ws = rotation(first)  # distinct memory, rotated past L2
+    copies = len(ws)
 
     def run(i: int, ws=ws, xs=xs):
         return cutlass_nm.matmul(xs[i % len(xs)], ws[i], family=family)
