@@ -15,8 +15,9 @@ in a workspace first (a pass over x, small beside the GEMM). With ``x_transposed
 only the rows of xᵀ that the CTA's rows use: a k-tile spans as many M-groups as keep the union of its vectors'
 columns within ``k_cols`` rows (and its kept steps within ``k_cols`` / 4), so at high sparsity a k-tile holds
 2-3x more kept steps for the same shared memory (compact_layout). ``tma`` = 1 (with ``x_transposed``, on sm_90)
-fills each stage's xᵀ tile and kept weights by two TMA copies from one thread, completing on a per-stage mbarrier,
-instead of every thread issuing 16-byte cp.async with its own address arithmetic.
+fills each stage's xᵀ tile and kept weights by two TMA copies from one lane of warp 0 (the warp's lanes copy the
+column indices), completing on a per-stage full mbarrier; warps release stages on per-stage empty mbarriers instead
+of a CTA-wide barrier per k-tile.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     w = ktc * cfg.block_rows * 4
     index_rows = cfg.block_rows // vector if cfg.block_rows >= vector else 1  # the launcher's p.nvb
     cols = index_rows * ktc * 4
-    return cfg.stages * (-(-(x + w + cols) // 128) * 128 + (8 if cfg.tma else 0))  # tma: an mbarrier per stage
+    return cfg.stages * (-(-(x + w + cols) // 128) * 128 + (16 if cfg.tma else 0))  # tma: 2 mbarriers per stage
 
 
 def kgroups_for(m: int, k_cols: int) -> int:

@@ -14,9 +14,9 @@
 // k alignment, any M, vector = 1): same arithmetic, runtime geometry, scalar x loads. With kCompact (mode 2 only),
 // a stage holds kKC rows of x^T listed per CTA and k-tile (rows [n_pad / kBR][ktiles][kKC], -1 = zeros) and a
 // k-tile is as many M-groups as keep that list within kKC (families/nm_simt.py::compact_layout). With kTma (mode 2,
-// sm_90), one thread brings each stage's x^T tile and kept weights by two TMA copies that complete on the stage's
-// mbarrier, instead of every thread issuing 16-byte cp.async with its own address arithmetic (the column indices
-// stay on cp.async); the x^T tile is then unpadded ([ktd][kBT]).
+// sm_90), warp 0 fills the stages: one lane brings each stage's x^T tile and kept weights by two TMA copies, the
+// warp's lanes the column indices by cp.async, all completing on the stage's full mbarrier; each warp releases a
+// stage on its empty mbarrier, so no CTA-wide barrier sits in the k loop. The x^T tile is then unpadded ([ktd][kBT]).
 #include <algorithm>
 #include <cstdint>
 #include <cuda.h>
@@ -98,6 +98,45 @@ __device__ __forceinline__ void load_x(const float* xs, int col, float (&xv)[kTT
   }
 }
 
+// Four consecutive outputs as one store: 16 bytes of float, 8 of a 16-bit type.
+__device__ __forceinline__ void store4(float* p, float a, float b, float c, float d) {
+  *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
+}
+template <class T>
+__device__ __forceinline__ void store4(T* p, float a, float b, float c, float d) {
+  alignas(8) T v[4];
+  store(v, a); store(v + 1, b); store(v + 2, c); store(v + 3, d);
+  *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(v);
+}
+
+// The thread's tile to y (m x n, row-major; ``bias`` may be null): for each of its tokens, its kTR consecutive
+// rows are consecutive in y, so they go out as kTR / 4 vector stores when n is a multiple of 4, y is 16-byte
+// aligned and all kTR rows exist (one scalar store per element took a sector per 4 bytes); else element-wise.
+template <int kMode, class T>
+__device__ __forceinline__ void write_tile(T* y, const Params& p, const Element* bias, int r0, int t0,
+                                           const float (&acc)[kTR][kTT]) {
+  const bool vec = (p.n & 3) == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0 && r0 + kTR <= p.n;
+  float bv[kTR];
+#pragma unroll
+  for (int a = 0; a < kTR; ++a) bv[a] = bias && r0 + a < p.n ? to_float(bias[r0 + a]) : 0.f;
+#pragma unroll
+  for (int b = 0; b < kTT; ++b) {
+    const int t = t0 + (kMode == 2 ? (b / 4) * 32 + b % 4 : 8 * b);
+    if (t >= p.m) continue;
+    T* row = y + static_cast<int64_t>(t) * p.n + r0;
+    if (vec) {
+#pragma unroll
+      for (int a = 0; a < kTR; a += 4)
+        store4(row + a, acc[a][b] + bv[a], acc[a + 1][b] + bv[a + 1], acc[a + 2][b] + bv[a + 2],
+               acc[a + 3][b] + bv[a + 3]);
+    } else {
+#pragma unroll
+      for (int a = 0; a < kTR; ++a)
+        if (r0 + a < p.n) store(row + a, acc[a][b] + bv[a]);
+    }
+  }
+}
+
 // acc += wv ⊗ xv: one k step of the thread's kTR x kTT register tile.
 __device__ __forceinline__ void outer_fma(const float (&wv)[kTR], const float (&xv)[kTT], float (&acc)[kTR][kTT]) {
 #pragma unroll
@@ -166,25 +205,33 @@ struct TileCopier {
     row0_ = row0;
   }
 
-  // kTma: thread 0 arms the stage's barrier with both boxes' bytes and issues the two copies (out-of-range rows
-  // and tokens of x^T arrive as zeros); the other threads only copy the column indices (issue_indices).
-  __device__ __forceinline__ void issue_tma(const Params& p, char* stage, uint32_t bar, int kt, int tok0) const {
+  // kTma, called by warp 0 only: lane 0 arms the stage's full barrier with both boxes' bytes and issues the two
+  // copies (out-of-range rows and tokens of x^T arrive as zeros); the 32 lanes copy the column indices by cp.async,
+  // each lane's copies completing as one arrival on the same barrier (it counts 1 + 32 arrivals).
+  __device__ __forceinline__ void issue_tma(const Params& p, char* stage, uint32_t full, int kt, int tok0) const {
 #if __CUDA_ARCH__ >= 900
-    if (threadIdx.x == 0) {
+    const int lane = threadIdx.x & 31;
+    if (lane == 0) {
       const uint32_t xs = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
       const uint32_t ws = xs + p.x_bytes;
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // this stage's earlier reads come first
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(p.x_bytes + p.w_bytes)
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(p.x_bytes + p.w_bytes)
                    : "memory");
       asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-                   "[%4];" ::"r"(xs), "l"(reinterpret_cast<uint64_t>(&p.tma_x)), "r"(tok0), "r"(kt * p.ktd), "r"(bar)
+                   "[%4];" ::"r"(xs), "l"(reinterpret_cast<uint64_t>(&p.tma_x)), "r"(tok0), "r"(kt * p.ktd), "r"(full)
                    : "memory");
       asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-                   "[%4];" ::"r"(ws), "l"(reinterpret_cast<uint64_t>(&p.tma_w)), "r"(row0_), "r"(kt * p.ktc), "r"(bar)
+                   "[%4];" ::"r"(ws), "l"(reinterpret_cast<uint64_t>(&p.tma_w)), "r"(row0_), "r"(kt * p.ktc), "r"(full)
                    : "memory");
     }
+    int* cs = reinterpret_cast<int*>(stage + p.x_bytes + p.w_bytes);
+    const int j0 = kt * p.ktc;
+    for (int e = lane; e < p.nvb * p.ktc; e += 32) {
+      const int v = e / p.ktc, j = e - v * p.ktc;
+      cutlass::arch::cp_async<4>(cs + e, c0 + static_cast<int64_t>(v) * p.nnz_pad + j0 + j);
+    }
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full) : "memory");
 #endif
-    issue_indices(p, stage, kt);
   }
 
   __device__ __forceinline__ void issue(const Params& p, char* stage, int kt, int tok0) const {
@@ -285,41 +332,8 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     for (int b = 0; b < kTT; ++b) acc[a][b] = 0.f;
 
   const TileCopier<kMode> copier(p, row0, tok0, vb0);
-  // kUseTma: one mbarrier per stage after the stages, completed by the stage's TMA bytes
-  const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + kStages * p.stage_bytes));
-#if __CUDA_ARCH__ >= 900
-  if constexpr (kUseTma) {
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int s = 0; s < kStages; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bars + 8 * s));
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-  }
-#endif
-  auto load = [&](int s, int kt) {
-    if constexpr (kUseTma) copier.issue_tma(p, smem + s * p.stage_bytes, bars + 8 * s, kt, tok0);
-    else copier.issue(p, smem + s * p.stage_bytes, kt, tok0);
-  };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < count) load(s, kt0 + s);
-    cutlass::arch::cp_async_fence();
-  }
-  for (int i = 0; i < count; ++i) {
-    cutlass::arch::cp_async_wait<kStages - 2>();
-    __syncthreads();
-    const int next = i + kStages - 1;
-    if (next < count) load(next % kStages, kt0 + next);
-    cutlass::arch::cp_async_fence();
-#if __CUDA_ARCH__ >= 900
-    if constexpr (kUseTma) {  // this stage's boxes: its (i / kStages)-th fill
-      asm volatile("{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT_%=;\n}"
-                   ::"r"(bars + 8 * (i % kStages)), "r"((i / kStages) & 1) : "memory");
-    }
-#endif
-
-    const char* stage = smem + (i % kStages) * p.stage_bytes;
+  // One k-tile from its stage into the accumulators.
+  auto compute = [&](const char* stage) {
     const float* xs = reinterpret_cast<const float*>(stage) + (kMode == 2 ? tloc : tloc * pitch);
     const float* ws = reinterpret_cast<const float*>(stage + p.x_bytes) + rloc;
     const int* cs = reinterpret_cast<const int*>(stage + p.x_bytes + p.w_bytes);
@@ -331,6 +345,31 @@ nm_simt_kernel(__grid_constant__ const Params p) {
       float xa[kTT], wa[kTR], xb[kTT], wb[kTR];  // fragments of even (a) and odd (b) steps
       load_x<kMode>(xs, cp[0], xa);
       load_w(ws, wa);
+      if (ktc % 4 == 0) {
+        // Four steps per iteration (every pattern of the acceptance set at k_cols 32 / 64): their columns are
+        // read one iteration ahead, the weights at fixed offsets from one pointer, so the loop costs ~7
+        // non-FMA instructions per step (the two-step loop below: ~17).
+        int c1 = cp[1], c2 = cp[2], c3 = cp[3];
+        for (int j = 0; j < ktc; j += 4) {
+          const int ahead = j + 4 < ktc ? j + 4 : j;  // the last iteration re-reads its own step (unused)
+          const int n0 = cp[ahead], n1 = cp[ahead + 1], n2 = cp[ahead + 2], n3 = cp[ahead + 3];
+          const float* w = ws + j * kBR;
+          load_x<kMode>(xs, c1, xb);
+          load_w(w + kBR, wb);
+          outer_fma(wa, xa, acc);
+          load_x<kMode>(xs, c2, xa);
+          load_w(w + 2 * kBR, wa);
+          outer_fma(wb, xb, acc);
+          load_x<kMode>(xs, c3, xb);
+          load_w(w + 3 * kBR, wb);
+          outer_fma(wa, xa, acc);
+          load_x<kMode>(xs, n0, xa);
+          load_w(ws + ahead * kBR, wa);
+          outer_fma(wb, xb, acc);
+          c1 = n1; c2 = n2; c3 = n3;
+        }
+        return;
+      }
       int col = cp[min(1, ktc - 1)];
       int j = 0;
       for (; j + 2 < ktc; j += 2) {  // steps j + 1 and j + 2 exist: no guards in the steady state
@@ -363,26 +402,68 @@ nm_simt_kernel(__grid_constant__ const Params p) {
         }
       }
     }
-  }
-  cutlass::arch::cp_async_wait<0>();
+  };
 
-  // epilogue: straight to y (with bias) or to this split's partial sums
+  if constexpr (kUseTma) {
+#if __CUDA_ARCH__ >= 900
+    // Per stage a full barrier (TMA bytes + warp 0's index copies) and an empty one (one arrival per warp once it
+    // has read the stage). Warp 0 refills a stage after every warp has released it; no CTA-wide barrier in the loop,
+    // so a warp runs ahead of the others by up to kStages - 1 tiles.
+    const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + kStages * p.stage_bytes));
+    auto full = [&](int s) { return bars + 16 * s; };
+    auto empty = [&](int s) { return bars + 16 * s + 8; };
+    auto wait = [](uint32_t bar, int phase) {
+      asm volatile("{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT_%=;\n}"
+                   ::"r"(bar), "r"(phase) : "memory");
+    };
+    if (threadIdx.x == 0) {
 #pragma unroll
-  for (int b = 0; b < kTT; ++b) {
-    const int t = tok0 + tloc + (kMode == 2 ? (b / 4) * 32 + b % 4 : 8 * b);
-    if (t >= p.m) continue;
-#pragma unroll
-    for (int a = 0; a < kTR; ++a) {
-      const int r = row0 + rloc + a;
-      if (r >= p.n) continue;
-      if (kSplit > 1) {
-        float* part = static_cast<float*>(p.y) + static_cast<int64_t>(blockIdx.z) * p.m * p.n;
-        part[static_cast<int64_t>(t) * p.n + r] = acc[a][b];
-      } else {
-        const float bv = p.bias ? to_float(p.bias[r]) : 0.f;
-        store(static_cast<Out*>(p.y) + static_cast<int64_t>(t) * p.n + r, acc[a][b] + bv);
+      for (int s = 0; s < kStages; ++s) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(full(s)), "r"(33));
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty(s)), "r"(kThreads / 32));
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (warp == 0)
+      for (int s = 0; s < kStages && s < count; ++s)
+        copier.issue_tma(p, smem + s * p.stage_bytes, full(s), kt0 + s, tok0);
+    for (int i = 0; i < count; ++i) {
+      const int s = i % kStages, phase = (i / kStages) & 1;
+      char* stage = smem + s * p.stage_bytes;
+      wait(full(s), phase);
+      compute(stage);
+      __syncwarp();
+      if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty(s)) : "memory");
+      if (warp == 0 && i + kStages < count) {
+        wait(empty(s), phase);
+        copier.issue_tma(p, stage, full(s), kt0 + i + kStages, tok0);
       }
     }
+#endif
+  } else {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < count) copier.issue(p, smem + s * p.stage_bytes, kt0 + s, tok0);
+      cutlass::arch::cp_async_fence();
+    }
+    for (int i = 0; i < count; ++i) {
+      cutlass::arch::cp_async_wait<kStages - 2>();
+      __syncthreads();
+      const int next = i + kStages - 1;
+      if (next < count) copier.issue(p, smem + (next % kStages) * p.stage_bytes, kt0 + next, tok0);
+      cutlass::arch::cp_async_fence();
+      compute(smem + (i % kStages) * p.stage_bytes);
+    }
+    cutlass::arch::cp_async_wait<0>();
+  }
+
+  // epilogue: straight to y (with bias) or to this split's partial sums
+  if (kSplit > 1) {
+    write_tile<kMode>(static_cast<float*>(p.y) + static_cast<int64_t>(blockIdx.z) * p.m * p.n, p, nullptr,
+                      row0 + rloc, tok0 + tloc, acc);
+  } else {
+    write_tile<kMode>(static_cast<Out*>(p.y), p, p.bias, row0 + rloc, tok0 + tloc, acc);
   }
 }
 
@@ -415,6 +496,22 @@ __global__ void transpose_widen(const Element* x, float* xt, int m, int k, int m
     const int c = k0 + r, t = t0 + threadIdx.x;
     if (c < k && t < m) xt[static_cast<int64_t>(c) * m_pad + t] = tile[threadIdx.x][r];
   }
+}
+
+// fp32 x with 16-byte aligned rows (k % 4 == 0) -> x^T: 32 x 32 tiles as in transpose_widen, one 16-byte load and
+// one 16-byte store per thread (256 threads); the bank of tile[c + i][r] is 4 (c / 4) + r + i: conflict-free both
+// ways. Tokens m .. m_pad - 1 of x^T are written as zeros.
+__global__ void transpose4(const float* x, float* xt, int m, int k, int m_pad) {
+  __shared__ float tile[32][33];
+  const int k0 = blockIdx.x * 32, t0 = blockIdx.y * 32;
+  const int r = threadIdx.x / 8, c = (threadIdx.x % 8) * 4;
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (t0 + r < m && k0 + c < k) v = *reinterpret_cast<const float4*>(x + static_cast<int64_t>(t0 + r) * k + k0 + c);
+  tile[c][r] = v.x; tile[c + 1][r] = v.y; tile[c + 2][r] = v.z; tile[c + 3][r] = v.w;
+  __syncthreads();
+  if (k0 + r < k && t0 + c < m_pad)
+    *reinterpret_cast<float4*>(xt + static_cast<int64_t>(k0 + r) * m_pad + t0 + c) =
+        make_float4(tile[r][c], tile[r][c + 1], tile[r][c + 2], tile[r][c + 3]);
 }
 
 template <int kMode, class Out, bool kUseTma = false>
@@ -509,8 +606,12 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
     mode = 2;
     if (kCompact) p.ktd = kKC;  // the stage holds the listed rows
     dim3 grid((k + 31) / 32, (m + 31) / 32);
-    transpose_widen<<<grid, dim3(32, 8), 0, stream>>>(static_cast<const Element*>(x),
-                                                      reinterpret_cast<float*>(transposed), m, k, p.m_pad);
+    if (!half && x_aligned && k % 4 == 0)
+      transpose4<<<grid, 256, 0, stream>>>(static_cast<const float*>(x), reinterpret_cast<float*>(transposed), m, k,
+                                           p.m_pad);
+    else
+      transpose_widen<<<grid, dim3(32, 8), 0, stream>>>(static_cast<const Element*>(x),
+                                                        reinterpret_cast<float*>(transposed), m, k, p.m_pad);
     p.x = reinterpret_cast<const float*>(transposed);
   } else {
     if (half) {
@@ -528,7 +629,7 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   p.x_bytes = mode == 2 ? p.ktd * kPitchT * 4 : kBT * p.pitch * 4;
   p.w_bytes = p.ktc * kBR * 4;
   p.stage_bytes = ((p.x_bytes + p.w_bytes + p.nvb * p.ktc * 4 + 127) / 128) * 128;
-  const size_t smem = size_t(p.stage_bytes) * kStages + (kTma ? 8 * kStages : 0);  // kTma: + a barrier per stage
+  const size_t smem = size_t(p.stage_bytes) * kStages + (kTma ? 16 * kStages : 0);  // kTma: + 2 barriers per stage
   static int limit = 0, major = 0;  // opt-in shared memory per block and compute capability of the (first) device
   if (limit == 0) {
     int dev = 0;
