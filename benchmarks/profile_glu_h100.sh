@@ -13,16 +13,4 @@ tail -3 "$OUT/ncu_glu_log.txt"
 ncu -i "$OUT/glu.ncu-rep" --page details > "$OUT/ncu_glu_details.txt" 2>&1
 grep -E "Duration|Throughput|Busy|Hit Rate|Bank|Registers|Achieved|Stall|Active Warps|Eligible|Issued" "$OUT/ncu_glu_details.txt" | head -50
 ncu -i "$OUT/glu.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_glu_sass.csv" 2>&1
-python3 - "$OUT/ncu_glu_sass.csv" <<'PY'
-import csv, sys
-rows = list(csv.reader(open(sys.argv[1])))
-head = next(i for i, r in enumerate(rows) if any("Source" == c for c in r))
-cols = rows[head]
-print(cols)
-key = next(c for c in cols if c.startswith("Warp Stall Sampling (All"))
-src = cols.index("Source"); ks = cols.index(key)
-body = [r for r in rows[head + 1:] if len(r) == len(cols)]
-tot = sum(float(r[ks] or 0) for r in body)
-for r in sorted(body, key=lambda r: -float(r[ks] or 0))[:40]:
-    print("%6.2f%%  %s" % (100 * float(r[ks] or 0) / tot, r[src][:110]))
-PY
+python3 benchmarks/ncu_sass_top.py "$OUT/ncu_glu_sass.csv"

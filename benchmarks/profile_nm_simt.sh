@@ -25,3 +25,12 @@ a, b = torch.randn(2048, 4096, device='cuda'), torch.randn(4096, 4096, device='c
 for _ in range(4): torch.mm(a, b)
 torch.cuda.synchronize()" > "$OUT/ncu_sgemm.txt" 2>&1
 grep -E "gemm|Duration|Issue Slots Busy|Executed Ipc A|FMA|Registers Per|Achieved Occ|Shared" "$OUT/ncu_sgemm.txt" | head -30
+# SASS=1: the first config again with warp-state sampling per SASS instruction (most-sampled instructions, and the
+# whole kernel's SASS in $OUT for reading)
+if [ "${SASS:-0}" = 1 ]; then
+  timeout 150 ncu --clock-control none -k regex:nm_simt_kernel --launch-skip 2 --launch-count 1 \
+    --section WarpStateStats --section SourceCounters -o "$OUT/nm_simt_sass" -f \
+    python3 benchmarks/profile_nm_simt.py --mnk 2048x4096x4096 --pattern "$PATTERN" --config "${CFGS[0]}" > /dev/null 2>&1
+  ncu -i "$OUT/nm_simt_sass.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_nm_simt_sass.csv" 2>&1
+  python3 benchmarks/ncu_sass_top.py "$OUT/ncu_nm_simt_sass.csv" --top 30
+fi

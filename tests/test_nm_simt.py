@@ -218,20 +218,27 @@ def test_heuristic_fits_every_vector(types, pattern, vector, m):
         p = Problem(m, n, k, types, pattern, vector)
         cfg = FAMILY.heuristic(p)
         assert FAMILY.check(cfg, p) is None
-        assert cfg.x_transposed == 1 and cfg.k_cols == 64 and cfg.block_tokens == (128 if m >= 1024 else 64)
-        if m >= 1024:
-            assert cfg.stages == 2 and cfg.thread_rows == 16
-        if vector in (8, 32) and pattern not in ("31:32", "63:64"):  # 256 rows, 2 stages
-            assert cfg.block_rows == 256 and cfg.stages == 2
+        assert cfg.x_transposed == 1 and cfg.tma == 1 and cfg.k_cols == 64
+        sparse = pattern in ("1:8", "5:16")  # density < 3/8
+        tile = (cfg.block_tokens, cfg.thread_rows, cfg.thread_tokens)
+        assert tile == ((64, 8, 8) if m < 256 else (256, 8, 16) if sparse else (128, 16, 8))
+        if vector in (8, 32) and pattern not in ("31:32", "63:64"):  # the first choice fits
+            assert cfg.block_rows == (128 if sparse and m >= 256 else 256)
+            assert cfg.stages == (3 if sparse and m >= 256 else 2)
 
 
 def test_heuristic_rows_follow_the_vector():
     p = [Problem(256, 4096, 4096, F32, "16:32", v) for v in (32, 1, 0)]
     assert [FAMILY.heuristic(q).stages for q in p] == [2, 2, 2]
-    assert FAMILY.heuristic(p[0]) == Config(**{**WIDE3.to_record(), "stages": 2, "split_k": 4})  # 64 CTAs: split k
+    # 32 CTAs of 256 x 128: k split 4 ways
+    assert FAMILY.heuristic(p[0]) == Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2,
+                                            split_k=4, x_transposed=1, tma=1)
     # vector 1 at 63:64: 2 stages of 256 rows do not fit (292864 B): the CTA's rows are halved
     wide = FAMILY.heuristic(Problem(256, 4096, 4096, F32, "63:64", 1))
     assert (wide.block_rows, wide.stages) == (128, 2)
+    # below 256 tokens: 256 x 64 CTAs; 16 x 1 of them at m = 64, so k split 4 ways
+    assert FAMILY.heuristic(Problem(64, 4096, 4096, F32, "2:8", 32)) == Config(
+        block_rows=256, block_tokens=64, k_cols=64, stages=2, split_k=4, x_transposed=1, tma=1)
     assert smem_bound(Config(**{**wide.to_record(), "block_rows": 256}), "63:64", 1) > 227 * 1024
 
 

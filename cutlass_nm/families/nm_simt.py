@@ -268,25 +268,34 @@ class _SimtFamily:
         return template("nm_simt.cu").substitute(element=ELEMENTS[types.dtype], **fields)
 
     def heuristic(self, problem: Problem) -> Config:
-        """Transposed x throughout (H200 sweep, benchmarks/results/h200/nm_simt_sweep.json): 256x128 CTAs of
-        16x8 thread tiles once the tokens fill the GPU, else 256x64 CTAs of 8x8 tiles; 2 stages (the sweep's
-        3 fit vector-32 weights below m = 1024, but those kernels have not run on a GPU at this template; a
-        follow-up may raise it where smem_bound, now exact per vector, allows); split k when the tiles do not fill
-        two waves of 132 SMs. Where 2 stages do not fit (vector 1 at dense patterns such as 31:32 or 63:64), the
-        CTA's rows are halved: the config fits every N:M with M <= 64."""
-
-        def fits(cfg: Config) -> bool:
-            return smem_bound(cfg, problem.pattern, problem.vector) <= SMEM_BYTES
-
-        if problem.m >= 1024:
-            cfg = Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, x_transposed=1)
+        """TMA-filled stages of transposed x (H100 sweep at f38fb7d, benchmarks/results/h100/nm_simt_pipe_f38fb7d.json:
+        tma = 1 was the fastest variant on all 55 swept shapes, by 1-11 %; where the GPU has no TMA the same
+        binary runs cp.async). From 256 tokens: 256x128 CTAs of 16x8 thread tiles, 2 stages, for densities >= 3/8
+        (16:32, 12:32 won there), else 128x256 CTAs of 8x16 tiles, 3 stages (8:32, 4:32); below 256 tokens 256x64
+        CTAs of 8x8 tiles, 2 stages. k is split (2 or 4) while the CTAs number under 100. Where the stages do not
+        fit (vector 1 at dense patterns such as 31:32 or 63:64), first 2 stages, then the CTA's rows are halved:
+        the config fits every N:M with M <= 64."""
+        pat = parse_or_none(problem.pattern)
+        dense = pat is None or pat.n / pat.m >= 3 / 8
+        if problem.m < 256:
+            cfg = Config(block_rows=256, block_tokens=64, k_cols=64, stages=2)
+        elif dense:
+            cfg = Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2)
         else:
-            tiles = -(-problem.n // 256) * -(-problem.m // 64)
-            split = 1
-            while split < 4 and tiles * split < 264 and problem.k >= 1024 * split:
-                split *= 2
-            cfg = Config(block_rows=256, block_tokens=64, k_cols=64, stages=2, split_k=split, x_transposed=1)
-        while not fits(cfg) and cfg.block_rows > 64:  # both tiles keep >= 64 threads (threads = block_rows)
+            cfg = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, stages=3)
+        cfg = replace(cfg, x_transposed=1, tma=1)
+        tiles = -(-problem.n // cfg.block_rows) * -(-problem.m // cfg.block_tokens)
+        split = 1
+        while split < 4 and tiles * split < 100 and problem.k >= 1024 * split:
+            split *= 2
+        cfg = replace(cfg, split_k=split)
+
+        def fits(c: Config) -> bool:
+            return smem_bound(c, problem.pattern, problem.vector) <= SMEM_BYTES
+
+        if not fits(cfg):
+            cfg = replace(cfg, stages=2)
+        while not fits(cfg) and cfg.block_rows > 4 * cfg.thread_rows:  # keeps whole warps (and >= 64 threads)
             cfg = replace(cfg, block_rows=cfg.block_rows // 2)
         return cfg
 
