@@ -47,14 +47,7 @@ _WIDE = (Config(block_rows=256, block_tokens=64, k_cols=128), Config(block_token
 # one (results/h100/nm_simt_pipe_f38fb7d.json), so the sweep times only these: it then covers the whole shape set
 # within the budget (at f38fb7d the 40 shapes with n or k = 11008 got the heuristic alone). The others stay in the
 # tuner's space.
-# compact tiles (only the xᵀ rows the CTA's vectors use, a TMA box each): timed at densities <= 1/4, where 4-8
-# vectors of a CTA leave most of a dense tile's rows unused
-_COMPACT = (Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3),
-            Config(block_tokens=256, thread_tokens=16, k_cols=96, stages=2),
-            Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2),
-            Config(block_rows=256, block_tokens=64, k_cols=96, stages=2))
-SWEEP = (tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (*_BASES, *_WIDE))
-         + tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1, "compact": 1}) for c in _COMPACT))
+SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (*_BASES, *_WIDE))
 TYPES = {"f32": KernelTypes("f32", "f32", False), "f16": KernelTypes("f16", "f16", False)}
 SMS = 132
 VECTOR = 32  # the weights' index-sharing vector (the format's default); the problems carry it for exact checks
@@ -65,8 +58,6 @@ def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, 
     out: list[Config] = []
     p = Problem(m, n, k, types, pattern, VECTOR)
     for base in sweep:
-        if base.compact and Pattern.parse(pattern).density > 1 / 4:
-            continue
         tiles = -(-n // base.block_rows) * -(-m // base.block_tokens)
         for split in (1, 2, 4):
             if split > 1 and tiles * split > 3 * SMS:

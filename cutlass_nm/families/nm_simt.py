@@ -15,9 +15,9 @@ in a workspace first (a pass over x, small beside the GEMM). With ``x_transposed
 only the rows of xᵀ that the CTA's rows use: a k-tile spans as many M-groups as keep the union of its vectors'
 columns within ``k_cols`` rows (and its kept steps within ``k_cols`` / 4), so at high sparsity a k-tile holds
 2-3x more kept steps for the same shared memory (compact_layout). ``tma`` = 1 (with ``x_transposed``, on sm_90)
-fills each stage's xᵀ tile (compact: one box per listed row) and kept weights by TMA from warp 0 (whose lanes also
-copy the column indices), completing on a per-stage full mbarrier; warps release stages on per-stage empty
-mbarriers instead of a CTA-wide barrier per k-tile.
+fills each stage's xᵀ tile and kept weights by two TMA copies from one lane of warp 0 (the warp's lanes copy the
+column indices), completing on a per-stage full mbarrier; warps release stages on per-stage empty mbarriers instead
+of a CTA-wide barrier per k-tile.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Config(FamilyConfig):
     """CTA tile (W rows x tokens), thread tile, k-tile width in dense columns (compact: in staged rows of xᵀ),
     pipeline depth, split-K, whether x is transposed first (x_transposed: float4 token reads from a column-major x
     tile), whether that tile holds only the columns the CTA's rows use (compact, needs x_transposed) and whether
-    TMA fills the stages (tma, needs x_transposed; sm_90, cp.async elsewhere)."""
+    TMA fills the stages (tma, needs x_transposed, not compact; sm_90, cp.async elsewhere)."""
 
     block_rows: int = 128
     block_tokens: int = 128
@@ -210,8 +210,8 @@ def simt_layout(w: NMWeight, kgroups: int) -> tuple[torch.Tensor, torch.Tensor, 
 
 def _compact_rule(cfg: Config, pat: Pattern | None, vector: int) -> str | None:
     """The reason ``compact`` = 1 (or ``tma`` = 1) cannot run this pattern and vector (None: it can, or both off)."""
-    if cfg.tma and not cfg.x_transposed:
-        return "tma=1 copies tiles of the transposed x: it needs x_transposed=1"
+    if cfg.tma and (not cfg.x_transposed or cfg.compact):
+        return "tma=1 copies whole xᵀ tiles: it needs x_transposed=1 and compact=0"
     if not cfg.compact:
         return None
     if not cfg.x_transposed:

@@ -14,8 +14,8 @@
 // k alignment, any M, vector = 1): same arithmetic, runtime geometry, scalar x loads. With kCompact (mode 2 only),
 // a stage holds kKC rows of x^T listed per CTA and k-tile (rows [n_pad / kBR][ktiles][kKC], -1 = zeros) and a
 // k-tile is as many M-groups as keep that list within kKC (families/nm_simt.py::compact_layout). With kTma (mode 2,
-// sm_90), warp 0 fills the stages: TMA brings each stage's x^T tile (kCompact: its listed rows, a box each) and kept
-// weights, the warp's lanes the column indices by cp.async, all completing on the stage's full mbarrier; each warp releases a
+// sm_90), warp 0 fills the stages: one lane brings each stage's x^T tile and kept weights by two TMA copies, the
+// warp's lanes the column indices by cp.async, all completing on the stage's full mbarrier; each warp releases a
 // stage on its empty mbarrier, so no CTA-wide barrier sits in the k loop. The x^T tile is then unpadded ([ktd][kBT]).
 #include <algorithm>
 #include <cstdint>
@@ -145,15 +145,6 @@ __device__ __forceinline__ void outer_fma(const float (&wv)[kTR], const float (&
     for (int b = 0; b < kTT; ++b) acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
 }
 
-// One 2-D TMA box (coordinates: innermost first) into shared memory, completing on mbarrier ``bar``.
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap& map, int c0, int c1, uint32_t bar) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-               "[%4];" ::"r"(dst), "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(bar)
-               : "memory");
-#endif
-}
-
 // One k-tile into one pipeline stage: x (mode 2: x^T [ktd][kPitchT]; else token-major [kBT][pitch]), W [ktc][kBR],
 // cols [nvb][ktc]; out-of-range tokens and columns are zero-filled. The copy plan is computed once per thread:
 // every source address of k-tile kt is a base pointer moved by kt tiles plus a fixed stride per chunk, so a
@@ -214,28 +205,24 @@ struct TileCopier {
     row0_ = row0;
   }
 
-  // kTma, called by warp 0 only: lane 0 arms the stage's full barrier with the stage's x^T and weight bytes and issues
-  // the weights' box and, unless kCompact, the x^T tile's (out-of-range rows and tokens arrive as zeros); with kCompact
-  // the lanes issue one box per listed row. The 32 lanes copy the column indices by cp.async, each lane's copies
-  // completing as one arrival on the same barrier (it counts 1 + 32 arrivals).
+  // kTma, called by warp 0 only: lane 0 arms the stage's full barrier with both boxes' bytes and issues the two
+  // copies (out-of-range rows and tokens of x^T arrive as zeros); the 32 lanes copy the column indices by cp.async,
+  // each lane's copies completing as one arrival on the same barrier (it counts 1 + 32 arrivals).
   __device__ __forceinline__ void issue_tma(const Params& p, char* stage, uint32_t full, int kt, int tok0) const {
 #if __CUDA_ARCH__ >= 900
     const int lane = threadIdx.x & 31;
-    const uint32_t xs = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
     if (lane == 0) {
+      const uint32_t xs = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+      const uint32_t ws = xs + p.x_bytes;
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(p.x_bytes + p.w_bytes)
                    : "memory");
-      if constexpr (!kCompact) tma_load(xs, p.tma_x, tok0, kt * p.ktd, full);
-      tma_load(xs + p.x_bytes, p.tma_w, row0_, kt * p.ktc, full);
-    }
-    if constexpr (kCompact) {  // the listed rows of x^T, one box of kBT tokens each; -1 reads row k: zeros
-      __syncwarp();  // the bytes are expected before any box lands
-      const int* list = r0 + kt * kKC;
-      for (int r = lane; r < kKC; r += 32) {
-        const int row = __ldg(list + r);
-        tma_load(xs + r * kBT * 4, p.tma_x, tok0, row < 0 ? p.k : row, full);
-      }
+      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                   "[%4];" ::"r"(xs), "l"(reinterpret_cast<uint64_t>(&p.tma_x)), "r"(tok0), "r"(kt * p.ktd), "r"(full)
+                   : "memory");
+      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                   "[%4];" ::"r"(ws), "l"(reinterpret_cast<uint64_t>(&p.tma_w)), "r"(row0_), "r"(kt * p.ktc), "r"(full)
+                   : "memory");
     }
     int* cs = reinterpret_cast<int*>(stage + p.x_bytes + p.w_bytes);
     const int j0 = kt * p.ktc;
@@ -551,13 +538,12 @@ cudaError_t launch_mode(int mode, bool use_tma, const Params& p, size_t smem, in
        : mode == 1 ? launch<1, Out>(p, smem, limit, stream) : launch<0, Out>(p, smem, limit, stream);
 }
 
-// kTma's two tensor maps: x^T (k rows of m_pad tokens; boxes of kBT tokens x ktd rows, or x 1 row with kCompact;
-// zeros past k and m_pad) and
+// kTma's two tensor maps: x^T (k rows of m_pad tokens; boxes of kBT tokens x ktd rows, zeros past k and m_pad) and
 // the kept weights (nnz_pad steps of n_pad rows; boxes of kBR rows x ktc steps). False if the driver refuses.
 bool encode_maps(Params& p) {
   const cuuint32_t unit[2] = {1, 1};
   const cuuint64_t x_dims[2] = {cuuint64_t(p.m_pad), cuuint64_t(p.k)}, x_stride[1] = {cuuint64_t(p.m_pad) * 4};
-  const cuuint32_t x_box[2] = {cuuint32_t(kBT), cuuint32_t(kCompact ? 1 : p.ktd)};  // compact: one row per box
+  const cuuint32_t x_box[2] = {cuuint32_t(kBT), cuuint32_t(p.ktd)};
   const cuuint64_t w_dims[2] = {cuuint64_t(p.n_pad), cuuint64_t(p.nnz_pad)}, w_stride[1] = {cuuint64_t(p.n_pad) * 4};
   const cuuint32_t w_box[2] = {cuuint32_t(kBR), cuuint32_t(p.ktc)};
   CUresult a = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
@@ -652,7 +638,7 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   }
   if (smem > size_t(limit)) return 3;
-  const bool use_tma = kTma && mode == 2 && major >= 9;
+  const bool use_tma = kTma && !kCompact && mode == 2 && major >= 9;
   if (use_tma && !encode_maps(p)) return 1000 + int(cudaErrorInvalidValue);
   p.y = kSplit > 1 ? static_cast<void*>(ws) : y;
   cudaError_t err;
