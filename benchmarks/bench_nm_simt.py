@@ -48,8 +48,8 @@ _WIDE = (Config(block_rows=256, block_tokens=64, k_cols=128), Config(block_token
 # within the budget (at f38fb7d the 40 shapes with n or k = 11008 got the heuristic alone). The others stay in the
 # tuner's space.
 # deeper pipelines of 32-column k-tiles: more tiles in flight when a stage's refill waits for the slowest warp
-_DEEP = (Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=6),
-         Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=5),
+_DEEP = (Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=5),
+         Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=4),
          Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=32, stages=4))
 SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (*_BASES, *_WIDE, *_DEEP))
 TYPES = {"f32": KernelTypes("f32", "f32", False), "f16": KernelTypes("f16", "f16", False)}
