@@ -15,8 +15,8 @@ in a workspace first (a pass over x, small beside the GEMM). With ``x_transposed
 only the rows of xᵀ that the CTA's rows use: a k-tile spans as many M-groups as keep the union of its vectors'
 columns within ``k_cols`` rows (and its kept steps within ``k_cols`` / 4), so at high sparsity a k-tile holds
 2-3x more kept steps for the same shared memory (compact_layout). ``tma`` = 1 (with ``x_transposed``, on sm_90)
-fills each stage's xᵀ tile and kept weights by two TMA copies, completing on a per-stage full mbarrier; the warps
-release a stage on a per-stage counter and the last one refills it (its lanes also copy the column indices), instead
+fills each stage's xᵀ tile and kept weights by two TMA copies from one lane of warp 0 (the warp's lanes copy the
+column indices), completing on a per-stage full mbarrier; warps release stages on per-stage empty mbarriers instead
 of a CTA-wide barrier per k-tile.
 """
 

@@ -14,9 +14,9 @@
 // k alignment, any M, vector = 1): same arithmetic, runtime geometry, scalar x loads. With kCompact (mode 2 only),
 // a stage holds kKC rows of x^T listed per CTA and k-tile (rows [n_pad / kBR][ktiles][kKC], -1 = zeros) and a
 // k-tile is as many M-groups as keep that list within kKC (families/nm_simt.py::compact_layout). With kTma (mode 2,
-// sm_90), one lane brings each stage's x^T tile and kept weights by two TMA copies and its warp's lanes the column
-// indices by cp.async, all completing on the stage's full mbarrier; each warp releases a stage on a counter and the
-// last one refills it, so no CTA-wide barrier sits in the k loop. The x^T tile is then unpadded ([ktd][kBT]).
+// sm_90), warp 0 fills the stages: one lane brings each stage's x^T tile and kept weights by two TMA copies, the
+// warp's lanes the column indices by cp.async, all completing on the stage's full mbarrier; each warp releases a
+// stage on its empty mbarrier, so no CTA-wide barrier sits in the k loop. The x^T tile is then unpadded ([ktd][kBT]).
 #include <algorithm>
 #include <cstdint>
 #include <cuda.h>
@@ -205,10 +205,9 @@ struct TileCopier {
     row0_ = row0;
   }
 
-  // kTma, called by one warp (warp 0 for the first stages, then a stage's last releaser): lane 0 arms the stage's
-  // full barrier with both boxes' bytes and issues the two copies (out-of-range rows and tokens of x^T arrive as
-  // zeros); the 32 lanes copy the column indices by cp.async, each lane's copies completing as one arrival on the
-  // same barrier (it counts 1 + 32 arrivals).
+  // kTma, called by warp 0 only: lane 0 arms the stage's full barrier with both boxes' bytes and issues the two
+  // copies (out-of-range rows and tokens of x^T arrive as zeros); the 32 lanes copy the column indices by cp.async,
+  // each lane's copies completing as one arrival on the same barrier (it counts 1 + 32 arrivals).
   __device__ __forceinline__ void issue_tma(const Params& p, char* stage, uint32_t full, int kt, int tok0) const {
 #if __CUDA_ARCH__ >= 900
     const int lane = threadIdx.x & 31;
@@ -407,19 +406,21 @@ nm_simt_kernel(__grid_constant__ const Params p) {
 
   if constexpr (kUseTma) {
 #if __CUDA_ARCH__ >= 900
-    // Per stage a full barrier (TMA bytes + the filling warp's index copies) and a release counter: each warp adds
-    // one once it has read the stage, and the warp that completes the count refills the stage at once (a fixed
-    // producer warp would first finish its own tile and then wait for the others). No CTA-wide barrier in the loop,
+    // Per stage a full barrier (TMA bytes + warp 0's index copies) and an empty one (one arrival per warp once it
+    // has read the stage). Warp 0 refills a stage after every warp has released it; no CTA-wide barrier in the loop,
     // so a warp runs ahead of the others by up to kStages - 1 tiles.
-    constexpr unsigned kWarps = kThreads / 32;
     const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + kStages * p.stage_bytes));
-    unsigned* released = reinterpret_cast<unsigned*>(smem + kStages * p.stage_bytes + 8);  // stride 4 (16 bytes)
     auto full = [&](int s) { return bars + 16 * s; };
+    auto empty = [&](int s) { return bars + 16 * s + 8; };
+    auto wait = [](uint32_t bar, int phase) {
+      asm volatile("{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT_%=;\n}"
+                   ::"r"(bar), "r"(phase) : "memory");
+    };
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int s = 0; s < kStages; ++s) {
         asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(full(s)), "r"(33));
-        released[4 * s] = 0;
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty(s)), "r"(kThreads / 32));
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -430,17 +431,12 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     for (int i = 0; i < count; ++i) {
       const int s = i % kStages, phase = (i / kStages) & 1;
       char* stage = smem + s * p.stage_bytes;
-      asm volatile("{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT_%=;\n}"
-                   ::"r"(full(s)), "r"(phase) : "memory");
+      wait(full(s), phase);
       compute(stage);
       __syncwarp();
-      unsigned last = 0;
-      if (lane == 0) {
-        __threadfence_block();  // this warp's reads of the stage before its release
-        last = atomicAdd(&released[4 * s], 1u) % kWarps == kWarps - 1;  // counts kWarps per use: no reset
-      }
-      if (__shfl_sync(0xffffffffu, last, 0) && i + kStages < count) {
-        __threadfence_block();  // every warp's release before the refill (issue_tma adds the async-proxy fence)
+      if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty(s)) : "memory");
+      if (warp == 0 && i + kStages < count) {
+        wait(empty(s), phase);
         copier.issue_tma(p, stage, full(s), kt0 + i + kStages, tok0);
       }
     }
