@@ -51,10 +51,7 @@ _WIDE = (Config(block_rows=256, block_tokens=64, k_cols=128), Config(block_token
 _DEEP = (Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=5),
          Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=4),
          Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=32, stages=4))
-# 16-row thread tiles with 2 x 16 lanes per warp: a warp's 32 rows are one vector, so its lanes read one xᵀ row per
-# step (with 4 x 8 lanes a warp spans two vectors, whose xᵀ rows share banks in the unpadded TMA tile)
-_LANES2 = tuple(Config(**{**c.to_record(), "lane_rows": 2}) for c in (*_WIDE, *_DEEP) if c.thread_rows == 16)
-SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (*_BASES, *_WIDE, *_DEEP, *_LANES2))
+SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (*_BASES, *_WIDE, *_DEEP))
 TYPES = {"f32": KernelTypes("f32", "f32", False), "f16": KernelTypes("f16", "f16", False)}
 SMS = 132
 VECTOR = 32  # the weights' index-sharing vector (the format's default); the problems carry it for exact checks

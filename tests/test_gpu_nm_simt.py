@@ -38,13 +38,7 @@ CONFIGS = [Config(), Config(split_k=4), Config(block_rows=32, block_tokens=32, t
            Config(block_rows=32, block_tokens=32, thread_rows=4, thread_tokens=4, k_cols=16, stages=5, x_transposed=1,
                   tma=1),
            # a deep TMA pipeline of 32-column k-tiles (stage parities wrap more often than they fill)
-           Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=32, stages=5, x_transposed=1, tma=1),
-           # 2 x 16 lanes per warp: TMA-filled, transposed by cp.async with split-K, and untransposed (modes 0 and 1)
-           Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, x_transposed=1, tma=1,
-                  lane_rows=2),
-           Config(block_rows=64, block_tokens=128, thread_rows=16, k_cols=64, stages=3, split_k=2, x_transposed=1,
-                  lane_rows=2),
-           Config(block_rows=64, block_tokens=128, thread_rows=16, k_cols=32, stages=3, lane_rows=2)]
+           Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=32, stages=5, x_transposed=1, tma=1)]
 TRANSPOSED = Config(x_transposed=1, split_k=2)
 COMPACT = Config(block_rows=256, block_tokens=64, k_cols=96, stages=2, split_k=2, x_transposed=1, compact=1)
 TMA = Config(block_rows=128, block_tokens=128, k_cols=64, stages=3, split_k=2, x_transposed=1, tma=1)

@@ -344,15 +344,3 @@ def test_check_refuses_groups_the_launcher_refuses():
     reason = FAMILY.check(cfg, p)
     assert reason is not None and "M <= 64" in reason and "2:128" in reason
     assert FAMILY.check(cfg, Problem(256, 4096, 4096, F32, "2:64", 32)) is None
-
-
-def test_lane_rows_rule_and_warp_shape():
-    """lane_rows = 2 (2 x 16 lanes) is for 16-row thread tiles: a warp then covers one 32-row vector."""
-    p = Problem(2048, 4096, 4096, F32, "4:32", 32)
-    two = Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, x_transposed=1, tma=1,
-                 lane_rows=2)
-    assert two.warp_shape == (32, 128) and replace(two, lane_rows=4).warp_shape == (64, 64)
-    assert FAMILY.check(two, p) is None
-    assert "lane_rows=4" in FAMILY.check(replace(two, thread_rows=8), p)
-    assert "whole number of warps" in FAMILY.check(replace(two, block_tokens=64), p)
-    assert "lane_rows" in FAMILY.source(two, F32) or "kLaneRows = 2" in FAMILY.source(two, F32)

@@ -45,9 +45,8 @@ ROW_PAD = 256  # the layout pads rows to a multiple of the largest block_rows
 class Config(FamilyConfig):
     """CTA tile (W rows x tokens), thread tile, k-tile width in dense columns (compact: in staged rows of xᵀ),
     pipeline depth, split-K, whether x is transposed first (x_transposed: float4 token reads from a column-major x
-    tile), whether that tile holds only the columns the CTA's rows use (compact, needs x_transposed), whether
-    TMA fills the stages (tma, needs x_transposed; sm_90, cp.async elsewhere) and how a warp's 32 lanes split into
-    row groups (lane_rows 4: 4 x 8 lanes; 2: 2 x 16, so a warp of 16-row thread tiles spans one 32-row vector)."""
+    tile), whether that tile holds only the columns the CTA's rows use (compact, needs x_transposed) and whether
+    TMA fills the stages (tma, needs x_transposed, not compact; sm_90, cp.async elsewhere)."""
 
     block_rows: int = 128
     block_tokens: int = 128
@@ -59,22 +58,16 @@ class Config(FamilyConfig):
     x_transposed: int = 0
     compact: int = 0
     tma: int = 0
-    lane_rows: int = 4
 
     SPACE: ClassVar = {"block_rows": (32, 64, 128, 256), "block_tokens": (32, 64, 128, 256),
                        "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 96, 128),
                        "stages": (2, 3, 4, 5), "split_k": (1, 2, 4, 8),
                        # x_transposed = 1 passed its H100 GPU tests (results/h100/gpu_tests_nm.log); timed by the tuner
-                       "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1), "lane_rows": (4, 2)}
+                       "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1)}
 
     @property
     def threads(self) -> int:
         return (self.block_rows // self.thread_rows) * (self.block_tokens // self.thread_tokens)
-
-    @property
-    def warp_shape(self) -> tuple[int, int]:
-        """Rows x tokens of one warp's tile: lane_rows row groups x 32 / lane_rows token groups of thread tiles."""
-        return self.lane_rows * self.thread_rows, 32 // self.lane_rows * self.thread_tokens
 
     def estimate_ms(self, problem: Problem, sm_count: int = 132, density: float = 0.5) -> float:
         """Roofline-style estimate for ranking (tune.perfmodel): CTA waves x FMA time at the CUDA-core rate,
@@ -249,14 +242,9 @@ class _SimtFamily:
                     f"groups); prune to a pattern with M <= {MAX_GROUP}")
         if t.out_dtype not in ("f32", t.dtype):
             return "output must be the input dtype or f32"
-        if cfg.lane_rows == 2 and cfg.thread_rows != 16:
-            return (f"lane_rows=2 is for 16-row thread tiles (a warp then covers one 32-row vector); this config has "
-                    f"thread_rows={cfg.thread_rows}: use lane_rows=4")
-        wr, wt = cfg.warp_shape
-        if cfg.block_rows % wr or cfg.block_tokens % wt:
-            return (f"a warp is {cfg.lane_rows} x {cfg.thread_rows} rows by {32 // cfg.lane_rows} x "
-                    f"{cfg.thread_tokens} tokens: block {cfg.block_rows}x{cfg.block_tokens} is not a whole number of "
-                    f"warps")
+        if cfg.block_rows % (4 * cfg.thread_rows) or cfg.block_tokens % (8 * cfg.thread_tokens):
+            return (f"a warp is 4 x {cfg.thread_rows} rows by 8 x {cfg.thread_tokens} tokens: block "
+                    f"{cfg.block_rows}x{cfg.block_tokens} is not a whole number of warps")
         if not 64 <= cfg.threads <= 512:
             return f"{cfg.threads} threads per CTA (needs 64..512)"
         acc = cfg.thread_rows * cfg.thread_tokens
@@ -307,7 +295,7 @@ class _SimtFamily:
 
         if not fits(cfg):
             cfg = replace(cfg, stages=2)
-        while not fits(cfg) and cfg.block_rows > cfg.warp_shape[0]:  # keeps whole warps (and >= 64 threads)
+        while not fits(cfg) and cfg.block_rows > 4 * cfg.thread_rows:  # keeps whole warps (and >= 64 threads)
             cfg = replace(cfg, block_rows=cfg.block_rows // 2)
         return cfg
 

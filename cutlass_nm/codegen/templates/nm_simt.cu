@@ -6,10 +6,8 @@
 //        of rows); nnz_pad = G_pad * N with the group count padded to a multiple of the k-tile's groups
 // A CTA owns kBR rows of W x kBT tokens; each k-tile is `kgroups` groups of M columns of x (dense, staged in
 // shared memory token-major by cp.async) and `kgroups * N` compressed steps. A thread owns kTR consecutive
-// rows x kTT tokens (strided by the token groups); a warp is kLaneRows (4, or 2 with lane_rows = 2) row groups x
-// 32 / kLaneRows token groups, so with vector >= kTR every thread needs one column per step and lanes of a row group
-// read x as a broadcast; with vector >= kLaneRows x kTR the whole warp reads one column of x per step (lane_rows = 2
-// gives 16-row thread tiles that: the x^T rows of two vectors would share banks in the unpadded TMA tile).
+// rows x kTT tokens (strided by 8); a warp is 4 row groups x 8 token groups, so with vector >= kTR every
+// thread needs one column per step and lanes of a row group read x as a broadcast.
 // Three kernel modes: 1 (fast: 16-byte cp.async of x, compile-time pitch, one column per thread per step),
 // 2 (x_transposed: x is first transposed to x^T [k][m] in a workspace, so a k-tile is staged column-major
 // [ktd][kBT] and a thread reads its tokens as float4s: 2 loads per 8 tokens instead of 8) and 0 (general: any
@@ -40,8 +38,7 @@ constexpr int kSplit = ${split_k};
 constexpr bool kTransposed = ${x_transposed};  // mode 2 where the fast path applies
 constexpr bool kCompact = ${compact};  // mode 2 with x^T rows listed per CTA and k-tile
 constexpr bool kTma = ${tma};  // mode 2: stages filled by TMA where the GPU has it (sm_90)
-constexpr int kLaneRows = ${lane_rows}, kLaneTokens = 32 / kLaneRows;  // a warp's lanes: row groups x token groups
-constexpr int kWarpRows = kLaneRows * kTR, kWarpTokens = kLaneTokens * kTT;
+constexpr int kWarpRows = 4 * kTR, kWarpTokens = 8 * kTT;
 constexpr int kWarpsR = kBR / kWarpRows, kWarpsT = kBT / kWarpTokens;
 constexpr int kThreads = 32 * kWarpsR * kWarpsT;
 // two CTAs per SM where 128 registers per thread hold the tile (the compiler may otherwise take more and
@@ -91,13 +88,13 @@ __device__ __forceinline__ void load_x(const float* xs, int col, float (&xv)[kTT
     const float* xp = xs + col * kPitchT;
 #pragma unroll
     for (int b = 0; b < kTT; b += 4) {
-      const float4 x4 = *reinterpret_cast<const float4*>(xp + b * kLaneTokens);
+      const float4 x4 = *reinterpret_cast<const float4*>(xp + b * 8);
       xv[b] = x4.x; xv[b + 1] = x4.y; xv[b + 2] = x4.z; xv[b + 3] = x4.w;
     }
   } else {
     const float* xp = xs + col;
 #pragma unroll
-    for (int b = 0; b < kTT; ++b) xv[b] = xp[b * kLaneTokens * kPitchFast];
+    for (int b = 0; b < kTT; ++b) xv[b] = xp[b * 8 * kPitchFast];
   }
 }
 
@@ -124,7 +121,7 @@ __device__ __forceinline__ void write_tile(T* y, const Params& p, const Element*
   for (int a = 0; a < kTR; ++a) bv[a] = bias && r0 + a < p.n ? to_float(bias[r0 + a]) : 0.f;
 #pragma unroll
   for (int b = 0; b < kTT; ++b) {
-    const int t = t0 + (kMode == 2 ? (b / 4) * 4 * kLaneTokens + b % 4 : kLaneTokens * b);
+    const int t = t0 + (kMode == 2 ? (b / 4) * 32 + b % 4 : 8 * b);
     if (t >= p.m) continue;
     T* row = y + static_cast<int64_t>(t) * p.n + r0;
     if (vec) {
@@ -312,10 +309,9 @@ nm_simt_kernel(__grid_constant__ const Params p) {
   const int row0 = blockIdx.x * kBR, tok0 = blockIdx.y * kBT;
   const int vb0 = row0 / p.vector;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int rloc = (warp % kWarpsR) * kWarpRows + (lane / kLaneTokens) * kTR;  // first of kTR consecutive rows
-  // tokens: modes 0/1 tloc + kLaneTokens b; mode 2 tloc + 4 kLaneTokens (b / 4) + b % 4 (4 consecutive tokens per
-  // float4)
-  const int tloc = (warp / kWarpsR) * kWarpTokens + (lane % kLaneTokens) * (kMode == 2 ? 4 : 1);
+  const int rloc = (warp % kWarpsR) * kWarpRows + (lane >> 3) * kTR;  // first of kTR consecutive rows
+  // tokens: modes 0/1 tloc + 8 b; mode 2 tloc + 32 (b / 4) + b % 4 (4 consecutive tokens per float4)
+  const int tloc = (warp / kWarpsR) * kWarpTokens + (lane & 7) * (kMode == 2 ? 4 : 1);
   const int pitch = kFast ? kPitchFast : p.pitch;
 
   // this thread's column-index row(s) within the stage
@@ -402,7 +398,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
         for (int a = 0; a < kTR; ++a) {
           const float* xp = xs + cs[vrow[a] + j];
 #pragma unroll
-          for (int b = 0; b < kTT; ++b) acc[a][b] = fmaf(wv[a], xp[b * kLaneTokens * pitch], acc[a][b]);
+          for (int b = 0; b < kTT; ++b) acc[a][b] = fmaf(wv[a], xp[b * 8 * pitch], acc[a][b]);
         }
       }
     }
