@@ -64,6 +64,20 @@ struct Params {
   CUtensorMap tma_x, tma_w;  // kTma: x^T (k x m_pad, boxes kBT x ktd) and the kept weights (nnz_pad x n_pad, kBR x ktc)
 };
 
+// CNM_TRACE (benchmarks/trace_nm_simt.py only; never defined by the library): with tma, per CTA and k-tile, the SM
+// clock when warp 0 issued the tile's copies (0), when warp 1 began waiting for it (1) and when the wait ended (2),
+// into cnm_trace_buf[CTA][tile], read back by cnm_trace_read.
+#ifdef CNM_TRACE
+constexpr int kTraceCtas = 1024, kTraceTiles = 128;
+__device__ long long cnm_trace_buf[kTraceCtas][kTraceTiles][3];
+__device__ __forceinline__ void trace_mark(int tile, int what) {
+  const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (cta < kTraceCtas && tile < kTraceTiles) cnm_trace_buf[cta][tile][what] = clock64();
+}
+#else
+__device__ __forceinline__ void trace_mark(int, int) {}
+#endif
+
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -426,18 +440,23 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     }
     __syncthreads();
     if (warp == 0)
-      for (int s = 0; s < kStages && s < count; ++s)
+      for (int s = 0; s < kStages && s < count; ++s) {
         copier.issue_tma(p, smem + s * p.stage_bytes, full(s), kt0 + s, tok0);
+        if (lane == 0) trace_mark(s, 0);
+      }
     for (int i = 0; i < count; ++i) {
       const int s = i % kStages, phase = (i / kStages) & 1;
       char* stage = smem + s * p.stage_bytes;
+      if (warp == 1 && lane == 0) trace_mark(i, 1);
       wait(full(s), phase);
+      if (warp == 1 && lane == 0) trace_mark(i, 2);
       compute(stage);
       __syncwarp();
       if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty(s)) : "memory");
       if (warp == 0 && i + kStages < count) {
         wait(empty(s), phase);
         copier.issue_tma(p, stage, full(s), kt0 + i + kStages, tok0);
+        if (lane == 0) trace_mark(i + kStages, 0);
       }
     }
 #endif
@@ -561,6 +580,12 @@ int grid_for(int64_t total) { return int(std::min<int64_t>((total + 255) / 256, 
 }  // namespace
 
 extern "C" {
+
+#ifdef CNM_TRACE
+int cnm_trace_read(void* host, int ctas) {
+  return int(cudaMemcpyFromSymbol(host, cnm_trace_buf, sizeof(long long) * 3 * kTraceTiles * ctas));
+}
+#endif
 
 int cnm_abi_version() { return 2; }
 
