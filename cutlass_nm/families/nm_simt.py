@@ -15,10 +15,9 @@ in a workspace first (a pass over x, small beside the GEMM). With ``x_transposed
 only the rows of xᵀ that the CTA's rows use: a k-tile spans as many M-groups as keep the union of its vectors'
 columns within ``k_cols`` rows (and its kept steps within ``k_cols`` / 4), so at high sparsity a k-tile holds
 2-3x more kept steps for the same shared memory (compact_layout). ``tma`` = 1 (with ``x_transposed``, on sm_90)
-fills each stage's xᵀ tile and kept weights by two TMA copies from a producer warp beyond the computing threads
-(computing warp 0 where two CTAs share an SM), whose lanes also copy the column indices, completing on a per-stage
-full mbarrier; the computing warps release stages on per-stage empty mbarriers instead of a CTA-wide barrier per
-k-tile.
+fills each stage's xᵀ tile and kept weights by two TMA copies from one lane of warp 0 (the warp's lanes copy the
+column indices), completing on a per-stage full mbarrier; warps release stages on per-stage empty mbarriers instead
+of a CTA-wide barrier per k-tile.
 """
 
 from __future__ import annotations
@@ -249,9 +248,7 @@ class _SimtFamily:
         if not 64 <= cfg.threads <= 512:
             return f"{cfg.threads} threads per CTA (needs 64..512)"
         acc = cfg.thread_rows * cfg.thread_tokens
-        # tma at one CTA per SM (the template's kMinBlocks = 1): a producer warp beyond the computing threads
-        producer = 32 if cfg.tma and not (acc <= 64 and cfg.threads <= 256) else 0
-        if (cfg.threads + producer) * (acc + cfg.thread_rows + cfg.thread_tokens + 40) > MAX_REGS:
+        if cfg.threads * (acc + cfg.thread_rows + cfg.thread_tokens + 40) > MAX_REGS:
             return f"{cfg.threads} threads x {acc} accumulators exceed the register file"
         if (reason := _compact_rule(cfg, pat, problem.vector)) is not None:
             return reason

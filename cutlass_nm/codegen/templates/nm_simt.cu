@@ -14,10 +14,9 @@
 // k alignment, any M, vector = 1): same arithmetic, runtime geometry, scalar x loads. With kCompact (mode 2 only),
 // a stage holds kKC rows of x^T listed per CTA and k-tile (rows [n_pad / kBR][ktiles][kKC], -1 = zeros) and a
 // k-tile is as many M-groups as keep that list within kKC (families/nm_simt.py::compact_layout). With kTma (mode 2,
-// sm_90), a producer warp (beyond the kThreads computing threads; warp 0 at two CTAs per SM) fills the stages: one
-// lane brings each stage's x^T tile and kept weights by two TMA copies, the warp's lanes the column indices by
-// cp.async, all completing on the stage's full mbarrier; each computing warp releases a stage on its empty mbarrier,
-// so no CTA-wide barrier sits in the k loop. The x^T tile is then unpadded ([ktd][kBT]).
+// sm_90), warp 0 fills the stages: one lane brings each stage's x^T tile and kept weights by two TMA copies, the
+// warp's lanes the column indices by cp.async, all completing on the stage's full mbarrier; each warp releases a
+// stage on its empty mbarrier, so no CTA-wide barrier sits in the k loop. The x^T tile is then unpadded ([ktd][kBT]).
 #include <algorithm>
 #include <cstdint>
 #include <cuda.h>
@@ -45,10 +44,6 @@ constexpr int kThreads = 32 * kWarpsR * kWarpsT;
 // two CTAs per SM where 128 registers per thread hold the tile (the compiler may otherwise take more and
 // halve the resident warps)
 constexpr int kMinBlocks = kTR * kTT <= 64 && kThreads <= 256 ? 2 : 1;
-// kTma: a producer warp beyond the computing threads where one CTA per SM holds its registers; with two CTAs per SM
-// (128 registers a thread) the extra warp would not fit, and computing warp 0 fills the stages instead
-constexpr bool kOwnProducer = kMinBlocks == 1;
-constexpr int kProducerThreads = kTma && kOwnProducer ? 32 : 0;
 constexpr int kPitchFast = kKC + 4;  // floats; = 4 mod 8 words: 8 consecutive tokens hit 8 bank groups
 constexpr int kPitchT = kTma ? kBT : kBT + 4;  // mode 2: floats per column of the x^T tile (TMA boxes: unpadded)
 static_assert(kTT % 4 == 0, "mode 2 reads a thread's tokens as float4s");
@@ -70,8 +65,8 @@ struct Params {
 };
 
 // CNM_TRACE (benchmarks/trace_nm_simt.py only; never defined by the library): with tma, per CTA and k-tile, the SM
-// clock when the producer issued the tile's copies (0), when warp 1 began waiting for it (1) and when the wait ended
-// (2), into cnm_trace_buf[CTA][tile], read back by cnm_trace_read.
+// clock when warp 0 issued the tile's copies (0), when warp 1 began waiting for it (1) and when the wait ended (2),
+// into cnm_trace_buf[CTA][tile], read back by cnm_trace_read.
 #ifdef CNM_TRACE
 constexpr int kTraceCtas = 1024, kTraceTiles = 128;
 __device__ long long cnm_trace_buf[kTraceCtas][kTraceTiles][3];
@@ -224,7 +219,7 @@ struct TileCopier {
     row0_ = row0;
   }
 
-  // kTma, called by the producer only: lane 0 arms the stage's full barrier with both boxes' bytes and issues the two
+  // kTma, called by warp 0 only: lane 0 arms the stage's full barrier with both boxes' bytes and issues the two
   // copies (out-of-range rows and tokens of x^T arrive as zeros); the 32 lanes copy the column indices by cp.async,
   // each lane's copies completing as one arrival on the same barrier (it counts 1 + 32 arrivals).
   __device__ __forceinline__ void issue_tma(const Params& p, char* stage, uint32_t full, int kt, int tok0) const {
@@ -320,7 +315,7 @@ struct TileCopier {
 };
 
 template <int kMode, class Out, bool kUseTma = false>
-__global__ void __launch_bounds__(kThreads + (kUseTma ? kProducerThreads : 0), kMinBlocks)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
 nm_simt_kernel(__grid_constant__ const Params p) {
   static_assert(!kUseTma || kMode == 2, "TMA fills mode 2's stages only");
   constexpr bool kFast = kMode != 0;
@@ -425,11 +420,9 @@ nm_simt_kernel(__grid_constant__ const Params p) {
 
   if constexpr (kUseTma) {
 #if __CUDA_ARCH__ >= 900
-    // The producer (kOwnProducer: a warp after the kThreads computing threads, else computing warp 0) fills the
-    // stages: per stage a full barrier (TMA bytes + the producer's index copies) and an empty one (one arrival per
-    // computing warp once it has read the stage); a stage is refilled once every computing warp has released it.
-    // Measured (trace_nm_simt.py): a computing warp 0 that also fills the stages falls ~2 tiles behind the others,
-    // which then wait for its refills; a producer warp computes nothing.
+    // Per stage a full barrier (TMA bytes + warp 0's index copies) and an empty one (one arrival per warp once it
+    // has read the stage). Warp 0 refills a stage after every warp has released it; no CTA-wide barrier in the loop,
+    // so a warp runs ahead of the others by up to kStages - 1 tiles.
     const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + kStages * p.stage_bytes));
     auto full = [&](int s) { return bars + 16 * s; };
     auto empty = [&](int s) { return bars + 16 * s + 8; };
@@ -446,27 +439,25 @@ nm_simt_kernel(__grid_constant__ const Params p) {
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    auto produce = [&](int i) {  // tile i into stage i % kStages, once its previous tile is released
-      const int s = i % kStages;
-      if (i >= kStages) wait(empty(s), (i / kStages - 1) & 1);
-      copier.issue_tma(p, smem + s * p.stage_bytes, full(s), kt0 + i, tok0);
-      if (lane == 0) trace_mark(i, 0);
-    };
-    if (kOwnProducer && warp == kThreads / 32) {
-      for (int i = 0; i < count; ++i) produce(i);
-      return;  // its copies complete on the full barriers, which the computing warps wait for
-    }
-    if (!kOwnProducer && warp == 0)
-      for (int i = 0; i < kStages && i < count; ++i) produce(i);
+    if (warp == 0)
+      for (int s = 0; s < kStages && s < count; ++s) {
+        copier.issue_tma(p, smem + s * p.stage_bytes, full(s), kt0 + s, tok0);
+        if (lane == 0) trace_mark(s, 0);
+      }
     for (int i = 0; i < count; ++i) {
       const int s = i % kStages, phase = (i / kStages) & 1;
+      char* stage = smem + s * p.stage_bytes;
       if (warp == 1 && lane == 0) trace_mark(i, 1);
       wait(full(s), phase);
       if (warp == 1 && lane == 0) trace_mark(i, 2);
-      compute(smem + s * p.stage_bytes);
+      compute(stage);
       __syncwarp();
       if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty(s)) : "memory");
-      if (!kOwnProducer && warp == 0 && i + kStages < count) produce(i + kStages);
+      if (warp == 0 && i + kStages < count) {
+        wait(empty(s), phase);
+        copier.issue_tma(p, stage, full(s), kt0 + i + kStages, tok0);
+        if (lane == 0) trace_mark(i + kStages, 0);
+      }
     }
 #endif
   } else {
@@ -552,7 +543,7 @@ cudaError_t launch(const Params& p, size_t smem, int limit, cudaStream_t stream)
     allowed = limit;
   }
   dim3 grid((p.n + kBR - 1) / kBR, (p.m + kBT - 1) / kBT, kSplit);
-  kernel<<<grid, kThreads + (kUseTma ? kProducerThreads : 0), smem, stream>>>(p);  // + the producer warp
+  kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
