@@ -47,14 +47,11 @@ _WIDE = (Config(block_rows=256, block_tokens=64, k_cols=128), Config(block_token
 # one (results/h100/nm_simt_pipe_f38fb7d.json), so the sweep times only these: it then covers the whole shape set
 # within the budget (at f38fb7d the 40 shapes with n or k = 11008 got the heuristic alone). The others stay in the
 # tuner's space.
-# 8 x 8 thread tiles in 512-thread CTAs of the 16-row tiles' sizes: 4 warps per scheduler at one CTA per SM (the
-# 8 x 16 and 16 x 8 tiles run 2, and their issue rate bounds them at 87.5 %)
-_WARPS16 = (Config(block_rows=128, block_tokens=256, k_cols=64), Config(block_rows=256, block_tokens=128, k_cols=64))
 # deeper pipelines of 32-column k-tiles: more tiles in flight when a stage's refill waits for the slowest warp
 _DEEP = (Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=5),
          Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=4),
          Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=32, stages=4))
-SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (*_BASES, *_WIDE, *_WARPS16, *_DEEP))
+SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (*_BASES, *_WIDE, *_DEEP))
 TYPES = {"f32": KernelTypes("f32", "f32", False), "f16": KernelTypes("f16", "f16", False)}
 SMS = 132
 VECTOR = 32  # the weights' index-sharing vector (the format's default); the problems carry it for exact checks
