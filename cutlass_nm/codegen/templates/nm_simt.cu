@@ -186,7 +186,6 @@ struct TileCopier {
   const int* c0;
   const int* r0;     // compact: this CTA's row lists
   int row0_;
-  int c_v, c_j, c_dv, c_dj;
 
   __device__ TileCopier(const Params& p, int row0, int tok0, int vb0) {
     const int t = threadIdx.x;
@@ -213,7 +212,6 @@ struct TileCopier {
     w0 = p.wt + static_cast<int64_t>(w_first) * p.n_pad + row0 + r;
     w_step = static_cast<int64_t>(kWStep) * p.n_pad;
     w_dst = w_first * kBR + r;
-    c_v = t / p.ktc; c_j = t % p.ktc; c_dv = kThreads / p.ktc; c_dj = kThreads % p.ktc;
     c0 = p.cols + static_cast<int64_t>(vb0) * p.nnz_pad;
     r0 = kCompact ? p.rows + static_cast<int64_t>(blockIdx.x) * p.ktiles * kKC : nullptr;
     row0_ = row0;
@@ -238,12 +236,7 @@ struct TileCopier {
                    "[%4];" ::"r"(ws), "l"(reinterpret_cast<uint64_t>(&p.tma_w)), "r"(row0_), "r"(kt * p.ktc), "r"(full)
                    : "memory");
     }
-    int* cs = reinterpret_cast<int*>(stage + p.x_bytes + p.w_bytes);
-    const int j0 = kt * p.ktc;
-    for (int e = lane; e < p.nvb * p.ktc; e += 32) {
-      const int v = e / p.ktc, j = e - v * p.ktc;
-      cutlass::arch::cp_async<4>(cs + e, c0 + static_cast<int64_t>(v) * p.nnz_pad + j0 + j);
-    }
+    issue_indices(p, stage, kt, lane, 32);
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full) : "memory");
 #endif
   }
@@ -299,16 +292,18 @@ struct TileCopier {
       for (int j = w_first; j < p.ktc; j += kWStep, src += w_step, dst += kWStep * kBR)
         cutlass::arch::cp_async<16, cutlass::arch::CacheOperation::Global>(dst, src);
     }
-    issue_indices(p, stage, kt);
+    issue_indices(p, stage, kt, threadIdx.x, kThreads);
   }
 
-  __device__ __forceinline__ void issue_indices(const Params& p, char* stage, int kt) const {
+  // The stage's column indices [nvb][ktc] (element e = v * ktc + j) by 4-byte cp.async, elements first, first +
+  // stride, ...: every thread (threadIdx.x by kThreads) for cp.async stages, warp 0's lanes (by 32) for kTma's.
+  __device__ __forceinline__ void issue_indices(const Params& p, char* stage, int kt, int first, int stride) const {
     int* cs = reinterpret_cast<int*>(stage + p.x_bytes + p.w_bytes);
-    const int j0 = kt * p.ktc;
-    int v = c_v, j = c_j;  // column indices [nvb][ktc], element e = v * ktc + j
-    for (int e = threadIdx.x; e < p.nvb * p.ktc; e += kThreads) {
+    const int j0 = kt * p.ktc, dv = stride / p.ktc, dj = stride - dv * p.ktc;
+    int v = first / p.ktc, j = first - v * p.ktc;
+    for (int e = first; e < p.nvb * p.ktc; e += stride) {
       cutlass::arch::cp_async<4>(cs + e, c0 + static_cast<int64_t>(v) * p.nnz_pad + j0 + j);
-      j += c_dj; v += c_dv;
+      j += dj; v += dv;
       if (j >= p.ktc) { j -= p.ktc; ++v; }
     }
   }
