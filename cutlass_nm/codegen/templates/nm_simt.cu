@@ -14,9 +14,10 @@
 // k alignment, any M, vector = 1): same arithmetic, runtime geometry, scalar x loads. With kCompact (mode 2 only),
 // a stage holds kKC rows of x^T listed per CTA and k-tile (rows [n_pad / kBR][ktiles][kKC], -1 = zeros) and a
 // k-tile is as many M-groups as keep that list within kKC (families/nm_simt.py::compact_layout). With kTma (mode 2,
-// sm_90), warp 0 fills the stages: one lane brings each stage's x^T tile and kept weights by two TMA copies, the
-// warp's lanes the column indices by cp.async, all completing on the stage's full mbarrier; each warp releases a
-// stage on its empty mbarrier, so no CTA-wide barrier sits in the k loop. The x^T tile is then unpadded ([ktd][kBT]).
+// sm_90), a producer warp (kOwnProducer below; else computing warp 0) fills the stages: one lane brings each
+// stage's x^T tile and kept weights by two TMA copies, the warp's lanes the column indices by cp.async, all
+// completing on the stage's full mbarrier; each computing warp releases a stage on its empty mbarrier, so no
+// CTA-wide barrier sits in the k loop. The x^T tile is then unpadded ([ktd][kBT]).
 #include <algorithm>
 #include <cstdint>
 #include <cuda.h>
@@ -44,6 +45,16 @@ constexpr int kThreads = 32 * kWarpsR * kWarpsT;
 // two CTAs per SM where 128 registers per thread hold the tile (the compiler may otherwise take more and
 // halve the resident warps)
 constexpr int kMinBlocks = kTR * kTT <= 64 && kThreads <= 256 ? 2 : 1;
+// kTma at one CTA per SM: a producer warpgroup after the computing warps fills the stages (one warp of it works).
+// A 9th warp alone would put 3 warps on one scheduler and cap every thread at 168 registers (a sub-partition's
+// 16384 / 96), spilling the 8 x 16 tile's ~210; so the producer is a whole warpgroup that gives its registers back
+// (setmaxnreg 40) and the computing warpgroups take kConsumerRegs. Two CTAs per SM (128-register tiles) or
+// computing threads that are not whole warpgroups: computing warp 0 fills the stages instead.
+constexpr bool kOwnProducer = kTma && kMinBlocks == 1 && kThreads % 128 == 0;
+constexpr int kProducerThreads = kOwnProducer ? 128 : 0;
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = (65536 / 4 - 32 * kProducerRegs * (kProducerThreads / 128)) / (kThreads / 128) / 32 / 8 * 8;
+static_assert(!kOwnProducer || kConsumerRegs >= 200, "the computing warps' register tile needs ~210 registers");
 constexpr int kPitchFast = kKC + 4;  // floats; = 4 mod 8 words: 8 consecutive tokens hit 8 bank groups
 constexpr int kPitchT = kTma ? kBT : kBT + 4;  // mode 2: floats per column of the x^T tile (TMA boxes: unpadded)
 static_assert(kTT % 4 == 0, "mode 2 reads a thread's tokens as float4s");
@@ -217,7 +228,7 @@ struct TileCopier {
     row0_ = row0;
   }
 
-  // kTma, called by warp 0 only: lane 0 arms the stage's full barrier with both boxes' bytes and issues the two
+  // kTma, called by the producer warp only: lane 0 arms the stage's full barrier with both boxes' bytes and issues the two
   // copies (out-of-range rows and tokens of x^T arrive as zeros); the 32 lanes copy the column indices by cp.async,
   // each lane's copies completing as one arrival on the same barrier (it counts 1 + 32 arrivals).
   __device__ __forceinline__ void issue_tma(const Params& p, char* stage, uint32_t full, int kt, int tok0) const {
@@ -310,7 +321,7 @@ struct TileCopier {
 };
 
 template <int kMode, class Out, bool kUseTma = false>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+__global__ void __launch_bounds__(kThreads + (kUseTma ? kProducerThreads : 0), kMinBlocks)
 nm_simt_kernel(__grid_constant__ const Params p) {
   static_assert(!kUseTma || kMode == 2, "TMA fills mode 2's stages only");
   constexpr bool kFast = kMode != 0;
@@ -415,9 +426,11 @@ nm_simt_kernel(__grid_constant__ const Params p) {
 
   if constexpr (kUseTma) {
 #if __CUDA_ARCH__ >= 900
-    // Per stage a full barrier (TMA bytes + warp 0's index copies) and an empty one (one arrival per warp once it
-    // has read the stage). Warp 0 refills a stage after every warp has released it; no CTA-wide barrier in the loop,
-    // so a warp runs ahead of the others by up to kStages - 1 tiles.
+    // Per stage a full barrier (TMA bytes + the producer's index copies) and an empty one (one arrival per computing
+    // warp once it has read the stage). The producer (kOwnProducer: a warpgroup's first warp, else computing warp 0)
+    // refills a stage after every computing warp has released it; no CTA-wide barrier in the loop, so a warp runs
+    // ahead of the others by up to kStages - 1 tiles. Measured (trace_nm_simt.py): a computing warp 0 that also
+    // fills the stages falls ~2 tiles behind the others, which then wait for its refills.
     const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + kStages * p.stage_bytes));
     auto full = [&](int s) { return bars + 16 * s; };
     auto empty = [&](int s) { return bars + 16 * s + 8; };
@@ -434,25 +447,32 @@ nm_simt_kernel(__grid_constant__ const Params p) {
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    if (warp == 0)
-      for (int s = 0; s < kStages && s < count; ++s) {
-        copier.issue_tma(p, smem + s * p.stage_bytes, full(s), kt0 + s, tok0);
-        if (lane == 0) trace_mark(s, 0);
+    auto produce = [&](int i) {  // tile i into stage i % kStages, once the computing warps released its last tile
+      const int s = i % kStages;
+      if (i >= kStages) wait(empty(s), (i / kStages - 1) & 1);
+      copier.issue_tma(p, smem + s * p.stage_bytes, full(s), kt0 + i, tok0);
+      if (lane == 0) trace_mark(i, 0);
+    };
+    if constexpr (kOwnProducer) {
+      if (warp >= kThreads / 32) {  // the producer warpgroup: its first warp fills every stage, the others leave
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
+        if (warp == kThreads / 32)
+          for (int i = 0; i < count; ++i) produce(i);
+        return;  // the copies complete on the full barriers, which the computing warps wait for
       }
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
+    } else if (warp == 0) {
+      for (int i = 0; i < kStages && i < count; ++i) produce(i);
+    }
     for (int i = 0; i < count; ++i) {
       const int s = i % kStages, phase = (i / kStages) & 1;
-      char* stage = smem + s * p.stage_bytes;
       if (warp == 1 && lane == 0) trace_mark(i, 1);
       wait(full(s), phase);
       if (warp == 1 && lane == 0) trace_mark(i, 2);
-      compute(stage);
+      compute(smem + s * p.stage_bytes);
       __syncwarp();
       if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty(s)) : "memory");
-      if (warp == 0 && i + kStages < count) {
-        wait(empty(s), phase);
-        copier.issue_tma(p, stage, full(s), kt0 + i + kStages, tok0);
-        if (lane == 0) trace_mark(i + kStages, 0);
-      }
+      if (!kOwnProducer && warp == 0 && i + kStages < count) produce(i + kStages);
     }
 #endif
   } else {
@@ -538,7 +558,7 @@ cudaError_t launch(const Params& p, size_t smem, int limit, cudaStream_t stream)
     allowed = limit;
   }
   dim3 grid((p.n + kBR - 1) / kBR, (p.m + kBT - 1) / kBT, kSplit);
-  kernel<<<grid, kThreads, smem, stream>>>(p);
+  kernel<<<grid, kThreads + (kUseTma ? kProducerThreads : 0), smem, stream>>>(p);  // + the producer warpgroup
   return cudaGetLastError();
 }
 
