@@ -25,9 +25,9 @@ from ..errors import BuildError
 
 ARCH_FLAGS = {
     "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a"],
-    # sm_80 SASS does not run on sm_90: also build sm_90 SASS, compiled as sm_90 code (__CUDA_ARCH__ = 900), so
-    # a kernel can use Hopper features (e.g. clusters) where it runs there.
-    "sm_80": ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90"],
+    # sm_80 SASS does not run on sm_90: also build sm_90a SASS (__CUDA_ARCH__ = 900 with the arch-specific features,
+    # e.g. setmaxnreg for nm_simt's producer warpgroup), so a kernel can use Hopper features where it runs there.
+    "sm_80": ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90a,code=sm_90a"],
 }
 COMMON_FLAGS = ["-std=c++17", "-O3", "-shared", "-Xcompiler=-fPIC", "--expt-relaxed-constexpr",
                 "-DNDEBUG", "-lineinfo"]

@@ -455,12 +455,16 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     };
     if constexpr (kOwnProducer) {
       if (warp >= kThreads / 32) {  // the producer warpgroup: its first warp fills every stage, the others leave
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL  // sm_90a (the build's Hopper target); plain sm_90 runs capped at 168 registers
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
+#endif
         if (warp == kThreads / 32)
           for (int i = 0; i < count; ++i) produce(i);
         return;  // the copies complete on the full barriers, which the computing warps wait for
       }
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
       asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
+#endif
     } else if (warp == 0) {
       for (int i = 0; i < kStages && i < count; ++i) produce(i);
     }
