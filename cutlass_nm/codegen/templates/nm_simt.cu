@@ -48,12 +48,14 @@ constexpr int kMinBlocks = kTR * kTT <= 64 && kThreads <= 256 ? 2 : 1;
 // kTma at one CTA per SM: a producer warpgroup after the computing warps fills the stages (one warp of it works).
 // A 9th warp alone would put 3 warps on one scheduler and cap every thread at 168 registers (a sub-partition's
 // 16384 / 96), spilling the 8 x 16 tile's ~210; so the producer is a whole warpgroup that gives its registers back
-// (setmaxnreg 40) and the computing warpgroups take kConsumerRegs. Two CTAs per SM (128-register tiles) or
-// computing threads that are not whole warpgroups: computing warp 0 fills the stages instead.
-constexpr bool kOwnProducer = kTma && kMinBlocks == 1 && kThreads % 128 == 0;
+// (setmaxnreg 40) and the computing warpgroups take kConsumerRegs. Two CTAs per SM (128-register tiles) or other
+// than 128 or 256 computing threads (512 would leave them < 128 registers): computing warp 0 fills the stages.
+constexpr bool kOwnProducer = kTma && kMinBlocks == 1 && (kThreads == 128 || kThreads == 256);
 constexpr int kProducerThreads = kOwnProducer ? 128 : 0;
 constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = (65536 / 4 - 32 * kProducerRegs * (kProducerThreads / 128)) / (kThreads / 128) / 32 / 8 * 8;
+// per sub-partition (16384 registers): kThreads / 128 computing warps and one producer warp
+constexpr int kConsumerRegs =
+    kOwnProducer ? std::min(240, (16384 - 32 * kProducerRegs) / (kThreads / 128) / 32 / 8 * 8) : 0;
 static_assert(!kOwnProducer || kConsumerRegs >= 200, "the computing warps' register tile needs ~210 registers");
 constexpr int kPitchFast = kKC + 4;  // floats; = 4 mod 8 words: 8 consecutive tokens hit 8 bank groups
 constexpr int kPitchT = kTma ? kBT : kBT + 4;  // mode 2: floats per column of the x^T tile (TMA boxes: unpadded)
