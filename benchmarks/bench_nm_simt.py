@@ -9,7 +9,9 @@ is timed for the level's first pattern and the fastest kept: those rows say ``tu
 the config (the heuristic's time is in ``heuristic_ms``). The level's other patterns (2:4 after 16:32, 1:4 and
 2:8 after 8:32, 1:8 after 4:32) run the same k-tile work and time that winner only, as do the fp16 rows
 (``config_source`` says which). All kernels are compiled in parallel first. The relative error of
-the reported config is checked against an fp64 reference on the first 64 tokens.
+the reported config is checked against an fp64 reference on the first 64 tokens. Each reported ratio is the median
+over ``--rounds`` alternating timings of cuBLAS and the winner (``rounds``), so a GPU clock that drifts during the
+run (thermal slowdown) does not skew it; the sweep's own timing of the winner is kept as ``sweep_p50_ms``.
 Ideal speedup over dense is M/N; ``pct_of_ideal`` = speedup over SGEMM / (M/N).
 """
 
@@ -149,11 +151,24 @@ def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...],
                     _WINNERS[(m, n, k, pattern)] = best_cfg
                     _WINNERS.setdefault((m, n, k, p.density), best_cfg)
                 heur_t = next((r[0] for r in timed if r[1] == heur), None)
+                # the reported ratio: cuBLAS and the winner timed in alternating rounds, so a clock that drifts
+                # during the run (thermal slowdown) moves both sides of each round's ratio alike
+                kern = get_kernel((FAMILY.name, best_cfg, types))
+                rounds = []
+                for _ in range(ROUNDS[0]):
+                    td = time_rotating(lambda i, xs=xs, ys=ys, wd=wd: torch.mm(xs[i % len(xs)], wd[i % len(wd)].T,
+                                                                               out=ys[i]), copies, reps=reps,
+                                       warmup_ms=20)
+                    tk = time_rotating(lambda i, kern=kern, xs=xs, ws=ws, ys=ys: kern(xs[i % len(xs)],
+                                       ws[i % len(ws)], None, ys[i]), copies, reps=reps, warmup_ms=20)
+                    rounds.append((td.p50_ms, tk.p50_ms))
                 for label, t, cfg, err in (("nm_simt_tuned", best_t, best_cfg, best_err),):
-                    speedup = dense_ms / t.p50_ms
+                    speedup = statistics.median(d / s for d, s in rounds)
                     rows.append({**base, "impl": label, "pattern": pattern, "sparsity": p.sparsity,
-                                 "ideal_speedup": p.m / p.n, "median_ms": t.p50_ms, "p20_ms": t.p20_ms,
-                                 "p80_ms": t.p80_ms, "dense_ms": dense_ms,
+                                 "ideal_speedup": p.m / p.n, "median_ms": statistics.median(s for _, s in rounds),
+                                 "sweep_p20_ms": t.p20_ms, "sweep_p50_ms": t.p50_ms, "sweep_p80_ms": t.p80_ms,
+                                 "dense_ms": statistics.median(d for d, _ in rounds), "dense_first_ms": dense_ms,
+                                 "rounds": [{"dense_ms": d, "ms": s} for d, s in rounds],
                                  f"speedup_vs_{'sgemm' if dname == 'f32' else 'cublas_fp16'}": speedup,
                                  "pct_of_ideal": 100 * speedup / (p.m / p.n),
                                  "tflops_effective": 2 * m * n * k * p.density / t.p50_ms / 1e9,
@@ -175,6 +190,7 @@ def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...],
 _DENSE: dict[tuple, float] = {}
 _WINNERS: dict[tuple, Config] = {}
 _DEADLINE = [float("inf")]
+ROUNDS = [3]  # alternating cuBLAS / winner rounds per reported row (--rounds)
 
 
 def summary(rows: list[dict]) -> dict:
@@ -221,6 +237,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--sweep", type=int, help="use only the first N base configs of the sweep")
     ap.add_argument("--budget-s", type=float, help="after this many seconds, time the heuristic config only")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating cuBLAS / winner timings behind each reported ratio (median of the rounds)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # SGEMM baseline: true fp32
     torch.backends.cudnn.allow_tf32 = False
@@ -233,6 +251,7 @@ def main() -> None:
         tokens = tokens if args.tokens else (256, 2048)
         nks, dtypes = (LLAMA_NK[0], LLAMA_NK[2]), ("f32",)
     sweep = SWEEP[: args.sweep] if args.sweep else SWEEP
+    ROUNDS[0] = max(1, args.rounds)
     t0 = time.time()
     _DEADLINE[0] = t0 + args.budget_s if args.budget_s else float("inf")
     # fp16 rows run one of the fp32 candidates

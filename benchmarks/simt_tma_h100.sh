@@ -12,4 +12,5 @@ grep -q " passed" "$OUT/gpu_tests_nm_simt.log" && ! grep -q "failed\|error" "$OU
   || { echo "GPU tests did not pass: no bench"; exit 1; }
 timeout 260 python3 benchmarks/bench_nm_simt.py --dtypes f32 --reps 10 --budget-s 200 --out "$OUT/nm_simt.json" 2>&1 \
   | grep -v '^{' | tail -14
+gpu_clocks_summary
 PATTERN=4:32 CONFIGS="$PROFILE" SASS=1 timeout 120 bash benchmarks/profile_nm_simt.sh 2>&1 | grep -v sgemm | head -60
