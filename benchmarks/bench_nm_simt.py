@@ -65,7 +65,7 @@ def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, 
     p = Problem(m, n, k, types, pattern, VECTOR)
     for base in sweep:
         tiles = -(-n // base.block_rows) * -(-m // base.block_tokens)
-        for split in (1, 2, 4):
+        for split in (1, 2, 3, 4):  # 3: e.g. 86 CTAs (11008 rows / 128) x 3 = 1.95 waves of 132
             if split > 1 and tiles * split > 3 * SMS:
                 break
             cfg = Config(**{**base.to_record(), "split_k": split})

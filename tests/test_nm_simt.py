@@ -294,7 +294,7 @@ def test_tuner_problem_carries_the_measured_vector(tmp_path):
 
     res = tune_problem(Problem(256, 4096, 4096, F32, "16:32"), family="nm_simt", n_trials=10, storage=None,
                        db_url=f"sqlite:///{tmp_path / 't.sqlite'}", env=env(), measure=measure, build=no_build,
-                       jobs=1, warm_start=0, retime_top=1, seed=0)
+                       jobs=1, warm_start=3, retime_top=1, seed=0)  # warm start: some valid trials, whatever the seed
     assert res.problem.vector == NM_VECTOR == 32
     assert checked and all(FAMILY.check(c, res.problem) is None for c in checked)
 

@@ -61,7 +61,7 @@ class Config(FamilyConfig):
 
     SPACE: ClassVar = {"block_rows": (32, 64, 128, 256), "block_tokens": (32, 64, 128, 256),
                        "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 96, 128),
-                       "stages": (2, 3, 4, 5), "split_k": (1, 2, 4, 8),
+                       "stages": (2, 3, 4, 5), "split_k": (1, 2, 3, 4, 8),
                        # x_transposed = 1 passed its H100 GPU tests (results/h100/gpu_tests_nm.log); timed by the tuner
                        "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1)}
 
