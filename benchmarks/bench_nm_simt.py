@@ -60,13 +60,13 @@ VECTOR = 32  # the weights' index-sharing vector (the format's default); the pro
 
 
 def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, ...], pattern: str) -> list[Config]:
-    """The sweep's valid configs for a problem, with split-K variants where the CTAs cover under 2 waves."""
+    """The sweep's valid configs for a problem, with split-K variants up to 4 waves of CTAs."""
     out: list[Config] = []
     p = Problem(m, n, k, types, pattern, VECTOR)
     for base in sweep:
         tiles = -(-n // base.block_rows) * -(-m // base.block_tokens)
         for split in (1, 2, 3, 4):  # 3: e.g. 86 CTAs (11008 rows / 128) x 3 = 1.95 waves of 132
-            if split > 1 and tiles * split > 3 * SMS:
+            if split > 1 and tiles * split > 4 * SMS:
                 break
             cfg = Config(**{**base.to_record(), "split_k": split})
             if FAMILY.check(cfg, p) is None and cfg not in out:

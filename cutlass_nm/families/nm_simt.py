@@ -208,6 +208,21 @@ def simt_layout(w: NMWeight, kgroups: int) -> tuple[torch.Tensor, torch.Tensor, 
     return wt.contiguous(), cols.contiguous(), n_pad, gpad * n
 
 
+def _split_for(cfg: Config, problem: Problem, sm_count: int = 132) -> int:
+    """Split-K for the heuristic: the smallest split of 1-4 (at least 1024 columns of k each) whose CTAs fill their
+    last wave to >= 85 %, else the one that fills it best. The heuristic's CTAs run one per SM (two for 8x8 tiles).
+    H100 at 0d70abb: 86 CTAs (256 x 11008, 128-row tiles) ran 1.3 waves with split 2 and 1.95 with split 3, which
+    took 16:32 there from 74.5 to 85.1 % of ideal (results/h100/NOTES.md)."""
+    tiles = -(-problem.n // cfg.block_rows) * -(-problem.m // cfg.block_tokens)
+    slots = sm_count * (2 if cfg.thread_rows * cfg.thread_tokens <= 64 else 1)
+    splits = [s for s in (1, 2, 3, 4) if s == 1 or problem.k >= 1024 * s]
+
+    def fill(s: int) -> float:
+        return tiles * s / (-(-tiles * s // slots) * slots)
+
+    return next((s for s in splits if fill(s) >= 0.85), max(splits, key=fill))
+
+
 def _compact_rule(cfg: Config, pat: Pattern | None, vector: int) -> str | None:
     """The reason ``compact`` = 1 (or ``tma`` = 1) cannot run this pattern and vector (None: it can, or both off)."""
     if cfg.tma and (not cfg.x_transposed or cfg.compact):
@@ -272,7 +287,7 @@ class _SimtFamily:
         tma = 1 was the fastest variant on all 55 swept shapes, by 1-11 %; where the GPU has no TMA the same
         binary runs cp.async). From 256 tokens: 256x128 CTAs of 16x8 thread tiles, 2 stages, for densities >= 3/8
         (16:32, 12:32 won there), else 128x256 CTAs of 8x16 tiles, 3 stages (8:32, 4:32); below 256 tokens 256x64
-        CTAs of 8x8 tiles, 2 stages. k is split (2 or 4) while the CTAs number under 100. Where the stages do not
+        CTAs of 8x8 tiles, 2 stages. k is split to fill the last wave of CTAs (_split_for). Where the stages do not
         fit (vector 1 at dense patterns such as 31:32 or 63:64), first 2 stages, then the CTA's rows are halved:
         the config fits every N:M with M <= 64."""
         pat = parse_or_none(problem.pattern)
@@ -284,11 +299,7 @@ class _SimtFamily:
         else:
             cfg = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, stages=3)
         cfg = replace(cfg, x_transposed=1, tma=1)
-        tiles = -(-problem.n // cfg.block_rows) * -(-problem.m // cfg.block_tokens)
-        split = 1
-        while split < 4 and tiles * split < 100 and problem.k >= 1024 * split:
-            split *= 2
-        cfg = replace(cfg, split_k=split)
+        cfg = replace(cfg, split_k=_split_for(cfg, problem))
 
         def fits(c: Config) -> bool:
             return smem_bound(c, problem.pattern, problem.vector) <= SMEM_BYTES
