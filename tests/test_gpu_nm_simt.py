@@ -41,7 +41,11 @@ CONFIGS = [Config(), Config(split_k=4), Config(block_rows=32, block_tokens=32, t
            Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=32, stages=5, x_transposed=1, tma=1),
            # split-K 3: k-tiles that do not divide evenly among the splits
            Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, stages=3, split_k=3, x_transposed=1,
-                  tma=1)]
+                  tma=1),
+           # split sums added into the zeroed fp32 output (vector atomics; the bias by the first split only)
+           Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, stages=3, split_k=3, x_transposed=1,
+                  tma=1, split_reduce=1),
+           Config(k_cols=16, stages=2, split_k=2, split_reduce=1)]
 TRANSPOSED = Config(x_transposed=1, split_k=2)
 COMPACT = Config(block_rows=256, block_tokens=64, k_cols=96, stages=2, split_k=2, x_transposed=1, compact=1)
 TMA = Config(block_rows=128, block_tokens=128, k_cols=64, stages=3, split_k=2, x_transposed=1, tma=1)

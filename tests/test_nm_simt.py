@@ -55,7 +55,7 @@ def test_check_rejects_impossible_configs():
     assert smem_bound(long_k, "1:8") < smem_bound(long_k, "2:4") <= smem_bound(long_k)
     assert "output" in FAMILY.check(Config(), Problem(256, 64, 64, KernelTypes("f32", "f16", False)))
     valid = all_configs(FAMILY, p)
-    assert Config() in valid and 100 < len(valid) < 20000
+    assert Config() in valid and 100 < len(valid) < 60000
 
 
 def test_from_record_is_strict():
@@ -141,6 +141,18 @@ def test_tma_smem_and_rule():
     assert "x_transposed" in FAMILY.check(replace(tma, x_transposed=0), Problem(2048, 4096, 4096, F32, "4:32", 32))
     assert "compact=0" in FAMILY.check(replace(tma, compact=1, k_cols=96, stages=2),
                                        Problem(2048, 4096, 4096, F32, "4:32", 32))
+
+
+def test_split_reduce_rule():
+    """split_reduce = 1 adds the splits into an fp32 output: refused without split-K or with a 16-bit output."""
+    p = Problem(256, 4096, 4096, F32, "8:32", 32)
+    atomic = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, split_k=3, x_transposed=1, tma=1,
+                    split_reduce=1)
+    assert FAMILY.check(atomic, p) is None
+    assert FAMILY.check(atomic, replace(p, types=KernelTypes("f16", "f32", False))) is None
+    assert "split_k > 1" in FAMILY.check(replace(atomic, split_k=1), p)
+    assert "f32" in FAMILY.check(atomic, replace(p, types=KernelTypes("f16", "f16", False)))
+    assert "constexpr bool kAtomicSplit = kSplit > 1 && 1;" in FAMILY.source(atomic, F32)
 
 
 def test_compact_rule():

@@ -46,7 +46,10 @@ class Config(FamilyConfig):
     """CTA tile (W rows x tokens), thread tile, k-tile width in dense columns (compact: in staged rows of xᵀ),
     pipeline depth, split-K, whether x is transposed first (x_transposed: float4 token reads from a column-major x
     tile), whether that tile holds only the columns the CTA's rows use (compact, needs x_transposed) and whether
-    TMA fills the stages (tma, needs x_transposed, not compact; sm_90, cp.async elsewhere)."""
+    TMA fills the stages (tma, needs x_transposed, not compact; sm_90, cp.async elsewhere). With split_k > 1, how the
+    splits are summed (split_reduce): 0 = partial sums in a workspace and a second kernel (deterministic, any output
+    type), 1 = each split adds its sums into a zeroed fp32 output by vector atomics (no second pass or partials;
+    the order of the fp32 additions is not fixed)."""
 
     block_rows: int = 128
     block_tokens: int = 128
@@ -58,12 +61,13 @@ class Config(FamilyConfig):
     x_transposed: int = 0
     compact: int = 0
     tma: int = 0
+    split_reduce: int = 0
 
     SPACE: ClassVar = {"block_rows": (32, 64, 128, 256), "block_tokens": (32, 64, 128, 256),
                        "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 96, 128),
                        "stages": (2, 3, 4, 5), "split_k": (1, 2, 3, 4, 8),
                        # x_transposed = 1 passed its H100 GPU tests (results/h100/gpu_tests_nm.log); timed by the tuner
-                       "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1)}
+                       "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1), "split_reduce": (0, 1)}
 
     @property
     def threads(self) -> int:
@@ -265,6 +269,8 @@ class _SimtFamily:
         acc = cfg.thread_rows * cfg.thread_tokens
         if cfg.threads * (acc + cfg.thread_rows + cfg.thread_tokens + 40) > MAX_REGS:
             return f"{cfg.threads} threads x {acc} accumulators exceed the register file"
+        if cfg.split_reduce and (cfg.split_k == 1 or t.out_dtype != "f32"):
+            return "split_reduce=1 adds the splits into an fp32 output: it needs split_k > 1 and out_dtype f32"
         if (reason := _compact_rule(cfg, pat, problem.vector)) is not None:
             return reason
         if (need := smem_bound(cfg, problem.pattern, problem.vector)) > SMEM_BYTES:

@@ -19,6 +19,7 @@
 // completing on the stage's full mbarrier; each computing warp releases a stage on its empty mbarrier, so no
 // CTA-wide barrier sits in the k loop. The x^T tile is then unpadded ([ktd][kBT]).
 #include <algorithm>
+#include <type_traits>
 #include <cstdint>
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -39,6 +40,8 @@ constexpr int kSplit = ${split_k};
 constexpr bool kTransposed = ${x_transposed};  // mode 2 where the fast path applies
 constexpr bool kCompact = ${compact};  // mode 2 with x^T rows listed per CTA and k-tile
 constexpr bool kTma = ${tma};  // mode 2: stages filled by TMA where the GPU has it (sm_90)
+// split-K sums: false = partials in the workspace + split_reduce; true = every split adds into y (fp32, zeroed first)
+constexpr bool kAtomicSplit = kSplit > 1 && ${split_reduce};
 constexpr int kWarpRows = 4 * kTR, kWarpTokens = 8 * kTT;
 constexpr int kWarpsR = kBR / kWarpRows, kWarpsT = kBT / kWarpTokens;
 constexpr int kThreads = 32 * kWarpsR * kWarpsT;
@@ -125,6 +128,15 @@ __device__ __forceinline__ void load_x(const float* xs, int col, float (&xv)[kTT
   }
 }
 
+// kAtomicSplit: add into fp32 y (one vector reduction of 16 bytes on sm_90, four scalar ones before).
+__device__ __forceinline__ void add4(float* p, float a, float b, float c, float d) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+#else
+  atomicAdd(p, a); atomicAdd(p + 1, b); atomicAdd(p + 2, c); atomicAdd(p + 3, d);
+#endif
+}
+
 // Four consecutive outputs as one store: 16 bytes of float, 8 of a 16-bit type.
 __device__ __forceinline__ void store4(float* p, float a, float b, float c, float d) {
   *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
@@ -139,9 +151,10 @@ __device__ __forceinline__ void store4(T* p, float a, float b, float c, float d)
 // The thread's tile to y (m x n, row-major; ``bias`` may be null): for each of its tokens, its kTR consecutive
 // rows are consecutive in y, so they go out as kTR / 4 vector stores when n is a multiple of 4, y is 16-byte
 // aligned and all kTR rows exist (one scalar store per element took a sector per 4 bytes); else element-wise.
-template <int kMode, class T>
+template <int kMode, bool kAdd = false, class T>
 __device__ __forceinline__ void write_tile(T* y, const Params& p, const Element* bias, int r0, int t0,
                                            const float (&acc)[kTR][kTT]) {
+  static_assert(!kAdd || std::is_same_v<T, float>, "split sums are added into an fp32 output");
   const bool vec = (p.n & 3) == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0 && r0 + kTR <= p.n;
   float bv[kTR];
 #pragma unroll
@@ -153,13 +166,20 @@ __device__ __forceinline__ void write_tile(T* y, const Params& p, const Element*
     T* row = y + static_cast<int64_t>(t) * p.n + r0;
     if (vec) {
 #pragma unroll
-      for (int a = 0; a < kTR; a += 4)
-        store4(row + a, acc[a][b] + bv[a], acc[a + 1][b] + bv[a + 1], acc[a + 2][b] + bv[a + 2],
-               acc[a + 3][b] + bv[a + 3]);
+      for (int a = 0; a < kTR; a += 4) {
+        if constexpr (kAdd)
+          add4(row + a, acc[a][b] + bv[a], acc[a + 1][b] + bv[a + 1], acc[a + 2][b] + bv[a + 2], acc[a + 3][b] + bv[a + 3]);
+        else
+          store4(row + a, acc[a][b] + bv[a], acc[a + 1][b] + bv[a + 1], acc[a + 2][b] + bv[a + 2],
+                 acc[a + 3][b] + bv[a + 3]);
+      }
     } else {
 #pragma unroll
-      for (int a = 0; a < kTR; ++a)
-        if (r0 + a < p.n) store(row + a, acc[a][b] + bv[a]);
+      for (int a = 0; a < kTR; ++a) {
+        if (r0 + a >= p.n) continue;
+        if constexpr (kAdd) atomicAdd(row + a, acc[a][b] + bv[a]);
+        else store(row + a, acc[a][b] + bv[a]);
+      }
     }
   }
 }
@@ -498,8 +518,12 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     cutlass::arch::cp_async_wait<0>();
   }
 
-  // epilogue: straight to y (with bias) or to this split's partial sums
-  if (kSplit > 1) {
+  // epilogue: straight to y (with bias), added into y (kAtomicSplit: the first split adds the bias) or to this
+  // split's partial sums
+  if constexpr (kAtomicSplit) {
+    write_tile<kMode, true>(static_cast<float*>(p.y), p, blockIdx.z == 0 ? p.bias : nullptr, row0 + rloc,
+                            tok0 + tloc, acc);
+  } else if (kSplit > 1) {
     write_tile<kMode>(static_cast<float*>(p.y) + static_cast<int64_t>(blockIdx.z) * p.m * p.n, p, nullptr,
                       row0 + rloc, tok0 + tloc, acc);
   } else {
@@ -615,7 +639,7 @@ long long cnm_workspace(int m, int n, int k) {
   long long bytes = 0;
   if (sizeof(Element) != sizeof(float)) bytes += ((int64_t(m) * k * 4 + 255) / 256) * 256;
   if (kTransposed) bytes += ((int64_t(k) * ((m + 3) / 4 * 4) * 4 + 255) / 256) * 256;
-  if (kSplit > 1) bytes += int64_t(kSplit) * m * n * 4;
+  if (kSplit > 1 && !kAtomicSplit) bytes += int64_t(kSplit) * m * n * 4;
   return bytes;
 }
 
@@ -686,14 +710,14 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   if (smem > size_t(limit)) return 3;
   const bool use_tma = kTma && !kCompact && mode == 2 && major >= 9;
   if (use_tma && !encode_maps(p)) return 1000 + int(cudaErrorInvalidValue);
-  p.y = kSplit > 1 ? static_cast<void*>(ws) : y;
-  cudaError_t err;
-  if (kSplit > 1 || out_kind == 1) {
-    err = launch_mode<float>(mode, use_tma, p, smem, limit, stream);
-  } else {
-    err = launch_mode<Element>(mode, use_tma, p, smem, limit, stream);
-  }
-  if (err == cudaSuccess && kSplit > 1) {
+  if (kAtomicSplit && out_kind != 1 && sizeof(Element) != sizeof(float)) return 2;  // adds into an fp32 output only
+  p.y = kSplit > 1 && !kAtomicSplit ? static_cast<void*>(ws) : y;
+  // kAtomicSplit: the splits add into zeros
+  cudaError_t err = kAtomicSplit ? cudaMemsetAsync(y, 0, size_t(m) * n * 4, stream) : cudaSuccess;
+  if (err == cudaSuccess)
+    err = kSplit > 1 || out_kind == 1 ? launch_mode<float>(mode, use_tma, p, smem, limit, stream)
+                                      : launch_mode<Element>(mode, use_tma, p, smem, limit, stream);
+  if (err == cudaSuccess && kSplit > 1 && !kAtomicSplit) {
     const int64_t total = int64_t(m) * n;
     if (out_kind == 1)
       split_reduce<float><<<grid_for(total), 256, 0, stream>>>(reinterpret_cast<float*>(ws), p.bias,
