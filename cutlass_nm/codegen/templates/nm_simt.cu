@@ -168,7 +168,8 @@ __device__ __forceinline__ void write_tile(T* y, const Params& p, const Element*
 #pragma unroll
       for (int a = 0; a < kTR; a += 4) {
         if constexpr (kAdd)
-          add4(row + a, acc[a][b] + bv[a], acc[a + 1][b] + bv[a + 1], acc[a + 2][b] + bv[a + 2], acc[a + 3][b] + bv[a + 3]);
+          add4(row + a, acc[a][b] + bv[a], acc[a + 1][b] + bv[a + 1], acc[a + 2][b] + bv[a + 2],
+               acc[a + 3][b] + bv[a + 3]);
         else
           store4(row + a, acc[a][b] + bv[a], acc[a + 1][b] + bv[a + 1], acc[a + 2][b] + bv[a + 2],
                  acc[a + 3][b] + bv[a + 3]);
@@ -250,9 +251,9 @@ struct TileCopier {
     row0_ = row0;
   }
 
-  // kTma, called by the producer warp only: lane 0 arms the stage's full barrier with both boxes' bytes and issues the two
-  // copies (out-of-range rows and tokens of x^T arrive as zeros); the 32 lanes copy the column indices by cp.async,
-  // each lane's copies completing as one arrival on the same barrier (it counts 1 + 32 arrivals).
+  // kTma, called by the producer warp only: lane 0 arms the stage's full barrier with both boxes' bytes and issues the
+  // two copies (out-of-range rows and tokens of x^T arrive as zeros); the 32 lanes copy the column indices by
+  // cp.async, each lane's copies completing as one arrival on the same barrier (it counts 1 + 32 arrivals).
   __device__ __forceinline__ void issue_tma(const Params& p, char* stage, uint32_t full, int kt, int tok0) const {
 #if __CUDA_ARCH__ >= 900
     const int lane = threadIdx.x & 31;
