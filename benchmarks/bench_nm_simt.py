@@ -88,8 +88,18 @@ def rel_err(kern, x: torch.Tensor, w, y: torch.Tensor, ref: torch.Tensor) -> flo
     return ((y[: ref.shape[0]].double() - ref).norm() / ref.norm()).item()
 
 
+def _dense_call(xs: list[torch.Tensor], wd: list[torch.Tensor], ys: list[torch.Tensor]):
+    """cuBLAS on input set i (x and the dense weight rotated, y per set)."""
+    return lambda i: torch.mm(xs[i % len(xs)], wd[i % len(wd)].T, out=ys[i])
+
+
+def _kernel_call(kern, xs: list[torch.Tensor], ws: list, ys: list[torch.Tensor]):
+    """An nm_simt kernel on input set i."""
+    return lambda i: kern(xs[i % len(xs)], ws[i % len(ws)], None, ys[i])
+
+
 def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...], dtypes: tuple[str, ...],
-             sweep: tuple[Config, ...], reps: int) -> list[dict]:
+             sweep: tuple[Config, ...], reps: int, rounds: int = 3) -> list[dict]:
     rows: list[dict] = []
     g = torch.Generator(device="cuda").manual_seed(0)
     for dname in dtypes:
@@ -112,9 +122,7 @@ def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...],
                 if key not in _DENSE:  # the dense baseline once per shape and dtype
                     ys = [torch.empty(m, n, device="cuda", dtype=dt) for _ in range(max(xcopies, dense_copies))]
                     copies = max(xcopies, dense_copies)
-                    t = time_rotating(lambda i, xs=xs, ys=ys, wd=wd: torch.mm(xs[i % len(xs)], wd[i % len(wd)].T,
-                                                                              out=ys[i]), copies, reps=reps,
-                                      warmup_ms=50)
+                    t = time_rotating(_dense_call(xs, wd, ys), copies, reps=reps, warmup_ms=50)
                     _DENSE[key] = t.p50_ms
                     impl = "cublas_sgemm_tf32_off" if dname == "f32" else "cublas_fp16"
                     rows.append({**base, "impl": impl, "median_ms": t.p50_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
@@ -138,8 +146,7 @@ def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...],
                         if not err < (1e-5 if dname == "f32" else 2e-3):  # a wrong config is never reported
                             print(f"  reject {cfg}: rel err {err:.2e}", flush=True)
                             continue
-                        t = time_rotating(lambda i, kern=kern, xs=xs, ws=ws, ys=ys: kern(xs[i % len(xs)],
-                                          ws[i % len(ws)], None, ys[i]), copies, reps=reps, warmup_ms=20)
+                        t = time_rotating(_kernel_call(kern, xs, ws, ys), copies, reps=reps, warmup_ms=20)
                     except Exception as exc:  # a config the GPU refuses (shared memory) is skipped
                         print(f"  skip {cfg}: {exc}", flush=True)
                         continue
@@ -154,25 +161,21 @@ def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...],
                 heur_t = next((r[0] for r in timed if r[1] == heur), None)
                 # the reported ratio: cuBLAS and the winner timed in alternating rounds, so a clock that drifts
                 # during the run (thermal slowdown) moves both sides of each round's ratio alike
-                kern = get_kernel((FAMILY.name, best_cfg, types))
-                rounds = []
-                for _ in range(ROUNDS[0]):
-                    td = time_rotating(lambda i, xs=xs, ys=ys, wd=wd: torch.mm(xs[i % len(xs)], wd[i % len(wd)].T,
-                                                                               out=ys[i]), copies, reps=reps,
-                                       warmup_ms=20)
-                    tk = time_rotating(lambda i, kern=kern, xs=xs, ws=ws, ys=ys: kern(xs[i % len(xs)],
-                                       ws[i % len(ws)], None, ys[i]), copies, reps=reps, warmup_ms=20)
-                    rounds.append((td.p50_ms, tk.p50_ms))
+                dense, sparse = _dense_call(xs, wd, ys), _kernel_call(get_kernel((FAMILY.name, best_cfg, types)),
+                                                                      xs, ws, ys)
+                timings = [(time_rotating(dense, copies, reps=reps, warmup_ms=20).p50_ms,
+                            time_rotating(sparse, copies, reps=reps, warmup_ms=20).p50_ms) for _ in range(rounds)]
+                ms = statistics.median(s for _, s in timings)
                 for label, t, cfg, err in (("nm_simt_tuned", best_t, best_cfg, best_err),):
-                    speedup = statistics.median(d / s for d, s in rounds)
+                    speedup = statistics.median(d / s for d, s in timings)
                     rows.append({**base, "impl": label, "pattern": pattern, "sparsity": p.sparsity,
-                                 "ideal_speedup": p.m / p.n, "median_ms": statistics.median(s for _, s in rounds),
+                                 "ideal_speedup": p.m / p.n, "median_ms": ms,
                                  "sweep_p20_ms": t.p20_ms, "sweep_p50_ms": t.p50_ms, "sweep_p80_ms": t.p80_ms,
-                                 "dense_ms": statistics.median(d for d, _ in rounds), "dense_first_ms": dense_ms,
-                                 "rounds": [{"dense_ms": d, "ms": s} for d, s in rounds],
+                                 "dense_ms": statistics.median(d for d, _ in timings), "dense_first_ms": dense_ms,
+                                 "rounds": [{"dense_ms": d, "ms": s} for d, s in timings],
                                  f"speedup_vs_{'sgemm' if dname == 'f32' else 'cublas_fp16'}": speedup,
                                  "pct_of_ideal": 100 * speedup / (p.m / p.n),
-                                 "tflops_effective": 2 * m * n * k * p.density / t.p50_ms / 1e9,
+                                 "tflops_effective": 2 * m * n * k * p.density / ms / 1e9,
                                  "heuristic_ms": heur_t.p50_ms if heur_t else None,
                                  "configs_timed": len(timed), "tuned_by_sweep": len(timed) > 1,
                                  "sweep": [{"config": c.to_record(), "median_ms": tt.p50_ms} for tt, c, _ in timed],
@@ -191,7 +194,6 @@ def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...],
 _DENSE: dict[tuple, float] = {}
 _WINNERS: dict[tuple, Config] = {}
 _DEADLINE = [float("inf")]
-ROUNDS = [3]  # alternating cuBLAS / winner rounds per reported row (--rounds)
 
 
 def summary(rows: list[dict]) -> dict:
@@ -252,7 +254,6 @@ def main() -> None:
         tokens = tokens if args.tokens else (256, 2048)
         nks, dtypes = (LLAMA_NK[0], LLAMA_NK[2]), ("f32",)
     sweep = SWEEP[: args.sweep] if args.sweep else SWEEP
-    ROUNDS[0] = max(1, args.rounds)
     t0 = time.time()
     _DEADLINE[0] = t0 + args.budget_s if args.budget_s else float("inf")
     # fp16 rows run one of the fp32 candidates
@@ -264,7 +265,7 @@ def main() -> None:
         print("  ", str(r)[:500], flush=True)
     rows: list[dict] = []
     for n, k in nks:
-        rows += bench_nk(n, k, tokens, patterns, dtypes, sweep, args.reps)
+        rows += bench_nk(n, k, tokens, patterns, dtypes, sweep, args.reps, max(1, args.rounds))
         result = {"environment": environment(), "tf32": torch.backends.cuda.matmul.allow_tf32, "rows": rows,
                   "summary": summary(rows), "wall_s": time.time() - t0}
         if args.out:  # after each (n, k): a run cut short keeps its rows

@@ -15,9 +15,11 @@ in a workspace first (a pass over x, small beside the GEMM). With ``x_transposed
 only the rows of xᵀ that the CTA's rows use: a k-tile spans as many M-groups as keep the union of its vectors'
 columns within ``k_cols`` rows (and its kept steps within ``k_cols`` / 4), so at high sparsity a k-tile holds
 2-3x more kept steps for the same shared memory (compact_layout). ``tma`` = 1 (with ``x_transposed``, on sm_90)
-fills each stage's xᵀ tile and kept weights by two TMA copies from one lane of warp 0 (the warp's lanes copy the
-column indices), completing on a per-stage full mbarrier; warps release stages on per-stage empty mbarriers instead
-of a CTA-wide barrier per k-tile.
+fills each stage's xᵀ tile and kept weights by two TMA copies from one lane of a producer warp (the warp's lanes copy
+the column indices), completing on a per-stage full mbarrier; computing warps release stages on per-stage empty
+mbarriers instead of a CTA-wide barrier per k-tile. At one CTA per SM the producer is a warpgroup of its own that
+hands its registers to the computing warps (setmaxnreg), else computing warp 0. ``split_reduce`` = 1 sums split-K
+partials by atomics into the fp32 output instead of a second kernel.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@
 // completing on the stage's full mbarrier; each computing warp releases a stage on its empty mbarrier, so no
 // CTA-wide barrier sits in the k loop. The x^T tile is then unpadded ([ktd][kBT]).
 #include <algorithm>
-#include <type_traits>
 #include <cstdint>
+#include <type_traits>
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -655,6 +655,7 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
       n_pad % kBR || n_pad % vector || nnz_pad % (kgroups * keep))
     return 2;
   if (kCompact && (!kTransposed || vector < kTR || rows == nullptr || group > kKC)) return 2;
+  if (kAtomicSplit && out_kind != 1 && sizeof(Element) != sizeof(float)) return 2;  // adds into fp32 y only
   Params p{};
   p.wt = static_cast<const float*>(wt);
   p.cols = static_cast<const int*>(cols);
@@ -711,7 +712,6 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   if (smem > size_t(limit)) return 3;
   const bool use_tma = kTma && !kCompact && mode == 2 && major >= 9;
   if (use_tma && !encode_maps(p)) return 1000 + int(cudaErrorInvalidValue);
-  if (kAtomicSplit && out_kind != 1 && sizeof(Element) != sizeof(float)) return 2;  // adds into an fp32 output only
   p.y = kSplit > 1 && !kAtomicSplit ? static_cast<void*>(ws) : y;
   // kAtomicSplit: the splits add into zeros
   cudaError_t err = kAtomicSplit ? cudaMemsetAsync(y, 0, size_t(m) * n * 4, stream) : cudaSuccess;
