@@ -94,3 +94,43 @@ def test_pdl_is_off_on_the_call_that_builds_the_layout(monkeypatch):
         launch(x, w, None, y)
         launch(x, w, None, y)
         assert [call[-2] for call in lib.cnm_run.calls] == [0, pdl]  # the pdl argument, before the stream
+
+
+def _owner(u: int, units: int, warps: int) -> int:
+    return ((u + 1) * warps + units - 1) // units - 1
+
+
+@pytest.mark.parametrize("n,k,keep,group,tokens", [(8192, 8192, 2, 8, 8), (11008, 4096, 16, 32, 16),
+                                                   (4104, 11008, 3, 7, 16), (64, 16384, 2, 8, 8),
+                                                   (1000, 1003, 7, 64, 8), (4096, 11008, 2, 16, 8)])
+@pytest.mark.parametrize("persist,warps", [(1, 8), (2, 8), (3, 4)])
+def test_persist_plan_covers_fits_and_bounds_contributors(n, k, keep, group, tokens, persist, warps):
+    """plan_persist: every warp gets >= 1 step, the widest CTA's staged x fits its shared memory, and no (slice,
+    block) pair has more contributing warps than its kmax slots (the template traps otherwise)."""
+    from cutlass_nm.families.nm_decode import _slice_of, plan_persist
+
+    cfg = Config(max_tokens=tokens, warps=warps, mode=2, persist=persist)
+    stride = -(-(-(-k // group) * keep) // 16) * 16
+    p = plan_persist(cfg, n, stride, keep, group, 132)
+    steps, blocks = stride // 16, -(-n // 32)
+    units, total = blocks * steps, p.grid * warps
+    assert 1 <= p.grid <= persist * 132 and units >= total and 1 <= p.slices <= steps
+    assert p.smem >= (p.cap + 8) * 2 * max(8, tokens)
+    for s in range(p.slices):
+        s0, length = _slice_of(blocks * (steps * s // p.slices), blocks, steps, p.slices)
+        assert length >= 1
+        for b in (0, blocks // 2, blocks - 1):
+            first = blocks * s0 + b * length
+            assert _owner(first + length - 1, units, total) - _owner(first, units, total) + 1 <= p.kmax
+    for w in range(total):  # the inverse of the partition is the owner of each warp's first unit
+        assert _owner(units * w // total, units, total) == w
+
+
+def test_persist_needs_a_plain_tensor_core_grid():
+    from cutlass_nm.families import KernelTypes, Problem, get_family
+
+    fam = get_family("nm_decode")
+    problem = Problem(1, 4096, 4096, KernelTypes("f16", "f16", False), "2:8", 32)
+    assert fam.check(Config(max_tokens=8, mode=2, persist=2), problem) is None
+    for bad in (dict(mode=1), dict(mode=2, bulk=1), dict(mode=2, split=4), dict(mode=2, pdl=1, early_release=1)):
+        assert "persist" in fam.check(Config(max_tokens=8, persist=2, **bad), problem)
