@@ -36,6 +36,10 @@ def main() -> None:
                                early_release=e), f16b) for mo, tk, _, p, c, e in t.STREAM_VARIANTS]
     kids += [("nm_decode", cfg(max_tokens=tk, warps=w, ahead=a, mode=3, pdl=1), ty)
              for tk, _, w, a in t.MODE3_VARIANTS for ty in (f16b, bf16b)]
+    kids += [("nm_decode", cfg(max_tokens=tk, warps=w, ahead=a, mode=mo, pdl=1, prefetch=p, persist=pe), ty)
+             for mo, tk, _, pe, w, a, p in t.PERSIST_VARIANTS for ty in (f16b, bf16b)]
+    f32 = KernelTypes("f16", "f32", False)
+    kids += [("nm_decode", cfg(max_tokens=8, warps=8, ahead=2, mode=mo, pdl=1, persist=2), f32) for mo in (2, 3)]
     t0 = time.time()
     bad = [r for r in precompile(kids) if isinstance(r, Exception)]
     print(f"precompiled {len(kids)} decode test kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)
