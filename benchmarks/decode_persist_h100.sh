@@ -6,9 +6,10 @@
 #     bash .device/on-device.sh bash benchmarks/decode_persist_h100.sh
 source benchmarks/device_env.sh
 tag=${CUTLASS_NM_COMMIT:-local}
+variants=${VARIANTS:-"[{}]"}
 if [ "${AB:-0}" = 1 ]; then
   (cd benchmarks && timeout "${AB_S:-500}" python3 ab_nm_decode.py --shapes "${SHAPES:-8192x8192,11008x4096,4096x4096}" \
-    --patterns "${PATTERNS:-2:8,1:8,16:32,128:2:8}" --tokens "${TOKENS:-1,16}" --variants "${VARIANTS:-[{}]}" \
+    --patterns "${PATTERNS:-2:8,1:8,16:32,128:2:8}" --tokens "${TOKENS:-1,16}" --variants "$variants" \
     --rounds "${ROUNDS:-5}" --out "$OUT/ab_nm_decode_persist_$tag.json" 2>&1 | grep -v '^{' | tail -60)
 else
   timeout 200 python3 benchmarks/precompile_decode_tests.py --persist 2>&1 | tail -3
