@@ -114,14 +114,17 @@ def test_persist_plan_covers_fits_and_bounds_contributors(n, k, keep, group, tok
     p = plan_persist(cfg, n, stride, keep, group, 132)
     steps, blocks = stride // 16, -(-n // 32)
     units, total = blocks * steps, p.grid * warps
-    assert 1 <= p.grid <= persist * 132 and units >= total and 1 <= p.slices <= steps
+    assert 1 <= p.grid <= persist * 132 and units >= total and 1 <= p.slices <= min(steps, 32)
     assert p.smem >= (p.cap + 8) * 2 * max(8, tokens)
-    for s in range(p.slices):
-        s0, length = _slice_of(blocks * (steps * s // p.slices), blocks, steps, p.slices)
-        assert length >= 1
-        for b in (0, blocks // 2, blocks - 1):
+    for b in (0, blocks // 2, blocks - 1):
+        slots = 0
+        for s in range(p.slices):
+            s0, length = _slice_of(blocks * (steps * s // p.slices), blocks, steps, p.slices)
             first = blocks * s0 + b * length
+            assert length >= 1
             assert _owner(first + length - 1, units, total) - _owner(first, units, total) + 1 <= p.kmax
+            slots += _owner(first + length - 1, units, total) - _owner(first, units, total) + 1
+        assert slots <= p.tmax
     for w in range(total):  # the inverse of the partition is the owner of each warp's first unit
         assert _owner(units * w // total, units, total) == w
 

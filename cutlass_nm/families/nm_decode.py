@@ -157,8 +157,9 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
 
 @dataclass(frozen=True)
 class PersistPlan:
-    """A persist launch: CTAs, slices of each row's steps, the widest CTA's staged x columns (``cap``), the bound
-    on warps per (slice, block) pair (``kmax``: slots per pair in the work buffer), and its shared memory."""
+    """A persist launch: CTAs, slices of each row's steps (<= 32: the template keeps one per lane), the widest
+    CTA's staged x columns (``cap``), the bound on warps per (slice, block) pair (``kmax``), and its shared memory.
+    A 32-row block has ``tmax`` = slices x kmax slots of partial sums in the work buffer."""
 
     grid: int
     slices: int
@@ -167,9 +168,13 @@ class PersistPlan:
     smem: int
     blocks: int
 
+    @property
+    def tmax(self) -> int:
+        return self.slices * self.kmax
+
     def work_floats(self, max_tokens: int) -> int:
-        """Floats of the partial-sum buffer: every pair's kmax slots of max_tokens x 32."""
-        return self.slices * self.blocks * self.kmax * max_tokens * 32
+        """Floats of the partial-sum buffer: every block's tmax slots of max_tokens x 32."""
+        return self.blocks * self.tmax * max_tokens * 32
 
 
 def _slice_start(steps: int, slices: int, s: int) -> int:
@@ -189,12 +194,14 @@ def _slice_of(u: int, blocks: int, steps: int, slices: int) -> tuple[int, int]:
 
 
 PERSIST_X_TARGET = 32 * 1024  # staged x per CTA the slice count aims below (more slices: more partial sums)
+MAX_SLICES = 32  # the template's per-slice bookkeeping: one slice per lane
 
 
 @functools.lru_cache(maxsize=4096)
 def plan_persist(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int) -> PersistPlan:
     """``cfg.persist`` CTAs per SM (fewer when the weight has fewer steps than warps); the fewest slices (powers of
-    two) whose widest CTA stages at most PERSIST_X_TARGET bytes of x, else the narrowest that fits the budget."""
+    two up to 32) whose widest CTA stages at most PERSIST_X_TARGET bytes of x, else the narrowest that fits the
+    budget."""
     steps, blocks = stride // 16, -(-n // 32)
     units = blocks * steps
     grid = min(cfg.persist * sm_count, units // cfg.warps)
@@ -204,7 +211,7 @@ def plan_persist(cfg: Config, n: int, stride: int, keep: int, group: int, sm_cou
     budget = min(SMEM_BUDGET * 2 // cfg.persist, 227 * 1024 // cfg.persist) - 1024
     best = None
     slices = 1
-    while slices <= steps:
+    while slices <= min(steps, MAX_SLICES):
         cap = 0
         for c in range(grid):
             a0, _ = _slice_of(units * c // grid, blocks, steps, slices)
@@ -400,7 +407,7 @@ class _Launcher:
             status = self.lib.cnm_run_persist(x.data_ptr(), values.data_ptr(), indices.data_ptr(),
                                               None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, keep,
                                               group, vector, stride, p.grid, p.slices, p.cap, p.smem,
-                                              work.data_ptr(), counts.data_ptr(), p.kmax, self.out_kind, pdl, stream)
+                                              work.data_ptr(), counts.data_ptr(), p.tmax, self.out_kind, pdl, stream)
             check_status(status, FAMILY.name, (m, w.out_features, k))
             return
         split, piece, smem = self._plan(x, w, stride)

@@ -819,10 +819,11 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
 // Units are the steps of every 32-row block, ordered (slice, block, step): `slices` cut each row's steps into
 // near-equal ranges (slice s: steps [steps s / slices, steps (s + 1) / slices)), so a CTA's units lie in few slices
 // and it stages only their x columns. Warp g of G takes units [U g / G, U (g + 1) / G): a range that touches few
-// (slice, block) pairs. For each pair it stores its 32 x m partial sums to its slot of `work` (pair p, contributor
-// g - the pair's first warp); after one fence it counts itself in each block's counter. The warp that completes a
-// block's count adds the block's slots in a fixed order (deterministic), adds the bias, writes y and resets the
-// counter for the next call. No clusters, no split-K waits: a call ends when the last warp's units are done.
+// (slice, block) pairs. For each pair it stores its 32 x m partial sums to its slot of `work`: a block's slots are
+// contiguous (tmax of them), slice by slice, contributor by contributor. After one fence the warp counts itself in
+// each block's counter; the warp that completes a block's count adds the block's slots in a fixed order
+// (deterministic: lanes take slots by residue, then a butterfly), adds the bias, writes y and resets the counter for
+// the next call. Per-slice bookkeeping runs one slice per lane (slices <= 32). No clusters, no split-K waits.
 
 struct Cursor {  // a unit's place: slice s, block b, step s0 + j of the slice's range [s0, s0 + len)
   int s, b, j, s0, len;
@@ -870,7 +871,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinCtas > 0 ? kMinCtas : (kPersi
 nm_decode_persist_kernel(const Element* __restrict__ x, const Element* __restrict__ values,
                          const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
                          int m, int n, int k, int keep, int group, int vector, int stride, int slices, int cap,
-                         float* __restrict__ work, int* __restrict__ counts, int kmax) {
+                         float* __restrict__ work, int* __restrict__ counts, int tmax) {
   extern __shared__ __align__(16) unsigned char smem[];
   Element* xs = reinterpret_cast<Element*>(smem);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -940,11 +941,32 @@ nm_decode_persist_kernel(const Element* __restrict__ x, const Element* __restric
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
   };
-  // C fragment: c0, c1 = (row lane / 4, tokens 2 (lane % 4) + 0, 1), c2, c3 = row + 8; slot layout [token][32 rows]
+  constexpr int kSlot = kMaxTokens * 32;  // floats per slot: [token][32 rows]
+  // Block b's contributors slice by slice, lane s holding slice s: the first warp and the count; the warp sum of the
+  // counts is the block's slot total.
+  auto slice_share = [&](int b, int& glo, int& cnt) {
+    glo = 0;
+    cnt = 0;
+    if (lane < slices) {
+      const int2 who = contributors(lane, b, nblocks, steps, slices, units, total);
+      glo = who.x;
+      cnt = who.y - who.x + 1;
+    }
+  };
+  // C fragment: c0, c1 = (row lane / 4, tokens 2 (lane % 4) + 0, 1), c2, c3 = row + 8
   auto flush = [&](const Cursor& c) {
-    const int2 who = contributors(c.s, c.b, nblocks, steps, slices, units, total);
-    if (me - who.x >= kmax) __trap();  // the host's bound on contributors per pair
-    float* slot = work + (static_cast<int64_t>(c.s * nblocks + c.b) * kmax + (me - who.x)) * kMaxTokens * 32;
+    int glo, cnt;
+    slice_share(c.b, glo, cnt);
+    int before = cnt;  // inclusive prefix over lanes (slices), then exclusive
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, before, off);
+      if (lane >= off) before += v;
+    }
+    before -= cnt;
+    const int j = __shfl_sync(0xffffffffu, before, c.s) + me - __shfl_sync(0xffffffffu, glo, c.s);
+    if (j >= tmax) __trap();  // the host's bound on a block's slots
+    float* slot = work + (static_cast<int64_t>(c.b) * tmax + j) * kSlot;
 #pragma unroll
     for (int t = 0; t < 2; ++t)
 #pragma unroll
@@ -1008,29 +1030,39 @@ nm_decode_persist_kernel(const Element* __restrict__ x, const Element* __restric
   // count this warp in every pair it touched (pairs are consecutive: p = s nblocks + b); the last one sums a block
   for (int p = first.s * nblocks + first.b; p <= cur.s * nblocks + cur.b; ++p) {
     const int b = p % nblocks;
+    int glo, cnt;
+    slice_share(b, glo, cnt);
+    const int slots = __reduce_add_sync(0xffffffffu, cnt);
     int last = 0;
-    if (lane == 0) {
-      int target = 0;
-      for (int s = 0; s < slices; ++s) {
-        const int2 who = contributors(s, b, nblocks, steps, slices, units, total);
-        target += who.y - who.x + 1;
-      }
-      last = atomicAdd(counts + b, 1) == target - 1;
-    }
+    if (lane == 0) last = atomicAdd(counts + b, 1) == slots - 1;
     if (!__shfl_sync(0xffffffffu, last, 0)) continue;
     __threadfence();  // every other contributor's sums are visible
-    for (int i = lane; i < 32 * m; i += 32) {
-      const int tok = i / 32, r = i - tok * 32, row = b * 32 + r;
-      float v = 0.f;
-      for (int s = 0; s < slices; ++s) {
-        const int2 who = contributors(s, b, nblocks, steps, slices, units, total);
-        const float* slot = work + static_cast<int64_t>(s * nblocks + b) * kmax * kMaxTokens * 32 + i;
-#pragma unroll 4
-        for (int c = 0; c <= who.y - who.x; ++c) v += __ldcg(slot + c * kMaxTokens * 32);
+    // quads (4 rows of one token) of the block's m x 32 sums: lane l takes quad l % qp of slots l / qp, + reps, ...
+    const int quads = 8 * m, qp = quads <= 8 ? 8 : quads <= 16 ? 16 : 32, reps = 32 / qp, rep = lane / qp;
+    const float4* base = reinterpret_cast<const float4*>(work + static_cast<int64_t>(b) * tmax * kSlot);
+    for (int q = lane % qp; q < (quads + qp - 1) / qp * qp; q += qp) {
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (q < quads) {
+#pragma unroll 8
+        for (int j = rep; j < slots; j += reps) {
+          const float4 t = __ldcg(base + j * (kSlot / 4) + q);
+          v.x += t.x; v.y += t.y; v.z += t.z; v.w += t.w;
+        }
       }
-      if (row < n) {
-        if (bias) v += to_float(bias[row]);
-        store(y + static_cast<int64_t>(tok) * n + row, v);
+      for (int off = qp; off < 32; off <<= 1) {
+        v.x += __shfl_xor_sync(0xffffffffu, v.x, off);
+        v.y += __shfl_xor_sync(0xffffffffu, v.y, off);
+        v.z += __shfl_xor_sync(0xffffffffu, v.z, off);
+        v.w += __shfl_xor_sync(0xffffffffu, v.w, off);
+      }
+      if (rep == 0 && q < quads) {
+        const int tok = q / 8, r0 = b * 32 + (q % 8) * 4;
+        const float sums[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (r0 + e >= n) continue;
+          store(y + static_cast<int64_t>(tok) * n + r0 + e, sums[e] + (bias ? to_float(bias[r0 + e]) : 0.f));
+        }
       }
     }
     if (lane == 0) counts[b] = 0;  // ready for the next call (which counts only after this grid completes)
@@ -1107,10 +1139,10 @@ cudaError_t launch_plain(const cudaLaunchConfig_t& cfg, const Element* x, const 
 template <class Out, bool kOn = kPersist>
 cudaError_t launch_persist(const cudaLaunchConfig_t& cfg, const Element* x, const Element* values,
                            const uint8_t* indices, const Element* bias, Out* y, int m, int n, int k, int keep,
-                           int group, int vector, int stride, int slices, int cap, float* work, int* counts, int kmax) {
+                           int group, int vector, int stride, int slices, int cap, float* work, int* counts, int tmax) {
   if constexpr (kOn) {
     return cudaLaunchKernelEx(&cfg, nm_decode_persist_kernel<Out>, x, values, indices, bias, y, m, n, k, keep, group,
-                              vector, stride, slices, cap, work, counts, kmax);
+                              vector, stride, slices, cap, work, counts, tmax);
   } else {
     return cudaErrorInvalidValue;
   }
@@ -1157,14 +1189,15 @@ int cnm_run(const void* x, const void* values, const void* indices, const void* 
   return err == cudaSuccess ? 0 : 1000 + int(err);
 }
 
-// persist > 0: `grid` CTAs over the weight balanced to the step (nm_decode_persist_kernel); slices, cap (x columns a
-// CTA may stage), work (pairs x kmax slots of kMaxTokens x 32 floats) and counts (one int per 32-row block, zero
-// between calls) come from the host's plan_persist. Returns as cnm_run.
+// persist > 0: `grid` CTAs over the weight balanced to the step (nm_decode_persist_kernel); slices (<= 32), cap (x
+// columns a CTA may stage), work (per 32-row block tmax slots of kMaxTokens x 32 floats) and counts (one int per
+// block, zero between calls) come from the host's plan_persist. Returns as cnm_run.
 int cnm_run_persist(const void* x, const void* values, const void* indices, const void* bias, void* y, int m, int n,
                     int k, int keep, int group, int vector, int stride, int grid, int slices, int cap, int smem_bytes,
-                    void* work, void* counts, int kmax, int out_kind, int pdl, cudaStream_t stream) {
+                    void* work, void* counts, int tmax, int out_kind, int pdl, cudaStream_t stream) {
   if (!kPersist || m < 1 || m > kMaxTokens || stride % 16 || keep < 1 || group < keep || group > 256 ||
-      vector < 1 || grid < 1 || slices < 1 || slices > stride / 16 || cap < 1 || kmax < 1 || !work || !counts) {
+      vector < 1 || grid < 1 || slices < 1 || slices > 32 || slices > stride / 16 || cap < 1 || tmax < 1 || !work ||
+      !counts) {
     return 2;
   }
   cudaLaunchAttribute attrs[2];
@@ -1179,9 +1212,9 @@ int cnm_run_persist(const void* x, const void* values, const void* indices, cons
   auto ws = static_cast<float*>(work);
   auto cs = static_cast<int*>(counts);
   err = out_kind == 1 ? launch_persist(cfg, xs, vs, is, bs, static_cast<float*>(y), m, n, k, keep, group, vector,
-                                       stride, slices, cap, ws, cs, kmax)
+                                       stride, slices, cap, ws, cs, tmax)
                       : launch_persist(cfg, xs, vs, is, bs, static_cast<Element*>(y), m, n, k, keep, group, vector,
-                                       stride, slices, cap, ws, cs, kmax);
+                                       stride, slices, cap, ws, cs, tmax);
   if (err == cudaSuccess) err = cudaGetLastError();
   return err == cudaSuccess ? 0 : 1000 + int(err);
 }
