@@ -1,12 +1,11 @@
 """Compile, in parallel, the nm_decode kernels that tests/test_gpu_nm_decode.py forces through its variant lists
 (the heuristic ones come from precompile_gpu_tests.py), so a device call does not compile them one by one.
 
-    python3 benchmarks/precompile_decode_tests.py [--persist]
+    python3 benchmarks/precompile_decode_tests.py
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import time
 from pathlib import Path
@@ -16,9 +15,6 @@ from cutlass_nm.kernels import precompile
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--persist", action="store_true", help="only the persist > 0 kernels")
-    args = ap.parse_args()
     spec = importlib.util.spec_from_file_location("t", Path(__file__).parents[1] / "tests" / "test_gpu_nm_decode.py")
     t = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(t)
@@ -40,12 +36,6 @@ def main() -> None:
                                early_release=e), f16b) for mo, tk, _, p, c, e in t.STREAM_VARIANTS]
     kids += [("nm_decode", cfg(max_tokens=tk, warps=w, ahead=a, mode=3, pdl=1), ty)
              for tk, _, w, a in t.MODE3_VARIANTS for ty in (f16b, bf16b)]
-    kids += [("nm_decode", cfg(max_tokens=tk, warps=w, ahead=a, mode=mo, pdl=1, prefetch=p, persist=pe), ty)
-             for mo, tk, _, pe, w, a, p in t.PERSIST_VARIANTS for ty in (f16b, bf16b)]
-    f32 = KernelTypes("f16", "f32", False)
-    kids += [("nm_decode", cfg(max_tokens=8, warps=8, ahead=2, mode=mo, pdl=1, persist=2), f32) for mo in (2, 3)]
-    if args.persist:
-        kids = [kid for kid in kids if kid[1].persist]
     t0 = time.time()
     bad = [r for r in precompile(kids) if isinstance(r, Exception)]
     print(f"precompiled {len(kids)} decode test kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)

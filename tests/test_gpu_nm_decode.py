@@ -219,8 +219,7 @@ CHAIN_CONFIGS = {"mode2": dict(max_tokens=8, warps=8, ahead=2, mode=2),
                  "mode2_stream": dict(max_tokens=8, warps=8, ahead=2, mode=2, prefetch=4, min_ctas=3, early_release=1),
                  "mode2_bulk": dict(max_tokens=8, warps=8,
                  ahead=2, mode=2, bulk=1), "mode1": dict(max_tokens=2, warps=4, ahead=2, mode=1),
-                 "mode0": dict(max_tokens=2, warps=8, rows=1), "mode0_one_token": dict(max_tokens=1, warps=4),
-                 "mode2_persist": dict(max_tokens=8, warps=8, ahead=2, mode=2, persist=2, prefetch=4)}
+                 "mode0": dict(max_tokens=2, warps=8, rows=1), "mode0_one_token": dict(max_tokens=1, warps=4)}
 
 
 @pytest.mark.parametrize("name", CHAIN_CONFIGS)
@@ -282,44 +281,3 @@ def test_mode3_sparse_tensor_core_variants(variant, pattern, n, k, dtype):
     cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=3,
                                                              pdl=1)
     _check_forced(cfg, pattern, 32, n, k, m, seed=31, dtype=dtype, with_bias=True, warm=True)
-
-
-PERSIST_VARIANTS = [(mode, tokens, m, persist, warps, ahead, prefetch)
-                    for mode in (2, 3)
-                    for tokens, m in ((8, 1), (8, 5), (16, 16))
-                    for persist, warps, ahead, prefetch in ((2, 8, 2, 4), (1, 4, 4, 0), (3, 8, 1, 16))]
-
-
-@pytest.mark.parametrize("variant", PERSIST_VARIANTS, ids=lambda v: "mode{}T{}m{}P{}w{}a{}p{}".format(*v))
-@pytest.mark.parametrize("n,k", [(1000, 1003), (64, 16384), (520, 4096), (4104, 11008)])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_persist_variants(variant, n, k, dtype):
-    """persist: P CTAs per SM share the weight's steps warp by warp; partial sums per (slice, block) pair are added
-    by the block's last warp. Tails in n, m and k, 1-16 tokens, a weight of 2 row blocks and 256 steps each (64 x
-    16384: one step per warp, many warps per block), several slices (4104 x 11008), registers or L2 prefetch ahead,
-    fp16 and bf16, a bias; the second call (PDL) checks that the block counters were reset."""
-    mode, tokens, m, persist, warps, ahead, prefetch = variant
-    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=mode,
-                                                             pdl=1, prefetch=prefetch, persist=persist)
-    pattern, vector = ("128:2:7", 32) if mode == 3 else ("3:7", 32)
-    _check_forced(cfg, pattern, vector, n, k, m, seed=41, dtype=dtype, with_bias=True, warm=True)
-
-
-@pytest.mark.parametrize("pattern", ["2:8", "16:32", "128:2:8"])
-def test_persist_f32_out_and_repeats(pattern):
-    """fp32 output, and 5 calls in a row on one stream with different x: every call's counters start at zero."""
-    mode = 3 if cutlass_nm.Pattern.parse(pattern).is_vnm else 2
-    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=8, warps=8, ahead=2, mode=mode, pdl=1,
-                                                             persist=2)
-    w, _ = cutlass_nm.prune(torch.randn(2080, 4096, device="cuda", dtype=torch.float16), pattern, vector=32)
-    cutlass_nm.set_selector(lambda family, problem: cfg)
-    try:
-        for i in range(5):
-            x = torch.randn(1 + i, 4096, device="cuda", dtype=torch.float16)
-            out = torch.full((1 + i, 2080), float("nan"), device="cuda", dtype=torch.float32)
-            y = cutlass_nm.matmul(x, w, out=out, out_dtype=torch.float32, family="nm_decode")
-            ref = x.double() @ w.to_dense().double().T
-            assert torch.isfinite(y).all()
-            assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-3
-    finally:
-        cutlass_nm.set_selector(None)

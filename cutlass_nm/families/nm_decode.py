@@ -56,9 +56,7 @@ class Config(FamilyConfig):
     L2 by bulk prefetches, so DRAM streams while x is staged and deeper than the ``ahead`` steps in registers.
     ``min_ctas`` (modes 2 and 3) bounds registers so that that many CTAs fit an SM (0: the compiler's choice); with
     ``early_release`` = 1 a PDL launch lets the next kernel start as soon as this one does, not after its weight
-    stream (measured within ±2 % on the H100, so not in the heuristic). ``persist`` = P (modes 2 and 3, no bulk,
-    no split) launches P CTAs per SM that share the weight's steps evenly, warp by warp, with no clusters: each warp
-    stores its partial sums per row block and the last to finish a block adds them (``plan_persist``)."""
+    stream (measured within ±2 % on the H100, so not in the heuristic)."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -73,13 +71,11 @@ class Config(FamilyConfig):
     prefetch: int = 0
     min_ctas: int = 0
     early_release: int = 0
-    persist: int = 0
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
                        "stage_x": (0, 1), "ahead": (1, 2, 4, 8),
                        "transpose": (0, 1), "mode": (0, 1, 2, 3), "bulk": (0, 1), "split": (0, 1, 2, 4, 8),
-                       "pdl": (0, 1), "prefetch": (0, 4, 8, 16), "min_ctas": (0, 2, 3, 4), "early_release": (0, 1),
-                       "persist": (0, 1, 2, 3)}
+                       "pdl": (0, 1), "prefetch": (0, 4, 8, 16), "min_ctas": (0, 2, 3, 4), "early_release": (0, 1)}
 
     @property
     def staged(self) -> bool:
@@ -154,102 +150,6 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     return split, piece, red + (cap + slack) * col_bytes
 
 
-
-@dataclass(frozen=True)
-class PersistPlan:
-    """A persist launch: CTAs, slices of each row's steps (<= 32: the template keeps one per lane), the widest
-    CTA's staged x columns (``cap``), the bound on warps per (slice, block) pair (``kmax``), and its shared memory.
-    A 32-row block has ``tmax`` = slices x kmax slots of partial sums in the work buffer."""
-
-    grid: int
-    slices: int
-    cap: int
-    kmax: int
-    smem: int
-    blocks: int
-
-    @property
-    def tmax(self) -> int:
-        return self.slices * self.kmax
-
-    def work_floats(self, max_tokens: int) -> int:
-        """Floats of the partial-sum buffer: every block's tmax slots of max_tokens x 32."""
-        return self.blocks * self.tmax * max_tokens * 32
-
-
-def _slice_start(steps: int, slices: int, s: int) -> int:
-    return steps * s // slices
-
-
-def _slice_of(u: int, blocks: int, steps: int, slices: int) -> tuple[int, int]:
-    """(first step, steps) of the slice holding unit u: units run (slice, block, step) as in the template's locate."""
-    t = u // blocks
-    s = t * slices // steps
-    while s + 1 < slices and _slice_start(steps, slices, s + 1) <= t:
-        s += 1
-    while s > 0 and _slice_start(steps, slices, s) > t:
-        s -= 1
-    s0 = _slice_start(steps, slices, s)
-    return s0, _slice_start(steps, slices, s + 1) - s0
-
-
-PERSIST_X_TARGET = 32 * 1024  # staged x per CTA the slice count aims below (more slices: more partial sums)
-MAX_SLICES = 32  # the template's per-slice bookkeeping: one slice per lane
-
-
-@functools.lru_cache(maxsize=4096)
-def plan_persist(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int) -> PersistPlan:
-    """``cfg.persist`` CTAs per SM (fewer when the weight has fewer steps than warps); the fewest slices (powers of
-    two up to 32) whose widest CTA stages at most PERSIST_X_TARGET bytes of x, else the narrowest that fits the
-    budget."""
-    steps, blocks = stride // 16, -(-n // 32)
-    units = blocks * steps
-    grid = min(cfg.persist * sm_count, units // cfg.warps)
-    if grid < 1:
-        raise ShapeError(f"nm_decode persist: {units} steps are fewer than a CTA's {cfg.warps} warps")
-    col_bytes = 2 * max(8, cfg.max_tokens)
-    budget = min(SMEM_BUDGET * 2 // cfg.persist, 227 * 1024 // cfg.persist) - 1024
-    best = None
-    slices = 1
-    while slices <= min(steps, MAX_SLICES):
-        cap = 0
-        for c in range(grid):
-            a0, _ = _slice_of(units * c // grid, blocks, steps, slices)
-            b0, blen = _slice_of(units * (c + 1) // grid - 1, blocks, steps, slices)
-            c0 = (a0 * 16 // keep * group) & ~7
-            cap = max(cap, (((b0 + blen) * 16 - 1) // keep + 1) * group - c0)
-        smem = (-(-cap // 8) * 8 + 16) * col_bytes
-        if smem <= budget and (best is None or smem < best[2]):
-            best = (slices, cap, smem)
-        if smem <= PERSIST_X_TARGET:
-            break
-        slices *= 2
-    if best is None:
-        raise ShapeError("nm_decode persist: no slicing of k stages x within the shared-memory budget")
-    slices, cap, smem = best
-    per_warp = units // (grid * cfg.warps)
-    longest = -(-steps // slices)
-    kmax = -(-longest // per_warp) + 1  # warps that can meet one pair
-    return PersistPlan(grid, slices, cap, kmax, smem, blocks)
-
-
-_WORK: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def _work_buffers(device: torch.device, stream: int, floats: int, blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The persist kernel's partial sums and per-block counters for calls on ``stream`` (grown as needed; the
-    counters are zero between calls: the kernel resets what it counts). Calls on one stream run in order, so one
-    pair of buffers per stream serves every weight."""
-    key = (device.index or 0, stream)
-    have = _WORK.get(key)
-    if have is None or have[0].numel() < floats or have[1].numel() < blocks:
-        floats = max(floats, 0 if have is None else have[0].numel())
-        blocks = max(blocks, 0 if have is None else have[1].numel())
-        have = (torch.empty(floats, device=device, dtype=torch.float32),
-                torch.zeros(blocks, device=device, dtype=torch.int32))
-        _WORK[key] = have
-    return have
-
 class _DecodeFamily:
     name = "nm_decode"
     arch = "sm_80"
@@ -295,9 +195,6 @@ class _DecodeFamily:
         if cfg.mode == 2 and (pattern.is_vnm or not problem.vector or problem.vector % 32):
             return ("mode=2 (tensor cores) needs an N:M weight whose vector of rows sharing positions is a multiple "
                     f"of 32, got vector {problem.vector or 'unknown'} ({problem.pattern})")
-        if cfg.persist and (cfg.mode < 2 or cfg.bulk or cfg.split or cfg.early_release):
-            return ("persist shares the steps of modes 2 and 3 over a plain grid: it needs mode 2 or 3, bulk=0, "
-                    "split=0, early_release=0")
         if cfg.rows * cfg.max_tokens > MAX_ACCUMULATORS:
             return f"rows x max_tokens = {cfg.rows * cfg.max_tokens} accumulators per thread > {MAX_ACCUMULATORS}"
         return None
@@ -311,8 +208,7 @@ class _DecodeFamily:
                                                    transpose="true" if cfg.transpose else "false",
                                                    mode=int(cfg.mode), bulk=int(cfg.bulk),
                                                    prefetch=int(cfg.prefetch), min_ctas=int(cfg.min_ctas),
-                                                   early_release="true" if cfg.early_release else "false",
-                                                   persist=int(cfg.persist))
+                                                   early_release="true" if cfg.early_release else "false")
 
     def heuristic(self, problem: Problem) -> Config:
         """V:N:M weights: sparse tensor cores (mode 3), 8 warps, 2 steps in flight, one kernel for 1-8 tokens and
@@ -353,9 +249,6 @@ class _Launcher:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
         lib.cnm_run.argtypes = [vp, vp, vp, vp, vp] + [i32] * 12 + [vp]
         lib.cnm_run.restype = i32
-        if cfg.persist:
-            lib.cnm_run_persist.argtypes = [vp] * 5 + [i32] * 11 + [vp, vp] + [i32] * 3 + [vp]
-            lib.cnm_run_persist.restype = i32
         lib.cnm_max_active_clusters.argtypes = [i32] * 3
         lib.cnm_max_active_clusters.restype = i32
         self.lib = lib
@@ -369,20 +262,9 @@ class _Launcher:
         return plan(self.cfg, w.out_features, stride, w.pattern.n, w.pattern.m, info.sm_count,
                     info.capability >= (9, 0))
 
-    def _plan_persist(self, x: torch.Tensor, w, stride: int) -> PersistPlan:
-        return plan_persist(self.cfg, w.out_features, stride, w.pattern.n, w.pattern.m, device_info(x.device).sm_count)
-
     def occupancy(self, x: torch.Tensor, w) -> dict[str, int]:
         """The launch a call on (x, w) makes, and whether it fits in one wave: split, piece, smem bytes, its
-        clusters (row blocks) and how many clusters of that size the device holds at once (persist: its CTAs)."""
-        if self.cfg.persist:
-            p = self._plan_persist(x, w, w.layout(self.layout_key, self.layout)[2])
-            with torch.cuda.device(x.device):
-                fits = self.lib.cnm_max_active_clusters(1, p.smem, self.out_kind)
-            if fits < 0:
-                check_status(-fits, FAMILY.name, (x.shape[0], w.out_features, x.shape[1]))
-            return {"split": 1, "piece": p.cap, "smem": p.smem, "clusters": p.grid, "max_active_clusters": fits,
-                    "slices": p.slices}
+        clusters (row blocks) and how many clusters of that size the device holds at once."""
         split, piece, smem = self._plan(x, w, w.layout(self.layout_key, self.layout)[2])
         with torch.cuda.device(x.device):
             fits = self.lib.cnm_max_active_clusters(split, smem, self.out_kind)
@@ -400,17 +282,8 @@ class _Launcher:
         # the layout is built (written) on a weight's first call: that launch must not overlap its writer
         pdl = int(bool(self.cfg.pdl) and w.has_layout(self.layout_key))
         values, indices, stride = w.layout(self.layout_key, self.layout)
-        stream = torch.cuda.current_stream(x.device).cuda_stream
-        if self.cfg.persist:
-            p = self._plan_persist(x, w, stride)
-            work, counts = _work_buffers(x.device, stream, p.work_floats(self.cfg.max_tokens), p.blocks)
-            status = self.lib.cnm_run_persist(x.data_ptr(), values.data_ptr(), indices.data_ptr(),
-                                              None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, keep,
-                                              group, vector, stride, p.grid, p.slices, p.cap, p.smem,
-                                              work.data_ptr(), counts.data_ptr(), p.tmax, self.out_kind, pdl, stream)
-            check_status(status, FAMILY.name, (m, w.out_features, k))
-            return
         split, piece, smem = self._plan(x, w, stride)
+        stream = torch.cuda.current_stream(x.device).cuda_stream
         status = self.lib.cnm_run(x.data_ptr(), values.data_ptr(), indices.data_ptr(),
                                   None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, keep, group,
                                   vector, stride, split, piece, smem, self.out_kind, pdl, stream)

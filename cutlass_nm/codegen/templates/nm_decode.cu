@@ -52,10 +52,6 @@ constexpr int kMinCtas = ${min_ctas};
 // starts (its CTAs take free slots, issue their weight loads and wait for this grid to finish), instead of once
 // every CTA's weight stream is done.
 constexpr bool kEarlyRelease = ${early_release};
-// modes 2 and 3: a grid of kPersistCtas CTAs per SM sharing the weight's steps evenly (nm_decode_persist_kernel
-// below); 0: a CTA per row block, split-K over a cluster.
-constexpr int kPersistCtas = ${persist};
-constexpr bool kPersist = kPersistCtas > 0;
 constexpr int kRingBytes = kBulk ? (kWarps * kDepth * (1024 + 16 + 8) + 15) / 16 * 16 : 0;  // values, indices, barriers
 // Programmatic dependent launch (sm_90, the host's `pdl` flag): the kernel may start while the previous kernel on
 // the stream runs. It reads weights (values, indices) before wait_for_inputs(), and x and bias, and writes y, only
@@ -815,265 +811,9 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
 }
 
 
-// ---- persist > 0 (modes 2 and 3): `persist` CTAs per SM, the weight balanced over every warp to the step ----
-// Units are the steps of every 32-row block, ordered (slice, block, step): `slices` cut each row's steps into
-// near-equal ranges (slice s: steps [steps s / slices, steps (s + 1) / slices)), so a CTA's units lie in few slices
-// and it stages only their x columns. Warp g of G takes units [U g / G, U (g + 1) / G): a range that touches few
-// (slice, block) pairs. For each pair it stores its 32 x m partial sums to its slot of `work`: a block's slots are
-// contiguous (tmax of them), slice by slice, contributor by contributor. After one fence the warp counts itself in
-// each block's counter; the warp that completes a block's count adds the block's slots in a fixed order
-// (deterministic: lanes take slots by residue, then a butterfly), adds the bias, writes y and resets the counter for
-// the next call. Per-slice bookkeeping runs one slice per lane (slices <= 32). No clusters, no split-K waits.
-
-struct Cursor {  // a unit's place: slice s, block b, step s0 + j of the slice's range [s0, s0 + len)
-  int s, b, j, s0, len;
-};
-__device__ __forceinline__ int slice_start(int steps, int slices, int s) {
-  return static_cast<int>(static_cast<int64_t>(steps) * s / slices);
-}
-__device__ __forceinline__ Cursor locate(int64_t u, int nblocks, int steps, int slices) {
-  const int t = static_cast<int>(u / nblocks);  // slice s holds units [nblocks s0(s), nblocks s0(s + 1))
-  int s = static_cast<int>(static_cast<int64_t>(t) * slices / steps);
-  while (s + 1 < slices && slice_start(steps, slices, s + 1) <= t) ++s;
-  while (s > 0 && slice_start(steps, slices, s) > t) --s;
-  Cursor c;
-  c.s = s;
-  c.s0 = slice_start(steps, slices, s);
-  c.len = slice_start(steps, slices, s + 1) - c.s0;
-  const int64_t r = u - static_cast<int64_t>(nblocks) * c.s0;
-  c.b = static_cast<int>(r / c.len);
-  c.j = static_cast<int>(r - static_cast<int64_t>(c.b) * c.len);
-  return c;
-}
-__device__ __forceinline__ void advance(Cursor& c, int nblocks, int steps, int slices) {
-  if (++c.j < c.len) return;
-  c.j = 0;
-  if (++c.b < nblocks) return;
-  c.b = 0;
-  ++c.s;
-  c.s0 += c.len;
-  c.len = slice_start(steps, slices, min(c.s + 1, slices)) - c.s0;
-}
-// The warp that owns unit u: the largest g with floor(U g / G) <= u.
-__device__ __forceinline__ int owner(int64_t u, int64_t units, int warps_total) {
-  return static_cast<int>(((u + 1) * warps_total + units - 1) / units - 1);
-}
-// Pair (s, b)'s first unit and its contributors [first warp, last warp].
-__device__ __forceinline__ int2 contributors(int s, int b, int nblocks, int steps, int slices, int64_t units,
-                                             int warps_total) {
-  const int s0 = slice_start(steps, slices, s), len = slice_start(steps, slices, s + 1) - s0;
-  const int64_t first = static_cast<int64_t>(nblocks) * s0 + static_cast<int64_t>(b) * len;
-  return make_int2(owner(first, units, warps_total), owner(first + len - 1, units, warps_total));
-}
-
-template <class Out>
-__global__ void __launch_bounds__(kWarps * 32, kMinCtas > 0 ? kMinCtas : (kPersist ? kPersistCtas : 1))
-nm_decode_persist_kernel(const Element* __restrict__ x, const Element* __restrict__ values,
-                         const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
-                         int m, int n, int k, int keep, int group, int vector, int stride, int slices, int cap,
-                         float* __restrict__ work, int* __restrict__ counts, int tmax) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  Element* xs = reinterpret_cast<Element*>(smem);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int steps = stride / 16, nblocks = (n + 31) / 32, total = gridDim.x * kWarps;
-  const int me = blockIdx.x * kWarps + warp;
-  const int64_t units = static_cast<int64_t>(nblocks) * steps;
-  const int64_t u0 = units * me / total, u1 = units * (me + 1) / total;
-  const bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const int my_pos = (lane >> 3 & 1) * 8 + (lane & 7), my_tok = kNTiles == 2 ? (lane >> 4) * 8 : 0;
-  constexpr int kIdxPerStep = kMode == 3 ? 32 : 16;
-  const int my_idx = kMode == 3 ? lane : my_pos;
-  const int64_t idx_rows = static_cast<int64_t>(stride) * (kMode == 3 ? 2 : 1);  // index bytes per index row
-
-  const Element* __restrict__ lane_vals = values + lane * 8;
-  auto step_at = [&](const Cursor& c) { return (static_cast<int64_t>(c.b) * steps + c.s0 + c.j) * kStepHalves; };
-  auto prefetch_l2 = [&](const Cursor& c) {
-#if __CUDA_ARCH__ >= 900
-    if (kPrefetch && lane == 0) {
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(values + step_at(c)), "r"(kStepHalves * 2)
-                   : "memory");
-    }
-#endif
-  };
-  uint4 ab[kAhead][2];
-  int ib[kAhead];
-  uint32_t eb[kAhead];
-  auto fetch = [&](int a, const Cursor& c) {
-    const int64_t at = step_at(c);
-    ab[a][0] = ld_stream16(lane_vals + at);
-    ab[a][1] = ld_stream16(lane_vals + at + 256);
-    ib[a] = __ldg(indices + min(c.b * 32, n - 1) / vector * idx_rows + (c.s0 + c.j) * kIdxPerStep + my_idx);
-    if constexpr (kMode == 3) eb[a] = __ldg(reinterpret_cast<const uint32_t*>(values + at + 512) + lane);
-  };
-
-  Cursor cc = locate(u0, nblocks, steps, slices);  // the unit consumed next
-  Cursor fc = cc, pc = cc;                         // fetched into registers, prefetched into L2
-  for (int i = 0; i < kPrefetch && u0 + i < u1; ++i) {
-    prefetch_l2(pc);
-    advance(pc, nblocks, steps, slices);
-  }
-#pragma unroll
-  for (int a = 0; a < kAhead; ++a) {
-    if (u0 + a < u1) {
-      fetch(a, fc);
-      advance(fc, nblocks, steps, slices);
-    }
-  }
-  wait_for_inputs();  // the weights above are in flight; x and bias are read, work, counts and y written below
-  int c0;
-  {  // the x columns of the slices this CTA's units span
-    const int64_t cu0 = units * blockIdx.x / gridDim.x, cu1 = units * (blockIdx.x + 1) / gridDim.x;
-    const Cursor a = locate(cu0, nblocks, steps, slices), b = locate(cu1 - 1, nblocks, steps, slices);
-    const int g0 = a.s0 * 16 / keep, g1 = ((b.s0 + b.len) * 16 - 1) / keep;
-    c0 = (g0 * group) & ~7;
-    const int ncols = (g1 + 1) * group - c0;
-    if (ncols > cap) __trap();  // the host sized shared memory for the widest CTA
-    stage_x_tok(x, xs, m, k, c0, ncols, vec);
-    __syncthreads();
-  }
-
-  float acc[2][kNTiles][4];
-  auto clear = [&] {
-#pragma unroll
-    for (int t = 0; t < 2; ++t)
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
-  };
-  constexpr int kSlot = kMaxTokens * 32;  // floats per slot: [token][32 rows]
-  // Block b's contributors slice by slice, lane s holding slice s: the first warp and the count; the warp sum of the
-  // counts is the block's slot total.
-  auto slice_share = [&](int b, int& glo, int& cnt) {
-    glo = 0;
-    cnt = 0;
-    if (lane < slices) {
-      const int2 who = contributors(lane, b, nblocks, steps, slices, units, total);
-      glo = who.x;
-      cnt = who.y - who.x + 1;
-    }
-  };
-  // C fragment: c0, c1 = (row lane / 4, tokens 2 (lane % 4) + 0, 1), c2, c3 = row + 8
-  auto flush = [&](const Cursor& c) {
-    int glo, cnt;
-    slice_share(c.b, glo, cnt);
-    int before = cnt;  // inclusive prefix over lanes (slices), then exclusive
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, before, off);
-      if (lane >= off) before += v;
-    }
-    before -= cnt;
-    const int j = __shfl_sync(0xffffffffu, before, c.s) + me - __shfl_sync(0xffffffffu, glo, c.s);
-    if (j >= tmax) __trap();  // the host's bound on a block's slots
-    float* slot = work + (static_cast<int64_t>(c.b) * tmax + j) * kSlot;
-#pragma unroll
-    for (int t = 0; t < 2; ++t)
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = t * 16 + lane / 4 + (e >> 1) * 8, tok = nt * 8 + 2 * (lane % 4) + (e & 1);
-          if (tok < m) slot[tok * 32 + r] = acc[t][nt][e];
-        }
-  };
-  clear();
-  const Cursor first = cc;
-  Cursor cur = cc;  // the pair being summed
-  int g = 0, q = 0;  // mode 2: this lane's group and place
-  const int dg = 16 / keep, dq = 16 - dg * keep;
-  auto start_pair = [&] {
-    const int j = (cc.s0 + cc.j) * 16 + my_pos;
-    g = j / keep;
-    q = j - g * keep;
-  };
-  start_pair();
-  for (int64_t u = u0; u < u1; u += kAhead) {
-#pragma unroll
-    for (int a = 0; a < kAhead; ++a) {
-      if (u + a >= u1) break;
-      if (cc.b != cur.b || cc.s != cur.s) {  // a new pair: store the finished one's sums
-        flush(cur);
-        clear();
-        cur = cc;
-        start_pair();
-      }
-      uint32_t af[2][4];
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        af[t][0] = ab[a][t].x; af[t][1] = ab[a][t].y; af[t][2] = ab[a][t].z; af[t][3] = ab[a][t].w;
-      }
-      const uint32_t e = kMode == 3 ? eb[a] : 0u;
-      const int col = (kMode == 3 ? (cc.s0 + cc.j) * 8 + lane / 4 : g) * group + ib[a] - c0;
-      if (u + a + kAhead < u1) {
-        fetch(a, fc);
-        advance(fc, nblocks, steps, slices);
-      }
-      if (kPrefetch && u + a + kPrefetch < u1) {
-        prefetch_l2(pc);
-        advance(pc, nblocks, steps, slices);
-      }
-      if constexpr (kMode == 3) {
-        mma_sp_step(acc, af, e, xs, col);
-      } else {
-        mma_step(acc, af, xs, col, my_tok);
-        q += dq; g += dg;
-        if (q >= keep) { q -= keep; ++g; }
-      }
-      advance(cc, nblocks, steps, slices);
-    }
-  }
-  flush(cur);
-  allow_next_launch();  // the weight stream is done
-  __threadfence();      // the partial sums above are visible before they are counted
-  __syncwarp();
-  // count this warp in every pair it touched (pairs are consecutive: p = s nblocks + b); the last one sums a block
-  for (int p = first.s * nblocks + first.b; p <= cur.s * nblocks + cur.b; ++p) {
-    const int b = p % nblocks;
-    int glo, cnt;
-    slice_share(b, glo, cnt);
-    const int slots = __reduce_add_sync(0xffffffffu, cnt);
-    int last = 0;
-    if (lane == 0) last = atomicAdd(counts + b, 1) == slots - 1;
-    if (!__shfl_sync(0xffffffffu, last, 0)) continue;
-    __threadfence();  // every other contributor's sums are visible
-    // quads (4 rows of one token) of the block's m x 32 sums: lane l takes quad l % qp of slots l / qp, + reps, ...
-    const int quads = 8 * m, qp = quads <= 8 ? 8 : quads <= 16 ? 16 : 32, reps = 32 / qp, rep = lane / qp;
-    const float4* base = reinterpret_cast<const float4*>(work + static_cast<int64_t>(b) * tmax * kSlot);
-    for (int q = lane % qp; q < (quads + qp - 1) / qp * qp; q += qp) {
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (q < quads) {
-#pragma unroll 8
-        for (int j = rep; j < slots; j += reps) {
-          const float4 t = __ldcg(base + j * (kSlot / 4) + q);
-          v.x += t.x; v.y += t.y; v.z += t.z; v.w += t.w;
-        }
-      }
-      for (int off = qp; off < 32; off <<= 1) {
-        v.x += __shfl_xor_sync(0xffffffffu, v.x, off);
-        v.y += __shfl_xor_sync(0xffffffffu, v.y, off);
-        v.z += __shfl_xor_sync(0xffffffffu, v.z, off);
-        v.w += __shfl_xor_sync(0xffffffffu, v.w, off);
-      }
-      if (rep == 0 && q < quads) {
-        const int tok = q / 8, r0 = b * 32 + (q % 8) * 4;
-        const float sums[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (r0 + e >= n) continue;
-          store(y + static_cast<int64_t>(tok) * n + r0 + e, sums[e] + (bias ? to_float(bias[r0 + e]) : 0.f));
-        }
-      }
-    }
-    if (lane == 0) counts[b] = 0;  // ready for the next call (which counts only after this grid completes)
-  }
-}
-
 template <class Out>
 constexpr auto kernel() {
-  if constexpr (kPersist) {
-    return nm_decode_persist_kernel<Out>;
-  } else if constexpr (kMode >= 2) {
+  if constexpr (kMode >= 2) {
     return nm_decode_mma_kernel<Out>;
   } else if constexpr (kMode == 1) {
     return nm_decode_rows_kernel<Out>;
@@ -1123,35 +863,11 @@ cudaError_t allow_smem(int smem_bytes, int out_kind) {
   if (err == cudaSuccess) smem_set[out_kind == 1] = smem_bytes;
   return err;
 }
-// The launches of the two kernel signatures; each is instantiated only in the builds that have it (a dependent
-// `if constexpr`): cnm_run for persist = 0, cnm_run_persist for persist > 0.
-template <class Out, bool kOn = !kPersist>
-cudaError_t launch_plain(const cudaLaunchConfig_t& cfg, const Element* x, const Element* values,
-                         const uint8_t* indices, const Element* bias, Out* y, int m, int n, int k, int keep, int group,
-                         int vector, int stride, int piece) {
-  if constexpr (kOn) {
-    return cudaLaunchKernelEx(&cfg, kernel<Out>(), x, values, indices, bias, y, m, n, k, keep, group, vector, stride,
-                              piece);
-  } else {
-    return cudaErrorInvalidValue;
-  }
-}
-template <class Out, bool kOn = kPersist>
-cudaError_t launch_persist(const cudaLaunchConfig_t& cfg, const Element* x, const Element* values,
-                           const uint8_t* indices, const Element* bias, Out* y, int m, int n, int k, int keep,
-                           int group, int vector, int stride, int slices, int cap, float* work, int* counts, int tmax) {
-  if constexpr (kOn) {
-    return cudaLaunchKernelEx(&cfg, nm_decode_persist_kernel<Out>, x, values, indices, bias, y, m, n, k, keep, group,
-                              vector, stride, slices, cap, work, counts, tmax);
-  } else {
-    return cudaErrorInvalidValue;
-  }
-}
 }  // namespace
 
 extern "C" {
 
-int cnm_abi_version() { return 4; }
+int cnm_abi_version() { return 3; }
 
 #ifdef CNM_TRACE
 // Copies the first `ctas` rows of the trace buffer (6 uint64 each) to host memory; 0 on success.
@@ -1169,8 +885,8 @@ int cnm_block_rows() { return kBlockRows; }
 int cnm_run(const void* x, const void* values, const void* indices, const void* bias, void* y, int m, int n, int k,
             int keep, int group, int vector, int stride, int split, int piece, int smem_bytes, int out_kind, int pdl,
             cudaStream_t stream) {
-  if (kPersist || m < 1 || m > kMaxTokens || stride % 8 || keep < 1 || group < keep || group > 256 || vector < 1 ||
-      split < 1 || split > 8 || piece < 1) {
+  if (m < 1 || m > kMaxTokens || stride % 8 || keep < 1 || group < keep || group > 256 || vector < 1 || split < 1 ||
+      split > 8 || piece < 1) {
     return 2;
   }
   cudaLaunchAttribute attrs[2];
@@ -1181,40 +897,13 @@ int cnm_run(const void* x, const void* values, const void* indices, const void* 
   auto bs = static_cast<const Element*>(bias);
   cudaError_t err = allow_smem(smem_bytes, out_kind);
   if (err != cudaSuccess) return 1000 + int(err);
-  err = out_kind == 1 ? launch_plain(cfg, xs, vs, is, bs, static_cast<float*>(y), m, n, k, keep, group, vector,
-                                     stride, piece)
-                      : launch_plain(cfg, xs, vs, is, bs, static_cast<Element*>(y), m, n, k, keep, group, vector,
-                                     stride, piece);
-  if (err == cudaSuccess) err = cudaGetLastError();
-  return err == cudaSuccess ? 0 : 1000 + int(err);
-}
-
-// persist > 0: `grid` CTAs over the weight balanced to the step (nm_decode_persist_kernel); slices (<= 32), cap (x
-// columns a CTA may stage), work (per 32-row block tmax slots of kMaxTokens x 32 floats) and counts (one int per
-// block, zero between calls) come from the host's plan_persist. Returns as cnm_run.
-int cnm_run_persist(const void* x, const void* values, const void* indices, const void* bias, void* y, int m, int n,
-                    int k, int keep, int group, int vector, int stride, int grid, int slices, int cap, int smem_bytes,
-                    void* work, void* counts, int tmax, int out_kind, int pdl, cudaStream_t stream) {
-  if (!kPersist || m < 1 || m > kMaxTokens || stride % 16 || keep < 1 || group < keep || group > 256 ||
-      vector < 1 || grid < 1 || slices < 1 || slices > 32 || slices > stride / 16 || cap < 1 || tmax < 1 || !work ||
-      !counts) {
-    return 2;
+  if (out_kind == 1) {
+    err = cudaLaunchKernelEx(&cfg, kernel<float>(), xs, vs, is, bs, static_cast<float*>(y), m, n, k, keep, group,
+                             vector, stride, piece);
+  } else {
+    err = cudaLaunchKernelEx(&cfg, kernel<Element>(), xs, vs, is, bs, static_cast<Element*>(y), m, n, k, keep, group,
+                             vector, stride, piece);
   }
-  cudaLaunchAttribute attrs[2];
-  cudaLaunchConfig_t cfg = launch_config(1, 1, smem_bytes, pdl, stream, attrs);
-  cfg.gridDim = dim3(grid);
-  auto xs = static_cast<const Element*>(x);
-  auto vs = static_cast<const Element*>(values);
-  auto is = static_cast<const uint8_t*>(indices);
-  auto bs = static_cast<const Element*>(bias);
-  cudaError_t err = allow_smem(smem_bytes, out_kind);
-  if (err != cudaSuccess) return 1000 + int(err);
-  auto ws = static_cast<float*>(work);
-  auto cs = static_cast<int*>(counts);
-  err = out_kind == 1 ? launch_persist(cfg, xs, vs, is, bs, static_cast<float*>(y), m, n, k, keep, group, vector,
-                                       stride, slices, cap, ws, cs, tmax)
-                      : launch_persist(cfg, xs, vs, is, bs, static_cast<Element*>(y), m, n, k, keep, group, vector,
-                                       stride, slices, cap, ws, cs, tmax);
   if (err == cudaSuccess) err = cudaGetLastError();
   return err == cudaSuccess ? 0 : 1000 + int(err);
 }
