@@ -281,3 +281,11 @@ def test_mode3_sparse_tensor_core_variants(variant, pattern, n, k, dtype):
     cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=warps, ahead=ahead, mode=3,
                                                              pdl=1)
     _check_forced(cfg, pattern, 32, n, k, m, seed=31, dtype=dtype, with_bias=True, warm=True)
+
+
+@pytest.mark.parametrize("mode,pattern", [(2, "3:7"), (3, "128:2:7")])
+def test_max_ctas_cap(mode, pattern):
+    """max_ctas = 2 (shared memory padded so that two CTAs share an SM): the same results, tails, a bias, PDL."""
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=8, warps=8, ahead=2, mode=mode, pdl=1,
+                                                             min_ctas=2, max_ctas=2)
+    _check_forced(cfg, pattern, 32, 1000, 4093, 3, seed=43, with_bias=True, warm=True)

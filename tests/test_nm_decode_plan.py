@@ -94,3 +94,18 @@ def test_pdl_is_off_on_the_call_that_builds_the_layout(monkeypatch):
         launch(x, w, None, y)
         launch(x, w, None, y)
         assert [call[-2] for call in lib.cnm_run.calls] == [0, pdl]  # the pdl argument, before the stream
+
+
+def test_max_ctas_pads_shared_memory_to_the_cap():
+    """max_ctas = 2: every launch's shared memory lets two CTAs share an SM and not three (1 KB reserved per CTA),
+    staged or not; check() refuses a register bound for more CTAs than the cap."""
+    from cutlass_nm.families import KernelTypes, Problem, get_family
+    from cutlass_nm.families.nm_decode import SM_SMEM
+
+    for cfg in (Config(max_tokens=8, warps=8, ahead=2, mode=2, max_ctas=2), Config(max_tokens=1, warps=4, max_ctas=2)):
+        smem = plan(cfg, 8192, 2048, 2, 8, 132)[2]
+        assert 2 * (smem + 1024) <= SM_SMEM < 3 * (smem + 1024) and smem <= SMEM_BUDGET
+    problem = Problem(1, 8192, 8192, KernelTypes("f16", "f16", False), "2:8", 32)
+    fam = get_family("nm_decode")
+    assert "max_ctas" in fam.check(Config(max_tokens=8, warps=8, mode=2, min_ctas=3, max_ctas=2), problem)
+    assert fam.check(Config(max_tokens=8, warps=8, mode=2, min_ctas=2, max_ctas=2), problem) is None

@@ -28,6 +28,7 @@ from .launch import check_status, device_info
 
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16"}
 SMEM_BUDGET = 96 * 1024  # per CTA: two CTAs fit an SM's shared memory
+SM_SMEM = 228 * 1024  # shared memory per SM on sm_90 (less on sm_80: the max_ctas cap holds there too)
 MAX_ACCUMULATORS = 64  # fp32 sums per thread (rows x max_tokens) before registers spill
 MAX_SPLIT = 8  # portable cluster size
 MAX_FIXED = SMEM_BUDGET - 8 * 1024  # sums + rings: x pieces get the rest (>= one group of 256 columns x 16 tokens)
@@ -56,7 +57,9 @@ class Config(FamilyConfig):
     L2 by bulk prefetches, so DRAM streams while x is staged and deeper than the ``ahead`` steps in registers.
     ``min_ctas`` (modes 2 and 3) bounds registers so that that many CTAs fit an SM (0: the compiler's choice); with
     ``early_release`` = 1 a PDL launch lets the next kernel start as soon as this one does, not after its weight
-    stream (measured within ±2 % on the H100, so not in the heuristic)."""
+    stream (measured within ±2 % on the H100, so not in the heuristic). ``max_ctas`` = C > 0 pads a CTA's shared
+    memory so that at most C fit an SM (a launch argument: the same binary), which keeps a chain of PDL launches
+    from stacking a call's CTAs 3 to an SM while others hold 1."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -71,11 +74,13 @@ class Config(FamilyConfig):
     prefetch: int = 0
     min_ctas: int = 0
     early_release: int = 0
+    max_ctas: int = 0
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
                        "stage_x": (0, 1), "ahead": (1, 2, 4, 8),
                        "transpose": (0, 1), "mode": (0, 1, 2, 3), "bulk": (0, 1), "split": (0, 1, 2, 4, 8),
-                       "pdl": (0, 1), "prefetch": (0, 4, 8, 16), "min_ctas": (0, 2, 3, 4), "early_release": (0, 1)}
+                       "pdl": (0, 1), "prefetch": (0, 4, 8, 16), "min_ctas": (0, 2, 3, 4), "early_release": (0, 1),
+                       "max_ctas": (0, 2)}
 
     @property
     def staged(self) -> bool:
@@ -138,7 +143,7 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     red = fixed_smem(cfg)
     per_cta = -(-chunks // split)
     if not cfg.staged:  # one token read straight from L1: nothing staged
-        return split, per_cta, red
+        return split, per_cta, max(red, capped_smem(cfg))
     need = ((cfg.unit * per_cta - 1) // keep + 2) * group  # x columns one CTA's k-range touches
     # mode 1 stages fp32, modes 2 and 3 8 or 16 tokens of fp16; from the 8-aligned column below, 8 columns per load
     col_bytes = 4 * cfg.max_tokens if cfg.mode == 1 else 2 * (max(8, cfg.max_tokens) if cfg.mode else cfg.max_tokens)
@@ -147,7 +152,12 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     piece = min(per_cta, (cap // group - 1) * keep // cfg.unit)
     if piece < 1:
         raise ShapeError(f"nm_decode: a group of {group} columns does not fit the shared-memory budget")
-    return split, piece, red + (cap + slack) * col_bytes
+    return split, piece, max(red + (cap + slack) * col_bytes, capped_smem(cfg))
+
+
+def capped_smem(cfg: Config) -> int:
+    """The shared memory that lets at most ``cfg.max_ctas`` CTAs share an SM (1 KB per CTA is reserved), or 0."""
+    return SM_SMEM // (cfg.max_ctas + 1) - 1024 + 16 if cfg.max_ctas else 0
 
 
 class _DecodeFamily:
@@ -181,6 +191,8 @@ class _DecodeFamily:
             return "min_ctas and early_release apply to the tensor-core modes 2 and 3"
         if cfg.early_release and not cfg.pdl:
             return "early_release only matters under programmatic dependent launch: it needs pdl=1"
+        if cfg.max_ctas and cfg.min_ctas > cfg.max_ctas:
+            return f"min_ctas={cfg.min_ctas} asks for more CTAs per SM than max_ctas={cfg.max_ctas} lets fit"
         if cfg.min_ctas * cfg.warps > 32:  # 65536 registers per SM / (64 per thread x 32 lanes)
             return (f"{cfg.min_ctas} CTAs of {cfg.warps} warps per SM leave fewer than 64 registers per thread "
                     "(the kernel would spill)")
