@@ -243,8 +243,10 @@ class _DecodeFamily:
         if pattern.is_vnm and pattern.v % 32 == 0:  # results/h100/vnm_decode_e4c72cb.json: 8 warps, 2 steps
             return Config(max_tokens=mma_tokens, warps=8, ahead=2, mode=3, pdl=1, min_ctas=3)
         if not pattern.is_vnm and problem.vector and problem.vector % 32 == 0:
-            return Config(max_tokens=mma_tokens, warps=8, ahead=2, mode=2, bulk=int(small), pdl=1, min_ctas=3,
-                          prefetch=0 if small else 4)
+            # below 2^25 weights at most 2 CTAs per SM (results/h100/ab_nm_decode_max_ctas_ea3ebf0.json: 4096² 1-12 %
+            # faster); above, the free third slot lets the next PDL call start early (capped: 27-51 % slower)
+            return Config(max_tokens=mma_tokens, warps=8, ahead=2, mode=2, bulk=int(small), pdl=1,
+                          min_ctas=2 if small else 3, max_ctas=2 if small else 0, prefetch=0 if small else 4)
         tokens = next(t for t in Config.SPACE["max_tokens"] if t >= min(problem.m, 16))
         if tokens == 1:
             keep, group = (2, pattern.m) if pattern.is_vnm else (pattern.n, pattern.m)
