@@ -164,6 +164,9 @@ def test_nm_decode_mode_rules_and_layouts():
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 64)).mode == 2
     # values by TMA bulk copies below 2^25 weights, registers above
     assert dec.heuristic(Problem(4, 4096, 4096, F16, "2:8", 32)).bulk == 1
+    # at most 2 CTAs per SM below 2^25 weights; above, a free third slot for the next PDL call
+    assert (dec.heuristic(Problem(1, 4096, 4096, F16, "2:8", 32)).max_ctas,
+            dec.heuristic(Problem(1, 8192, 8192, F16, "2:8", 32)).max_ctas) == (2, 0)
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 32)).bulk == 1
     assert dec.heuristic(Problem(4, 8192, 8192, F16, "2:8", 32)).bulk == 0
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 1)).mode == 0
