@@ -231,8 +231,9 @@ class _DecodeFamily:
         for 1-8 tokens and one for 9-16, 8 warps and 2 steps in flight, launched with programmatic dependent
         launch; below 2^25 weights the values come by TMA bulk copies (results/h100/nm_decode_sweep_launch.json:
         at 4096² 6.7-12.6 µs, 10-20 % under the previous 16-warp choices; at 8192² registers, bulk rings cost
-        CTAs per SM there). Otherwise lanes along k (mode 0): large CTAs (x staging amortized over many rows),
-        fewer rows per warp as accumulators grow; one token: transposed gathers at >= 75 % sparsity, small CTAs
+        CTAs per SM there) and at most 2 CTAs share an SM (ab_nm_decode_cap_check_40bd8b4.json: 1-14 %).
+        Otherwise lanes along k (mode 0): large CTAs (x staging amortized over many rows), fewer rows per warp as
+        accumulators grow; one token: transposed gathers at >= 75 % sparsity, small CTAs
         below 2^25 weights (results/h100/nm_decode_sweep_m1.json); PDL too (each mode issues its first weight
         loads before waiting for x)."""
         pattern = Pattern.parse(problem.pattern)
