@@ -100,11 +100,11 @@ def test_max_ctas_pads_shared_memory_to_the_cap():
     """max_ctas = 2: every launch's shared memory lets two CTAs share an SM and not three (1 KB reserved per CTA),
     staged or not; check() refuses a register bound for more CTAs than the cap."""
     from cutlass_nm.families import KernelTypes, Problem, get_family
-    from cutlass_nm.families.nm_decode import SM_SMEM
+    from cutlass_nm.families.base import SMEM_PER_SM_H100
 
     for cfg in (Config(max_tokens=8, warps=8, ahead=2, mode=2, max_ctas=2), Config(max_tokens=1, warps=4, max_ctas=2)):
         smem = plan(cfg, 8192, 2048, 2, 8, 132)[2]
-        assert 2 * (smem + 1024) <= SM_SMEM < 3 * (smem + 1024) and smem <= SMEM_BUDGET
+        assert 2 * (smem + 1024) <= SMEM_PER_SM_H100 < 3 * (smem + 1024) and smem <= SMEM_BUDGET
     problem = Problem(1, 8192, 8192, KernelTypes("f16", "f16", False), "2:8", 32)
     fam = get_family("nm_decode")
     assert "max_ctas" in fam.check(Config(max_tokens=8, warps=8, mode=2, min_ctas=3, max_ctas=2), problem)

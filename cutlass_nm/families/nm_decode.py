@@ -23,12 +23,11 @@ from ..errors import ShapeError
 from ..formats.nm import NMWeight, decode_layout, decode_mma_layout, decode_rows_layout
 from ..formats.vnm import VNMWeight, decode_vnm_layout
 from ..patterns import Pattern, parse_or_none
-from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
+from .base import SMEM_PER_SM_H100, FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status, device_info
 
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16"}
 SMEM_BUDGET = 96 * 1024  # per CTA: two CTAs fit an SM's shared memory
-SM_SMEM = 228 * 1024  # shared memory per SM on sm_90 (less on sm_80: the max_ctas cap holds there too)
 MAX_ACCUMULATORS = 64  # fp32 sums per thread (rows x max_tokens) before registers spill
 MAX_SPLIT = 8  # portable cluster size
 MAX_FIXED = SMEM_BUDGET - 8 * 1024  # sums + rings: x pieces get the rest (>= one group of 256 columns x 16 tokens)
@@ -156,8 +155,9 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
 
 
 def capped_smem(cfg: Config) -> int:
-    """The shared memory that lets at most ``cfg.max_ctas`` CTAs share an SM (1 KB per CTA is reserved), or 0."""
-    return SM_SMEM // (cfg.max_ctas + 1) - 1024 + 16 if cfg.max_ctas else 0
+    """The shared memory that lets at most ``cfg.max_ctas`` CTAs share an H100 SM (1 KB per CTA is reserved), or 0.
+    An sm_80 SM has less, so the cap holds there too."""
+    return SMEM_PER_SM_H100 // (cfg.max_ctas + 1) - 1024 + 16 if cfg.max_ctas else 0
 
 
 class _DecodeFamily:

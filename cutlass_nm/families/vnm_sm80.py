@@ -21,12 +21,11 @@ from ..errors import ShapeError
 from ..formats import meta_sm80
 from ..formats.vnm import VNMWeight
 from ..patterns import Pattern, parse_or_none
-from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
+from .base import SMEM_PER_SM_H100, FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status
 from .sptc24_sm80 import TILE_SHAPES
 
 SMEM_BYTES = 166912  # A100 opt-in shared memory per block: the family targets sm_80 (and runs on sm_90)
-SMEM_H100 = 233472  # shared memory per SM on the H100 (occupancy in estimate_ms)
 K_ALIGN = 128  # gathered K padded to this: a multiple of every tile_k and of the metadata's column padding
 ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "float"}
 # (tile_m, tile_n, tile_k) -> (warp_m, warp_n): CUTLASS's instantiated 16-bit sparse shapes with tile_m | V
@@ -71,7 +70,7 @@ class Config(FamilyConfig):
         stage = smem_per_stage(self)
         threads = 32 * (self.tile_m // self.warp_m) * (self.tile_n // self.warp_n)
         regs = min(255, 64 + 2 * self.warp_m * self.warp_n // 32)
-        resident = max(1, min(SMEM_H100 // (self.stages * stage), 65536 // (threads * regs)))
+        resident = max(1, min(SMEM_PER_SM_H100 // (self.stages * stage), 65536 // (threads * regs)))
         in_flight_kb = resident * (self.stages - 1) * stage / 1024
         rate = min(4.35e12, 4.35e12 * in_flight_kb / 154)
         rows, toks = -(-n // self.tile_m), -(-m // self.tile_n)
