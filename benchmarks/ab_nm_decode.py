@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import statistics
 
@@ -35,8 +36,15 @@ def main() -> None:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     tokens, patterns = [int(t) for t in args.tokens.split(",")], args.patterns.split(",")
     vector = {p: 0 if cutlass_nm.Pattern.parse(p).is_vnm else 32 for p in patterns}
-    cfgs = {(n, k, m, p): [dataclasses.replace(FAMILY.heuristic(Problem(m, n, k, types, p, vector[p])), **o)
-                           for o in overrides] for n, k in shapes for m in tokens for p in patterns}
+    cfgs, overs = {}, {}  # per cell: the variants check() accepts (max_tokens = 1 skips m = 16), their overrides
+    for (n, k), m, p in itertools.product(shapes, tokens, patterns):
+        problem = Problem(m, n, k, types, p, vector[p])
+        cell = [(o, dataclasses.replace(FAMILY.heuristic(problem), **o)) for o in overrides]
+        for o, c in cell:
+            if (why := FAMILY.check(c, problem)) is not None:
+                print(f"{n}x{k} m={m} {p}: skipped {json.dumps(o)}: {why}")
+        cell = [(o, c) for o, c in cell if FAMILY.check(c, problem) is None]
+        cfgs[n, k, m, p], overs[n, k, m, p] = [c for _, c in cell], [o for o, _ in cell]
     precompile({("nm_decode", c, types) for cs in cfgs.values() for c in cs})
     bw = copy_bandwidth()  # also the warm-up: 200 ms of copies lift the clocks before the first row
     rows = []
@@ -69,7 +77,7 @@ def main() -> None:
             dense_t.append(time_rotating(baselines[1], copies, reps=30, warmup_ms=30).p50_ms)
         t_copy, t_dense = statistics.median(copy_t), statistics.median(dense_t)
         print(f"{n}x{k} m={m} {pattern}: copy {t_copy * 1e3:.1f} us, cuBLAS {t_dense * 1e3:.1f} us")
-        for cfg, over, ts, err in zip(variants, overrides, times, errs, strict=True):
+        for cfg, over, ts, err in zip(variants, overs[n, k, m, pattern], times, errs, strict=True):
             t = statistics.median(ts)
             rows.append({"n": n, "k": k, "m": m, "pattern": pattern, "override": over, "config": cfg.to_record(),
                          "median_ms": t, "rounds_ms": ts, "bytes": nbytes, "same_bytes_copy_ms": t_copy,

@@ -36,6 +36,8 @@ def main() -> None:
                                early_release=e), f16b) for mo, tk, _, p, c, e in t.STREAM_VARIANTS]
     kids += [("nm_decode", cfg(max_tokens=tk, warps=w, ahead=a, mode=3, pdl=1), ty)
              for tk, _, w, a in t.MODE3_VARIANTS for ty in (f16b, bf16b)]
+    kids += [("nm_decode", cfg(max_tokens=tk, warps=8, ahead=2, mode=mo, pdl=1, split=s, prefetch=p, min_ctas=3,
+                               wsplit=ws), f16b) for mo, tk, _, ws, s, p in t.WSPLIT_VARIANTS]
     t0 = time.time()
     bad = [r for r in precompile(kids) if isinstance(r, Exception)]
     print(f"precompiled {len(kids)} decode test kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)

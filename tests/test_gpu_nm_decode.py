@@ -73,7 +73,13 @@ def _check_forced(cfg, pattern: str, vector: int, n: int, k: int, m: int, *, see
     w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dtype, generator=g), pattern, vector=vector)
     bias = torch.randn(n, device="cuda", dtype=dtype, generator=g) if with_bias else None
     out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-    cutlass_nm.set_selector(lambda family, problem: cfg)
+    refused = []  # dispatch would fall back to the heuristic: the config under test must be the one that runs
+
+    def select(family, problem):
+        refused.append(family.check(cfg, problem))
+        return cfg
+
+    cutlass_nm.set_selector(select)
     try:
         if warm:
             cutlass_nm.matmul(x, w, bias, out=out, family="nm_decode")
@@ -82,6 +88,7 @@ def _check_forced(cfg, pattern: str, vector: int, n: int, k: int, m: int, *, see
     finally:
         cutlass_nm.set_selector(None)
     ref = x.double() @ w.to_dense().double().T + (0 if bias is None else bias.double())
+    assert refused and not any(refused), refused
     assert torch.isfinite(y).all()
     assert ((y.double() - ref).norm() / ref.norm()).item() < TOL[dtype]
 
@@ -289,3 +296,21 @@ def test_max_ctas_cap(mode, pattern):
     cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=8, warps=8, ahead=2, mode=mode, pdl=1,
                                                              min_ctas=2, max_ctas=2)
     _check_forced(cfg, pattern, 32, 1000, 4093, 3, seed=43, with_bias=True, warm=True)
+
+
+WSPLIT_VARIANTS = [(2, 1, 1, 8, 1, 4), (2, 4, 3, 2, 0, 0), (2, 8, 8, 4, 0, 4), (2, 16, 13, 8, 1, 0),
+                   (2, 2, 2, 8, 0, 0), (3, 8, 5, 8, 1, 4), (3, 16, 16, 2, 0, 0)]
+
+
+@pytest.mark.parametrize("variant", WSPLIT_VARIANTS, ids=lambda v: "mode{}T{}m{}w{}s{}p{}".format(*v))
+@pytest.mark.parametrize("n,k", [(1000, 1003), (64, 16384), (520, 4096), (2080, 16384)])
+def test_wsplit_variants(variant, n, k):
+    """wsplit = W warps (of 8) splitting a 32-row block's steps, summed in shared memory: with and without a
+    cluster (split 1 or plan's rule), narrow x (mode 2 below 8 tokens), L2 prefetch windows inside a warp's part,
+    pieces (16 tokens at k = 16384 on one CTA: several x pieces), tails in n, m and k, a bias, PDL."""
+    mode, tokens, m, wsplit, split, prefetch = variant
+    cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=8, ahead=2, mode=mode, pdl=1,
+                                                             split=split, prefetch=prefetch, min_ctas=3,
+                                                             wsplit=wsplit)
+    pattern = "128:2:7" if mode == 3 else "3:7"
+    _check_forced(cfg, pattern, 32, n, k, m, seed=47, with_bias=True, warm=True)

@@ -109,3 +109,31 @@ def test_max_ctas_pads_shared_memory_to_the_cap():
     fam = get_family("nm_decode")
     assert "max_ctas" in fam.check(Config(max_tokens=8, warps=8, mode=2, min_ctas=3, max_ctas=2), problem)
     assert fam.check(Config(max_tokens=8, warps=8, mode=2, min_ctas=2, max_ctas=2), problem) is None
+
+
+@pytest.mark.parametrize("wsplit,tokens", [(2, 8), (4, 16), (8, 1), (8, 4)])
+def test_wsplit_rows_sums_and_narrow_x(wsplit, tokens):
+    """wsplit = W: a CTA owns 256 / W rows (8 warps) and keeps one fp32 slot per warp and row, so the grid at 8192²
+    needs no cluster at W = 8; mode 2 below 8 tokens stages exactly max_tokens tokens of x (2 bytes each), so one
+    CTA's whole k-range at one token fits one piece."""
+    cfg = Config(max_tokens=tokens, warps=8, ahead=2, mode=2, split=8 // wsplit, wsplit=wsplit)
+    assert cfg.block_rows == 256 // wsplit
+    assert fixed_smem(cfg) == 256 * tokens * 4
+    assert cfg.x_tokens == (tokens if tokens < 8 else max(8, tokens))
+    split, piece, smem = plan(cfg, 8192, 2048, 2, 8, 132)  # 2:8 at k = 8192
+    assert split == 8 // wsplit and (8192 // cfg.block_rows) * split == 256
+    if tokens == 1:  # 8192 columns (+ one group, + 16 of slack) x 2 bytes: one piece for the whole row
+        assert piece == 2048 // 16 and smem == fixed_smem(cfg) + (8192 + 8 + 16) * 2
+    assert smem <= SMEM_BUDGET
+
+
+def test_wsplit_check_refuses_what_the_template_cannot_build():
+    from cutlass_nm.families import KernelTypes, Problem, get_family
+
+    fam = get_family("nm_decode")
+    problem = Problem(1, 4096, 4096, KernelTypes("f16", "f16", False), "2:8", 32)
+    assert fam.check(Config(max_tokens=8, warps=8, ahead=2, mode=2, wsplit=8), problem) is None
+    for bad in (Config(max_tokens=8, warps=8, ahead=2, mode=2, bulk=1, wsplit=2),  # rings are per warp's steps
+                Config(max_tokens=8, warps=4, ahead=2, mode=2, wsplit=8),  # fewer warps than W
+                Config(max_tokens=1, warps=8, wsplit=2)):  # mode 0
+        assert "wsplit" in fam.check(bad, problem)

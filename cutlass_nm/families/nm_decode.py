@@ -58,7 +58,11 @@ class Config(FamilyConfig):
     ``early_release`` = 1 a PDL launch lets the next kernel start as soon as this one does, not after its weight
     stream (measured within ±2 % on the H100, so not in the heuristic). ``max_ctas`` = C > 0 pads a CTA's shared
     memory so that at most C fit an SM (a launch argument: the same binary), which keeps a chain of PDL launches
-    from stacking a call's CTAs 3 to an SM while others hold 1."""
+    from stacking a call's CTAs 3 to an SM while others hold 1. ``wsplit`` = W (modes 2 and 3, values in
+    registers) lets W warps share one 32-row block and split each x piece's steps, their sums added in shared
+    memory: a CTA owns 32 x warps / W rows, so the grid fills the GPU with fewer CTAs per cluster (none at W =
+    warps), at W times the staged x per CTA. Mode 2 below 8 tokens stages exactly ``max_tokens`` tokens of x
+    (``x_tokens``)."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -74,12 +78,13 @@ class Config(FamilyConfig):
     min_ctas: int = 0
     early_release: int = 0
     max_ctas: int = 0
+    wsplit: int = 1
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
                        "stage_x": (0, 1), "ahead": (1, 2, 4, 8),
                        "transpose": (0, 1), "mode": (0, 1, 2, 3), "bulk": (0, 1), "split": (0, 1, 2, 4, 8),
                        "pdl": (0, 1), "prefetch": (0, 4, 8, 16), "min_ctas": (0, 2, 3, 4), "early_release": (0, 1),
-                       "max_ctas": (0, 2)}
+                       "max_ctas": (0, 2), "wsplit": (1, 2, 4, 8)}
 
     @property
     def staged(self) -> bool:
@@ -87,7 +92,13 @@ class Config(FamilyConfig):
 
     @property
     def block_rows(self) -> int:
-        return self.warps * (32 if self.mode else self.rows)
+        return self.warps * (32 if self.mode else self.rows) // self.wsplit
+
+    @property
+    def x_tokens(self) -> int:
+        """Tokens per staged x column in modes 2 and 3: 8 or 16 for ldmatrix, exactly ``max_tokens`` below 8 in
+        mode 2 (narrow x, the template's kNarrow)."""
+        return self.max_tokens if self.mode == 2 and self.max_tokens < 8 else max(8, self.max_tokens)
 
     @property
     def ring_bytes(self) -> int:
@@ -118,7 +129,7 @@ class Config(FamilyConfig):
 def fixed_smem(cfg: Config) -> int:
     """Shared memory a CTA needs besides staged x: the fp32 sums (16-byte aligned), mode 0's transpose buffers
     (2-byte values + 1-byte indices) and the bulk stream's rings."""
-    red = -(-cfg.block_rows * cfg.max_tokens * 4 // 16) * 16
+    red = -(-cfg.block_rows * cfg.wsplit * cfg.max_tokens * 4 // 16) * 16  # one slot per warp and row
     red += cfg.warps * cfg.rows * 256 * 3 if cfg.transpose else 0
     return red + cfg.ring_bytes
 
@@ -144,8 +155,8 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     if not cfg.staged:  # one token read straight from L1: nothing staged
         return split, per_cta, max(red, capped_smem(cfg))
     need = ((cfg.unit * per_cta - 1) // keep + 2) * group  # x columns one CTA's k-range touches
-    # mode 1 stages fp32, modes 2 and 3 8 or 16 tokens of fp16; from the 8-aligned column below, 8 columns per load
-    col_bytes = 4 * cfg.max_tokens if cfg.mode == 1 else 2 * (max(8, cfg.max_tokens) if cfg.mode else cfg.max_tokens)
+    # mode 1 stages fp32, modes 2 and 3 x_tokens of fp16; from the 8-aligned column below, 8 columns per load
+    col_bytes = 4 * cfg.max_tokens if cfg.mode == 1 else 2 * (cfg.x_tokens if cfg.mode else cfg.max_tokens)
     slack = 16 if cfg.mode else 0
     cap = min(need, (SMEM_BUDGET - red) // col_bytes - slack)
     piece = min(per_cta, (cap // group - 1) * keep // cfg.unit)
@@ -191,6 +202,9 @@ class _DecodeFamily:
             return "min_ctas and early_release apply to the tensor-core modes 2 and 3"
         if cfg.early_release and not cfg.pdl:
             return "early_release only matters under programmatic dependent launch: it needs pdl=1"
+        if cfg.wsplit > 1 and (cfg.mode < 2 or cfg.bulk or cfg.warps % cfg.wsplit):
+            return (f"wsplit={cfg.wsplit} (warps sharing a 32-row block) needs mode 2 or 3 with values in registers "
+                    f"(bulk=0) and warps a multiple of it, got mode={cfg.mode}, bulk={cfg.bulk}, warps={cfg.warps}")
         if cfg.max_ctas and cfg.min_ctas > cfg.max_ctas:
             return f"min_ctas={cfg.min_ctas} asks for more CTAs per SM than max_ctas={cfg.max_ctas} lets fit"
         if cfg.min_ctas * cfg.warps > 32:  # 65536 registers per SM / (64 per thread x 32 lanes)
@@ -220,7 +234,8 @@ class _DecodeFamily:
                                                    transpose="true" if cfg.transpose else "false",
                                                    mode=int(cfg.mode), bulk=int(cfg.bulk),
                                                    prefetch=int(cfg.prefetch), min_ctas=int(cfg.min_ctas),
-                                                   early_release="true" if cfg.early_release else "false")
+                                                   early_release="true" if cfg.early_release else "false",
+                                                   wsplit=int(cfg.wsplit))
 
     def heuristic(self, problem: Problem) -> Config:
         """V:N:M weights: sparse tensor cores (mode 3), 8 warps, 2 steps in flight, one kernel for 1-8 tokens and

@@ -32,16 +32,22 @@ constexpr int kMaxTokens = ${max_tokens};
 constexpr int kWarps = ${warps};
 constexpr int kRows = ${rows};  // rows per warp
 constexpr int kMode = ${mode};  // 0: lanes along k, 1: one row per lane, 2: tensor cores, 3: sparse tensor cores
-constexpr int kBlockRows = kMode ? kWarps * 32 : kWarps * kRows;
+// modes 2 and 3: kWsplit warps share one 32-row block and split each x piece's steps (their sums added in
+// shared memory), so a CTA owns kWarps * 32 / kWsplit rows and needs no cluster to fill the GPU.
+constexpr int kWsplit = ${wsplit};
+constexpr int kBlockRows = kMode ? kWarps * 32 / kWsplit : kWarps * kRows;
 constexpr int kAhead = ${ahead};  // chunks of 8 nonzeros each lane keeps in flight
 constexpr bool kTranspose = ${transpose};  // gather neighbouring nonzeros across lanes (see below)
 constexpr int kTransposeBytes = kTranspose ? kRows * 256 * (sizeof(${element}) + 1) : 0;  // per warp
-constexpr int kRedBytes = (kBlockRows * kMaxTokens * 4 + 15) / 16 * 16;  // reduction buffer, 16-byte aligned
+// reduction buffer, one slot per warp and row (kWsplit slots per block row), 16-byte aligned
+constexpr int kRedBytes = (kBlockRows * kWsplit * kMaxTokens * 4 + 15) / 16 * 16;
 constexpr bool kStage = ${stage_x};  // x columns staged in shared memory (always for several tokens)
 // mode 2 on sm_90: each warp streams its values and index bytes by TMA bulk copies (one 16-position step, 1040
 // bytes, per copy) into a ring of kDepth steps in shared memory, instead of register loads (kAhead steps).
 constexpr bool kBulk = ${bulk};
 constexpr int kDepth = 2 * kAhead;
+static_assert(kWarps % kWsplit == 0 && (kWsplit == 1 || (kMode >= 2 && !kBulk)),
+              "wsplit: warps a multiple of it, modes 2 and 3 with values in registers");
 // modes 2 and 3 without bulk, sm_90: each warp keeps its next kPrefetch steps requested into L2 by bulk prefetches
 // (one instruction per step, lane 0), so DRAM streams while x is staged and beyond the kAhead steps in registers.
 constexpr int kPrefetch = ${prefetch};
@@ -217,8 +223,25 @@ __device__ __forceinline__ int2 cta_share(int units) {
                    static_cast<int>(static_cast<int64_t>(units) * (s + 1) / split));
 }
 
-// The cluster's CTAs sum their partial sums red[kBlockRows][kMaxTokens] (each CTA a slice of the elements, the
-// peers' values loaded together, then added in rank order: deterministic), add the bias and write y.
+// Block row r's sum for token t over the kWsplit warps that split its steps, in warp order: warp slot u of the
+// row's 32-row block sits at red[(r / 32 * kWsplit + u) * 32 + r % 32][t].
+__device__ __forceinline__ float slot_sum(const float* red, int r, int t) {
+  if constexpr (kWsplit == 1) {
+    return red[r * kMaxTokens + t];
+  } else {
+    const float* at = red + ((r / 32 * kWsplit) * 32 + r % 32) * kMaxTokens + t;
+    float part[kWsplit];
+#pragma unroll
+    for (int u = 0; u < kWsplit; ++u) part[u] = at[u * 32 * kMaxTokens];
+    float v = part[0];
+#pragma unroll
+    for (int u = 1; u < kWsplit; ++u) v += part[u];
+    return v;
+  }
+}
+
+// The cluster's CTAs sum their partial sums red[kBlockRows x kWsplit][kMaxTokens] (each CTA a slice of the
+// elements, the peers' values loaded together, then added in rank order: deterministic), add the bias and write y.
 template <class Out>
 __device__ __forceinline__ void reduce_store(float* red, const Element* __restrict__ bias, Out* __restrict__ y, int m,
                                              int n) {
@@ -236,7 +259,7 @@ __device__ __forceinline__ void reduce_store(float* red, const Element* __restri
       if (t >= m || row >= n) continue;
       float part[8];  // MAX_SPLIT
 #pragma unroll
-      for (int q = 0; q < 8; ++q) part[q] = q < split ? cluster.map_shared_rank(red, q)[i] : 0.f;
+      for (int q = 0; q < 8; ++q) part[q] = q < split ? slot_sum(cluster.map_shared_rank(red, q), r, t) : 0.f;
       float v = part[0];
 #pragma unroll
       for (int q = 1; q < 8; ++q) v += part[q];
@@ -252,7 +275,7 @@ __device__ __forceinline__ void reduce_store(float* red, const Element* __restri
   for (int i = threadIdx.x; i < kTotal; i += blockDim.x) {
     const int r = i / kMaxTokens, t = i - r * kMaxTokens, row = blockIdx.y * kBlockRows + r;
     if (t >= m || row >= n) continue;
-    float v = red[i];
+    float v = slot_sum(red, r, t);
     if (bias) v += to_float(bias[row]);
     store(y + static_cast<int64_t>(t) * n + row, v);
   }
@@ -524,9 +547,12 @@ nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__
 // walks the CTA's k-range in steps of 16 nonzero positions: mma.m16n8k16 with A = the tile's values (loaded in
 // fragment order, formats/nm.py decode_mma_layout: one 16-byte load per lane and tile) and B = the 16 x columns
 // of those positions, gathered from the staged x ([col][kTok] fp16) by ldmatrix.trans with one column address per
-// lane. kTok = 8 or 16 tokens (one or two n8 tiles).
-constexpr int kTok = kMaxTokens < 8 ? 8 : kMaxTokens;
-constexpr int kNTiles = kTok / 8;
+// lane. kTok = 8 or 16 tokens (one or two n8 tiles). Mode 2 with fewer than 8 tokens stages exactly that many
+// (narrow x: a CTA that walks a whole row's k, wsplit, stages 8 / kMaxTokens times less) and builds the B fragment
+// from scalar shared loads instead (mma_step).
+constexpr bool kNarrow = kMode == 2 && kMaxTokens < 8;
+constexpr int kTok = kNarrow ? kMaxTokens : kMaxTokens < 8 ? 8 : kMaxTokens;
+constexpr int kNTiles = kTok < 8 ? 1 : kTok / 8;
 
 // Columns [c0, c0 + ncols) of x into xs[col][token] (fp16/bf16, kTok per column; zeros past k and m). vec: as in
 // stage_x_f32. Loads first (kLoads per thread), then the 2-byte scattered stores.
@@ -579,14 +605,29 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 
 // One 16-position step of a warp: the 16 x columns of its positions (one column address per lane) by
 // ldmatrix.trans, then mma over the warp's two 16-row tiles and kNTiles 8-token tiles.
+// Narrow x: lane l holds the B elements of token l / 4 at positions 2 (l % 4) + {0, 1, 8, 9}, whose columns the
+// lanes of those positions computed (lane p < 16 holds position p's); tokens past kTok are zero.
 __device__ __forceinline__ void mma_step(float (&acc)[2][kNTiles][4], const uint32_t (&af)[2][4], const Element* xs,
                                          int col, int my_tok) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + my_tok));
   uint32_t b[4];
-  if constexpr (kNTiles == 2) {
+  if constexpr (kNarrow) {
+    const int lane = threadIdx.x & 31, p = 2 * (lane & 3), t = lane >> 2;
+    const int c[4] = {__shfl_sync(0xffffffffu, col, p), __shfl_sync(0xffffffffu, col, p + 1),
+                      __shfl_sync(0xffffffffu, col, p + 8), __shfl_sync(0xffffffffu, col, p + 9)};
+    const unsigned short* xh = reinterpret_cast<const unsigned short*>(xs) + t;
+    uint32_t h[4] = {0u, 0u, 0u, 0u};
+    if (t < kTok) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) h[i] = xh[c[i] * kTok];
+    }
+    b[0] = h[0] | h[1] << 16;
+    b[1] = h[2] | h[3] << 16;
+  } else if constexpr (kNTiles == 2) {
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + my_tok));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(addr));
   } else {
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + my_tok));
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(b[0]), "=r"(b[1]) : "r"(addr));
   }
 #pragma unroll
@@ -648,10 +689,14 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
   float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
   Element* xs = reinterpret_cast<Element*>(smem + kRedBytes + kRingBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int block = min(blockIdx.y * kWarps + warp, (n - 1) / 32);  // this warp's 32 rows (past n: the last block's)
+  // this warp's 32 rows (past n: the last block's), and its part of each piece's steps (kWsplit warps a block)
+  const int block = min(blockIdx.y * (kWarps / kWsplit) + warp / kWsplit, (n - 1) / 32), part = warp % kWsplit;
   const int steps = stride / 16;
   const int2 share = cta_share(steps);
   const int cb = share.x, ce = share.y;
+  auto my_part = [part](int p0, int p1) {
+    return make_int2(p0 + (p1 - p0) * part / kWsplit, p0 + (p1 - p0) * (part + 1) / kWsplit);
+  };
   // + step * kStepHalves + tile * 256; mode 3's metadata word of the lane at + step * kStepHalves + 512 + 2 lane
   const Element* vals = values + static_cast<int64_t>(block) * steps * kStepHalves + lane * 8;
   const uint32_t* meta = reinterpret_cast<const uint32_t*>(values + static_cast<int64_t>(block) * steps * kStepHalves +
@@ -746,11 +791,16 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
       }
 #endif
     };
-    prefetch_l2(cb, min(cb + kPrefetch, ce));
+    {  // with kWsplit > 1 a warp's steps are its parts of the pieces: the window stays inside the part
+      const int2 first = my_part(cb, min(cb + piece, ce));
+      prefetch_l2(first.x, min(first.x + kPrefetch, kWsplit > 1 ? first.y : ce));
+    }
     for (int p0 = cb; p0 < ce; p0 += piece) {
       const int p1 = min(p0 + piece, ce);
       const int g0 = p0 * 16 / keep, g1 = (p1 * 16 - 1) / keep;  // groups this piece touches
       const int c0 = (g0 * group) & ~7;
+      const int2 mine = my_part(p0, p1);  // this warp's steps [q0, q1) of the piece
+      const int q0 = mine.x, q1 = mine.y, pe = kWsplit > 1 ? q1 : ce;
       uint4 ab[kAhead][2];  // this warp's steps p0 + a and their index bytes, in flight (issued before x is staged)
       int ib[kAhead];
       uint32_t eb[kAhead];  // mode 3: the lane's metadata word
@@ -762,20 +812,20 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
       };
 #pragma unroll
       for (int a = 0; a < kAhead; ++a) {
-        if (p0 + a < p1) fetch(a, p0 + a);
+        if (q0 + a < q1) fetch(a, q0 + a);
       }
       __syncthreads();  // the previous piece's columns are no longer read
       wait_for_inputs();  // the weights above are already in flight
       stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
       __syncthreads();
       if (p0 == cb) trace_mark(1);
-      int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // mode 2: this lane's position, its group and place
+      int j = q0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // mode 2: this lane's position, its group and place
       const int dg = 16 / keep, dq = 16 - dg * keep;
-      for (int c = p0; c < p1; c += kAhead) {
+      for (int c = q0; c < q1; c += kAhead) {
 #pragma unroll
         for (int a = 0; a < kAhead; ++a) {
           const int cc = c + a;
-          if (cc >= p1) break;
+          if (cc >= q1) break;
           uint32_t af[2][4];
 #pragma unroll
           for (int t = 0; t < 2; ++t) {
@@ -783,8 +833,8 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
           }
           const uint32_t e = kMode == 3 ? eb[a] : 0u;
           const int col = (kMode == 3 ? cc * 8 + lane / 4 : g) * group + ib[a] - c0;
-          if (cc + kAhead < p1) fetch(a, cc + kAhead);
-          if (cc + kPrefetch < ce) prefetch_l2(cc + kPrefetch, cc + kPrefetch + 1);
+          if (cc + kAhead < q1) fetch(a, cc + kAhead);
+          if (cc + kPrefetch < pe) prefetch_l2(cc + kPrefetch, cc + kPrefetch + 1);
           if constexpr (kMode == 3) {
             mma_sp_step(acc, af, e, xs, col);
           } else {
