@@ -554,37 +554,41 @@ constexpr bool kNarrow = kMode == 2 && kMaxTokens < 8;
 constexpr int kTok = kNarrow ? kMaxTokens : kMaxTokens < 8 ? 8 : kMaxTokens;
 constexpr int kNTiles = kTok < 8 ? 1 : kTok / 8;
 
-// Columns [c0, c0 + ncols) of x into xs[col][token] (fp16/bf16, kTok per column; zeros past k and m). vec: as in
-// stage_x_f32. Loads first (kLoads per thread), then the 2-byte scattered stores.
+// Columns [c0, c0 + ncols) of x into xs[col][token] (fp16/bf16, kTok per column; zeros past k). vec: as in
+// stage_x_f32. Loads first (kLoads per thread), then the 2-byte scattered stores (one 16-byte store at one token).
+// Only tokens < m are written: the rest of a column is left as it is, since B's token t only reaches the
+// accumulators of token t, which are never stored for t >= m.
 __device__ __forceinline__ void stage_x_tok(const Element* __restrict__ x, Element* xs, int m, int k, int c0,
                                             int ncols, bool vec) {
   if (vec) {
     constexpr int kLoads = 4;
-    const int units = (ncols + 7) / 8 * kTok;
+    const int units = (ncols + 7) / 8 * m;
     for (int u0 = threadIdx.x; u0 < units; u0 += blockDim.x * kLoads) {
       uint4 v[kLoads];
 #pragma unroll
       for (int i = 0; i < kLoads; ++i) {
-        const int u = u0 + i * blockDim.x, t = u % kTok, col = c0 + 8 * (u / kTok);
+        const int u = u0 + i * blockDim.x, t = u % m, col = c0 + 8 * (u / m);
         v[i] = make_uint4(0u, 0u, 0u, 0u);
-        if (u < units && t < m && col < k) {
-          v[i] = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(t) * k + col));
-        }
+        if (u < units && col < k) v[i] = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(t) * k + col));
       }
 #pragma unroll
       for (int i = 0; i < kLoads; ++i) {
         const int u = u0 + i * blockDim.x;
         if (u >= units) break;
-        const Element* e = reinterpret_cast<const Element*>(&v[i]);
-        Element* dst = xs + 8 * (u / kTok) * kTok + u % kTok;
+        if constexpr (kTok == 1) {
+          reinterpret_cast<uint4*>(xs)[u] = v[i];
+        } else {
+          const Element* e = reinterpret_cast<const Element*>(&v[i]);
+          Element* dst = xs + 8 * (u / m) * kTok + u % m;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) dst[j * kTok] = e[j];
+          for (int j = 0; j < 8; ++j) dst[j * kTok] = e[j];
+        }
       }
     }
   } else {
-    for (int u = threadIdx.x; u < ncols * kTok; u += blockDim.x) {
-      const int t = u % kTok, col = c0 + u / kTok;
-      xs[u] = (t < m && col < k) ? x[static_cast<int64_t>(t) * k + col] : Element(0.f);
+    for (int u = threadIdx.x; u < ncols * m; u += blockDim.x) {
+      const int t = u % m, col = c0 + u / m;
+      xs[(u / m) * kTok + t] = col < k ? x[static_cast<int64_t>(t) * k + col] : Element(0.f);
     }
   }
 }
