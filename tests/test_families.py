@@ -167,6 +167,12 @@ def test_nm_decode_mode_rules_and_layouts():
     # at most 2 CTAs per SM below 2^25 weights; above, a free third slot for the next PDL call
     assert (dec.heuristic(Problem(1, 4096, 4096, F16, "2:8", 32)).max_ctas,
             dec.heuristic(Problem(1, 8192, 8192, F16, "2:8", 32)).max_ctas) == (2, 0)
+    # one token on >= 4096 rows and 2^25 weights: narrow x, 8 warps per 32-row block, no cluster
+    one = dec.heuristic(Problem(1, 4096, 11008, F16, "2:8", 32))
+    assert (one.max_tokens, one.wsplit, one.split, one.block_rows) == (1, 8, 1, 32)
+    assert dec.check(one, Problem(1, 4096, 11008, F16, "2:8", 32)) is None
+    assert dec.heuristic(Problem(1, 1024, 32768, F16, "2:8", 32)).wsplit == 1  # 32 CTAs would not fill the GPU
+    assert dec.heuristic(Problem(2, 8192, 8192, F16, "2:8", 32)).wsplit == 1
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 32)).bulk == 1
     assert dec.heuristic(Problem(4, 8192, 8192, F16, "2:8", 32)).bulk == 0
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 1)).mode == 0

@@ -314,3 +314,23 @@ def test_wsplit_variants(variant, n, k):
                                                              wsplit=wsplit)
     pattern = "128:2:7" if mode == 3 else "3:7"
     _check_forced(cfg, pattern, 32, n, k, m, seed=47, with_bias=True, warm=True)
+
+
+@pytest.mark.parametrize("pattern", ["2:8", "5:16"])
+def test_one_token_heuristic_on_a_large_weight(pattern):
+    """matmul's own choice at one token on >= 4096 rows and 2^25 weights (narrow x, wsplit 8, no cluster), with
+    tails in n and k, against fp64 into a poisoned output."""
+    n, k = 4100, 8200
+    fam = cutlass_nm.families.get_family("nm_decode")
+    types = cutlass_nm.families.KernelTypes("f16", "f16", True)
+    assert fam.heuristic(cutlass_nm.families.Problem(1, n, k, types, pattern, 32)).wsplit == 8
+    g = torch.Generator(device="cuda").manual_seed(53)
+    x = torch.randn(1, k, device="cuda", dtype=torch.float16, generator=g)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), pattern, vector=32)
+    bias = torch.randn(n, device="cuda", dtype=torch.float16, generator=g)
+    for _ in range(2):  # the second call launches with PDL
+        out = torch.full((1, n), float("nan"), device="cuda", dtype=torch.float16)
+        y = cutlass_nm.matmul(x, w, bias, out=out)
+        ref = x.double() @ w.to_dense().double().T + bias.double()
+        assert torch.isfinite(y).all()
+        assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3

@@ -246,7 +246,9 @@ class _DecodeFamily:
         for 1-8 tokens and one for 9-16, 8 warps and 2 steps in flight, launched with programmatic dependent
         launch; below 2^25 weights the values come by TMA bulk copies (results/h100/nm_decode_sweep_launch.json:
         at 4096² 6.7-12.6 µs, 10-20 % under the previous 16-warp choices; at 8192² registers, bulk rings cost
-        CTAs per SM there) and at most 2 CTAs share an SM (ab_nm_decode_cap_check_40bd8b4.json: 1-14 %).
+        CTAs per SM there) and at most 2 CTAs share an SM (ab_nm_decode_cap_check_40bd8b4.json: 1-14 %). One token
+        on at least 4096 rows and 2^25 weights: one staged token and the 8 warps of a CTA splitting one 32-row
+        block's k, so no cluster and no cross-CTA reduction (results/h100/NOTES.md, 2026-11-30).
         Otherwise lanes along k (mode 0): large CTAs (x staging amortized over many rows), fewer rows per warp as
         accumulators grow; one token: transposed gathers at >= 75 % sparsity, small CTAs
         below 2^25 weights (results/h100/nm_decode_sweep_m1.json); PDL too (each mode issues its first weight
@@ -259,6 +261,11 @@ class _DecodeFamily:
         if pattern.is_vnm and pattern.v % 32 == 0:  # results/h100/vnm_decode_e4c72cb.json: 8 warps, 2 steps
             return Config(max_tokens=mma_tokens, warps=8, ahead=2, mode=3, pdl=1, min_ctas=3)
         if not pattern.is_vnm and problem.vector and problem.vector % 32 == 0:
+            if problem.m == 1 and not small and problem.n >= 4096:
+                # one token: narrow x, 8 warps on each 32-row block, no cluster (ab_nm_decode_wsplit_check_1b89cf1
+                # .json: 1.06-1.39x in all 12 cells at n·k >= 2^25; fewer rows leave the GPU too few CTAs)
+                return Config(max_tokens=1, warps=8, ahead=2, mode=2, pdl=1, min_ctas=3, prefetch=4, wsplit=8,
+                              split=1)
             # below 2^25 weights at most 2 CTAs per SM (results/h100/ab_nm_decode_max_ctas_ea3ebf0.json: 4096² 1-12 %
             # faster); above, the free third slot lets the next PDL call start early (capped: 27-51 % slower)
             return Config(max_tokens=mma_tokens, warps=8, ahead=2, mode=2, bulk=int(small), pdl=1,
