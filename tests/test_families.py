@@ -169,7 +169,8 @@ def test_nm_decode_mode_rules_and_layouts():
             dec.heuristic(Problem(1, 8192, 8192, F16, "2:8", 32)).max_ctas) == (2, 0)
     # one token on >= 4096 rows and 2^25 weights: narrow x, 8 warps per 32-row block, no cluster
     one = dec.heuristic(Problem(1, 4096, 11008, F16, "2:8", 32))
-    assert (one.max_tokens, one.wsplit, one.split, one.block_rows) == (1, 8, 1, 32)
+    assert (one.max_tokens, one.wsplit, one.split, one.block_rows, one.min_ctas) == (1, 8, 1, 32, 3)
+    assert dec.heuristic(Problem(1, 14336, 4096, F16, "2:8", 32)).min_ctas == 4  # 448 CTAs: one wave at 4 per SM
     assert dec.check(one, Problem(1, 4096, 11008, F16, "2:8", 32)) is None
     assert dec.heuristic(Problem(1, 1024, 32768, F16, "2:8", 32)).wsplit == 1  # 32 CTAs would not fill the GPU
     assert dec.heuristic(Problem(2, 8192, 8192, F16, "2:8", 32)).wsplit == 1

@@ -263,9 +263,11 @@ class _DecodeFamily:
         if not pattern.is_vnm and problem.vector and problem.vector % 32 == 0:
             if problem.m == 1 and not small and problem.n >= 4096:
                 # one token: narrow x, 8 warps on each 32-row block, no cluster (ab_nm_decode_wsplit_check_1b89cf1
-                # .json: 1.06-1.39x in all 12 cells at n·k >= 2^25; fewer rows leave the GPU too few CTAs)
-                return Config(max_tokens=1, warps=8, ahead=2, mode=2, pdl=1, min_ctas=3, prefetch=4, wsplit=8,
-                              split=1)
+                # .json: 1.06-1.39x in all 12 cells at n·k >= 2^25; fewer rows leave the GPU too few CTAs); one step
+                # in registers, and 4 CTAs per SM where n / 32 CTAs exceed 3 per SM of an H100
+                # (ab_nm_decode_wsplit_neighbours_b7e848d.json)
+                return Config(max_tokens=1, warps=8, ahead=1, mode=2, pdl=1, prefetch=4, wsplit=8, split=1,
+                              min_ctas=4 if problem.n > 3 * 132 * 32 else 3)
             # below 2^25 weights at most 2 CTAs per SM (results/h100/ab_nm_decode_max_ctas_ea3ebf0.json: 4096² 1-12 %
             # faster); above, the free third slot lets the next PDL call start early (capped: 27-51 % slower)
             return Config(max_tokens=mma_tokens, warps=8, ahead=2, mode=2, bulk=int(small), pdl=1,
