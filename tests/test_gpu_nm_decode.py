@@ -299,14 +299,14 @@ def test_max_ctas_cap(mode, pattern):
 
 
 WSPLIT_VARIANTS = [(2, 1, 1, 8, 1, 4), (2, 4, 3, 2, 0, 0), (2, 8, 8, 4, 0, 4), (2, 16, 13, 8, 1, 0),
-                   (2, 2, 2, 8, 0, 0), (3, 8, 5, 8, 1, 4), (3, 16, 16, 2, 0, 0)]
+                   (2, 2, 2, 8, 0, 0), (3, 8, 5, 8, 1, 4), (3, 16, 16, 2, 0, 0), (3, 1, 1, 8, 1, 0), (3, 4, 3, 4, 0, 0)]
 
 
 @pytest.mark.parametrize("variant", WSPLIT_VARIANTS, ids=lambda v: "mode{}T{}m{}w{}s{}p{}".format(*v))
 @pytest.mark.parametrize("n,k", [(1000, 1003), (64, 16384), (520, 4096), (2080, 16384)])
 def test_wsplit_variants(variant, n, k):
     """wsplit = W warps (of 8) splitting a 32-row block's steps, summed in shared memory: with and without a
-    cluster (split 1 or plan's rule), narrow x (mode 2 below 8 tokens), L2 prefetch windows inside a warp's part,
+    cluster (split 1 or plan's rule), narrow x (below 8 tokens), L2 prefetch windows inside a warp's part,
     pieces (16 tokens at k = 16384 on one CTA: several x pieces), tails in n, m and k, a bias, PDL."""
     mode, tokens, m, wsplit, split, prefetch = variant
     cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=tokens, warps=8, ahead=2, mode=mode, pdl=1,

@@ -119,7 +119,6 @@ def test_wsplit_rows_sums_and_narrow_x(wsplit, tokens):
     cfg = Config(max_tokens=tokens, warps=8, ahead=2, mode=2, split=8 // wsplit, wsplit=wsplit)
     assert cfg.block_rows == 256 // wsplit
     assert fixed_smem(cfg) == 256 * tokens * 4
-    assert cfg.x_tokens == (tokens if tokens < 8 else max(8, tokens))
     split, piece, smem = plan(cfg, 8192, 2048, 2, 8, 132)  # 2:8 at k = 8192
     assert split == 8 // wsplit and (8192 // cfg.block_rows) * split == 256
     if tokens == 1:  # 8192 columns (+ one group, + 16 of slack) x 2 bytes: one piece for the whole row

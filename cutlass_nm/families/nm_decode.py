@@ -61,8 +61,8 @@ class Config(FamilyConfig):
     from stacking a call's CTAs 3 to an SM while others hold 1. ``wsplit`` = W (modes 2 and 3, values in
     registers) lets W warps share one 32-row block and split each x piece's steps, their sums added in shared
     memory: a CTA owns 32 x warps / W rows, so the grid fills the GPU with fewer CTAs per cluster (none at W =
-    warps), at W times the staged x per CTA. Mode 2 below 8 tokens stages exactly ``max_tokens`` tokens of x
-    (``x_tokens``)."""
+    warps), at W times the staged x per CTA. Modes 2 and 3 below 8 tokens stage exactly ``max_tokens`` tokens of
+    x (narrow x, B built from scalar shared loads instead of ldmatrix)."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -93,12 +93,6 @@ class Config(FamilyConfig):
     @property
     def block_rows(self) -> int:
         return self.warps * (32 if self.mode else self.rows) // self.wsplit
-
-    @property
-    def x_tokens(self) -> int:
-        """Tokens per staged x column in modes 2 and 3: 8 or 16 for ldmatrix, exactly ``max_tokens`` below 8 in
-        mode 2 (narrow x, the template's kNarrow)."""
-        return self.max_tokens if self.mode == 2 and self.max_tokens < 8 else max(8, self.max_tokens)
 
     @property
     def ring_bytes(self) -> int:
@@ -155,8 +149,9 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
     if not cfg.staged:  # one token read straight from L1: nothing staged
         return split, per_cta, max(red, capped_smem(cfg))
     need = ((cfg.unit * per_cta - 1) // keep + 2) * group  # x columns one CTA's k-range touches
-    # mode 1 stages fp32, modes 2 and 3 x_tokens of fp16; from the 8-aligned column below, 8 columns per load
-    col_bytes = 4 * cfg.max_tokens if cfg.mode == 1 else 2 * (cfg.x_tokens if cfg.mode else cfg.max_tokens)
+    # mode 1 stages fp32, the others max_tokens of fp16 (modes 2 and 3: 8 or 16 for ldmatrix, fewer narrow); from
+    # the 8-aligned column below, 8 columns per load
+    col_bytes = (4 if cfg.mode == 1 else 2) * cfg.max_tokens
     slack = 16 if cfg.mode else 0
     cap = min(need, (SMEM_BUDGET - red) // col_bytes - slack)
     piece = min(per_cta, (cap // group - 1) * keep // cfg.unit)

@@ -547,10 +547,10 @@ nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__
 // walks the CTA's k-range in steps of 16 nonzero positions: mma.m16n8k16 with A = the tile's values (loaded in
 // fragment order, formats/nm.py decode_mma_layout: one 16-byte load per lane and tile) and B = the 16 x columns
 // of those positions, gathered from the staged x ([col][kTok] fp16) by ldmatrix.trans with one column address per
-// lane. kTok = 8 or 16 tokens (one or two n8 tiles). Mode 2 with fewer than 8 tokens stages exactly that many
-// (narrow x: a CTA that walks a whole row's k, wsplit, stages 8 / kMaxTokens times less) and builds the B fragment
-// from scalar shared loads instead (mma_step).
-constexpr bool kNarrow = kMode == 2 && kMaxTokens < 8;
+// lane. kTok = 8 or 16 tokens (one or two n8 tiles). Modes 2 and 3 with fewer than 8 tokens stage exactly that
+// many (narrow x: a CTA that walks a whole row's k, wsplit, stages 8 / kMaxTokens times less) and build the B
+// fragment from scalar shared loads instead (narrow_b).
+constexpr bool kNarrow = kMode >= 2 && kMaxTokens < 8;
 constexpr int kTok = kNarrow ? kMaxTokens : kMaxTokens < 8 ? 8 : kMaxTokens;
 constexpr int kNTiles = kTok < 8 ? 1 : kTok / 8;
 
@@ -609,23 +609,28 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 
 // One 16-position step of a warp: the 16 x columns of its positions (one column address per lane) by
 // ldmatrix.trans, then mma over the warp's two 16-row tiles and kNTiles 8-token tiles.
-// Narrow x: lane l holds the B elements of token l / 4 at positions 2 (l % 4) + {0, 1, 8, 9}, whose columns the
-// lanes of those positions computed (lane p < 16 holds position p's); tokens past kTok are zero.
+// Narrow x: the B fragment of an mma with kRegs k-halves of 8 (2 for m16n8k16, 4 for m16n8k32): lane l holds
+// token l / 4 at positions 8 j + 2 (l % 4) + {0, 1} in register j, whose columns the lanes of those positions
+// computed (lane p holds position p's column); tokens past kTok are zero.
+template <int kRegs>
+__device__ __forceinline__ void narrow_b(uint32_t (&b)[4], const Element* xs, int col) {
+  const int lane = threadIdx.x & 31, p = 2 * (lane & 3), t = lane >> 2;
+  int c[2 * kRegs];
+#pragma unroll
+  for (int i = 0; i < 2 * kRegs; ++i) c[i] = __shfl_sync(0xffffffffu, col, p + 8 * (i / 2) + i % 2);
+  const unsigned short* xh = reinterpret_cast<const unsigned short*>(xs) + t;
+  uint32_t h[2 * kRegs];
+#pragma unroll
+  for (int i = 0; i < 2 * kRegs; ++i) h[i] = t < kTok ? xh[c[i] * kTok] : 0u;
+#pragma unroll
+  for (int j = 0; j < kRegs; ++j) b[j] = h[2 * j] | h[2 * j + 1] << 16;
+}
+
 __device__ __forceinline__ void mma_step(float (&acc)[2][kNTiles][4], const uint32_t (&af)[2][4], const Element* xs,
                                          int col, int my_tok) {
   uint32_t b[4];
   if constexpr (kNarrow) {
-    const int lane = threadIdx.x & 31, p = 2 * (lane & 3), t = lane >> 2;
-    const int c[4] = {__shfl_sync(0xffffffffu, col, p), __shfl_sync(0xffffffffu, col, p + 1),
-                      __shfl_sync(0xffffffffu, col, p + 8), __shfl_sync(0xffffffffu, col, p + 9)};
-    const unsigned short* xh = reinterpret_cast<const unsigned short*>(xs) + t;
-    uint32_t h[4] = {0u, 0u, 0u, 0u};
-    if (t < kTok) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) h[i] = xh[c[i] * kTok];
-    }
-    b[0] = h[0] | h[1] << 16;
-    b[1] = h[2] | h[3] << 16;
+    narrow_b<2>(b, xs, col);
   } else if constexpr (kNTiles == 2) {
     const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + my_tok));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -672,10 +677,14 @@ __device__ __forceinline__ void mma_sp_step(float (&acc)[2][kNTiles][4], const u
                                             const Element* xs, int col) {
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt) {
-    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + nt * 8));
     uint32_t b[4];
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(addr));
+    if constexpr (kNarrow) {
+      narrow_b<4>(b, xs, col);
+    } else {
+      const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + nt * 8));
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(addr));
+    }
 #pragma unroll
     for (int t = 0; t < 2; ++t) mma_sp_16832(acc[t][nt], af[t], b, e, t);
   }
