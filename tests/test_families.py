@@ -174,6 +174,9 @@ def test_nm_decode_mode_rules_and_layouts():
     assert dec.check(one, Problem(1, 4096, 11008, F16, "2:8", 32)) is None
     assert dec.heuristic(Problem(1, 1024, 32768, F16, "2:8", 32)).wsplit == 1  # 32 CTAs would not fill the GPU
     assert dec.heuristic(Problem(2, 8192, 8192, F16, "2:8", 32)).wsplit == 1
+    vnm_one = dec.heuristic(Problem(1, 8192, 8192, F16, "128:2:8", 0))
+    assert (vnm_one.mode, vnm_one.max_tokens, vnm_one.wsplit, vnm_one.prefetch) == (3, 1, 8, 0)
+    assert dec.check(vnm_one, Problem(1, 8192, 8192, F16, "128:2:8", 0)) is None
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 32)).bulk == 1
     assert dec.heuristic(Problem(4, 8192, 8192, F16, "2:8", 32)).bulk == 0
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 1)).mode == 0

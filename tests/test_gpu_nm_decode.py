@@ -316,17 +316,20 @@ def test_wsplit_variants(variant, n, k):
     _check_forced(cfg, pattern, 32, n, k, m, seed=47, with_bias=True, warm=True)
 
 
-@pytest.mark.parametrize("pattern", ["2:8", "5:16"])
+@pytest.mark.parametrize("pattern", ["2:8", "5:16", "128:2:7"])
 def test_one_token_heuristic_on_a_large_weight(pattern):
-    """matmul's own choice at one token on >= 4096 rows and 2^25 weights (narrow x, wsplit 8, no cluster), with
-    tails in n and k, against fp64 into a poisoned output."""
+    """matmul's own choice at one token on >= 4096 rows and 2^25 weights (narrow x, wsplit 8, no cluster; mode 2
+    for N:M, mode 3 for V:N:M), with tails in n and k, against fp64 into a poisoned output."""
     n, k = 4100, 8200
+    vnm = cutlass_nm.Pattern.parse(pattern).is_vnm
     fam = cutlass_nm.families.get_family("nm_decode")
     types = cutlass_nm.families.KernelTypes("f16", "f16", True)
-    assert fam.heuristic(cutlass_nm.families.Problem(1, n, k, types, pattern, 32)).wsplit == 8
+    cfg = fam.heuristic(cutlass_nm.families.Problem(1, n, k, types, pattern, 0 if vnm else 32))
+    assert (cfg.wsplit, cfg.mode) == (8, 3 if vnm else 2)
     g = torch.Generator(device="cuda").manual_seed(53)
     x = torch.randn(1, k, device="cuda", dtype=torch.float16, generator=g)
-    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), pattern, vector=32)
+    dense = torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g)
+    w, _ = cutlass_nm.prune(dense, pattern) if vnm else cutlass_nm.prune(dense, pattern, vector=32)
     bias = torch.randn(n, device="cuda", dtype=torch.float16, generator=g)
     for _ in range(2):  # the second call launches with PDL
         out = torch.full((1, n), float("nan"), device="cuda", dtype=torch.float16)
