@@ -165,14 +165,19 @@ def test_nm_decode_mode_rules_and_layouts():
     # values by TMA bulk copies below 2^25 weights, registers above
     assert dec.heuristic(Problem(4, 4096, 4096, F16, "2:8", 32)).bulk == 1
     # at most 2 CTAs per SM below 2^25 weights; above, a free third slot for the next PDL call
-    assert (dec.heuristic(Problem(1, 4096, 4096, F16, "2:8", 32)).max_ctas,
-            dec.heuristic(Problem(1, 8192, 8192, F16, "2:8", 32)).max_ctas) == (2, 0)
+    assert (dec.heuristic(Problem(4, 4096, 4096, F16, "2:8", 32)).max_ctas,
+            dec.heuristic(Problem(4, 8192, 8192, F16, "2:8", 32)).max_ctas) == (2, 0)
     # one token on >= 4096 rows and 2^25 weights: narrow x, 8 warps per 32-row block, no cluster
     one = dec.heuristic(Problem(1, 4096, 11008, F16, "2:8", 32))
     assert (one.max_tokens, one.wsplit, one.split, one.block_rows, one.min_ctas) == (1, 8, 1, 32, 3)
     assert dec.heuristic(Problem(1, 14336, 4096, F16, "2:8", 32)).min_ctas == 4  # 448 CTAs: one wave at 4 per SM
     assert dec.check(one, Problem(1, 4096, 11008, F16, "2:8", 32)) is None
     assert dec.heuristic(Problem(1, 1024, 32768, F16, "2:8", 32)).wsplit == 1  # 32 CTAs would not fill the GPU
+    # fewer row blocks: clusters up to ~256 CTAs (mode 2 below 4096 rows, mode 3 below 8192)
+    assert [dec.heuristic(Problem(1, n, 8192, F16, p, v)).split for n, p, v in
+            ((2048, "2:8", 32), (3072, "2:8", 32), (4096, "2:8", 32), (4096, "128:2:8", 0), (8192, "128:2:8", 0))
+            ] == [4, 2, 1, 2, 1]
+    assert dec.heuristic(Problem(1, 4096, 4096, F16, "1:8", 32)).wsplit == 8
     assert dec.heuristic(Problem(2, 8192, 8192, F16, "2:8", 32)).wsplit == 1
     vnm_one = dec.heuristic(Problem(1, 8192, 8192, F16, "128:2:8", 0))
     assert (vnm_one.mode, vnm_one.max_tokens, vnm_one.wsplit, vnm_one.prefetch) == (3, 1, 8, 0)

@@ -242,9 +242,9 @@ class _DecodeFamily:
         launch; below 2^25 weights the values come by TMA bulk copies (results/h100/nm_decode_sweep_launch.json:
         at 4096² 6.7-12.6 µs, 10-20 % under the previous 16-warp choices; at 8192² registers, bulk rings cost
         CTAs per SM there) and at most 2 CTAs share an SM (ab_nm_decode_cap_check_40bd8b4.json: 1-14 %).
-        Modes 2 and 3 at one token on at least 4096 rows and 2^25 weights: one staged token and the 8 warps of a
-        CTA splitting one 32-row block's k, so no cluster and no cross-CTA reduction (results/h100/NOTES.md,
-        2026-11-30).
+        Modes 2 and 3 at one token on at least 2048 rows and 2^24 weights: one staged token and the 8 warps of a
+        CTA splitting one 32-row block's k, so no cross-CTA reduction where the row blocks alone fill the GPU, and
+        clusters of 2-4 where they do not (results/h100/NOTES.md, 2026-11-30).
         Otherwise lanes along k (mode 0): large CTAs (x staging amortized over many rows), fewer rows per warp as
         accumulators grow; one token: transposed gathers at >= 75 % sparsity, small CTAs
         below 2^25 weights (results/h100/nm_decode_sweep_m1.json); PDL too (each mode issues its first weight
@@ -254,14 +254,18 @@ class _DecodeFamily:
         mma_tokens = 8 if problem.m <= 8 else 16
         vnm_mma = pattern.is_vnm and pattern.v % 32 == 0
         shared_mma = not pattern.is_vnm and bool(problem.vector) and problem.vector % 32 == 0
-        if (vnm_mma or shared_mma) and problem.m == 1 and not small and problem.n >= 4096:
-            # one token: narrow x, 8 warps on each 32-row block, no cluster, one step in registers, 4 CTAs per SM
-            # where n / 32 CTAs exceed 3 per SM of an H100 (mode 2: ab_nm_decode_wsplit_check_1b89cf1.json, 1.06-1.39x
-            # in all 12 cells at n·k >= 2^25, fewer rows leave the GPU too few CTAs;
-            # ab_nm_decode_wsplit_neighbours_b7e848d.json; mode 3: ab_nm_decode_vnm_narrow_7e59e12.json, 1.25x)
+        if (vnm_mma or shared_mma) and problem.m == 1 and problem.n * problem.k >= 1 << 24 and problem.n >= 2048:
+            # one token: narrow x, 8 warps on each 32-row block, one step in registers, 4 CTAs per SM where n / 32
+            # CTAs exceed 3 per SM of an H100 (mode 2: ab_nm_decode_wsplit_check_1b89cf1.json, 1.06-1.39x in all 12
+            # cells at n·k >= 2^25; ab_nm_decode_wsplit_neighbours_b7e848d.json; mode 3:
+            # ab_nm_decode_vnm_narrow_7e59e12.json, 1.25x). No cluster where the row blocks fill the GPU; below
+            # that, clusters up to ~256 CTAs (mode 2 below 4096 rows, mode 3 below 8192:
+            # ab_nm_decode_wsplit_clusters_4c1606d.json)
+            blocks = -(-problem.n // 32)
+            fill = 1 if shared_mma and problem.n >= 4096 else min(MAX_SPLIT, max(1, 256 // blocks))
             return Config(max_tokens=1, warps=8, ahead=1, mode=3 if vnm_mma else 2, pdl=1,
-                          prefetch=0 if vnm_mma else 4, wsplit=8, split=1,
-                          min_ctas=4 if problem.n > 3 * 132 * 32 else 3)
+                          prefetch=0 if vnm_mma else 4, wsplit=8, split=1 << (fill.bit_length() - 1),
+                          min_ctas=4 if blocks > 3 * 132 else 3)
         # results/h100/ab_nm_decode_e28a256.json: registers for 3 CTAs per SM (the 16-token kernel otherwise takes
         # 88 and its 256 CTAs at 8192² run in two waves); mode 2 keeps 4 steps ahead in L2 (mode 3 loses with it)
         if vnm_mma:  # results/h100/vnm_decode_e4c72cb.json: 8 warps, 2 steps
