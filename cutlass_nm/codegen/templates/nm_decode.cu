@@ -543,8 +543,9 @@ nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__
 
 
 // ---- mode = 2: tensor cores ----
-// Warp w owns rows blockIdx.y * kBlockRows + 32 w .. + 31 (two m16 tiles, one index row: vector % 32 == 0) and
-// walks the CTA's k-range in steps of 16 nonzero positions: mma.m16n8k16 with A = the tile's values (loaded in
+// Warp w owns rows blockIdx.y * kBlockRows + 32 (w / kWsplit) .. + 31 (two m16 tiles, one index row: vector % 32
+// == 0) and walks its part (w % kWsplit of kWsplit) of each x piece of the CTA's k-range in steps of 16 nonzero
+// positions: mma.m16n8k16 with A = the tile's values (loaded in
 // fragment order, formats/nm.py decode_mma_layout: one 16-byte load per lane and tile) and B = the 16 x columns
 // of those positions, gathered from the staged x ([col][kTok] fp16) by ldmatrix.trans with one column address per
 // lane. kTok = 8 or 16 tokens (one or two n8 tiles). Modes 2 and 3 with fewer than 8 tokens stage exactly that
