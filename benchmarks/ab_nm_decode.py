@@ -39,11 +39,13 @@ def main() -> None:
     cfgs, overs = {}, {}  # per cell: the variants check() accepts (max_tokens = 1 skips m = 16), their overrides
     for (n, k), m, p in itertools.product(shapes, tokens, patterns):
         problem = Problem(m, n, k, types, p, vector[p])
-        cell = [(o, dataclasses.replace(FAMILY.heuristic(problem), **o)) for o in overrides]
-        for o, c in cell:
+        cell = []
+        for o in overrides:
+            c = dataclasses.replace(FAMILY.heuristic(problem), **o)
             if (why := FAMILY.check(c, problem)) is not None:
                 print(f"{n}x{k} m={m} {p}: skipped {json.dumps(o)}: {why}")
-        cell = [(o, c) for o, c in cell if FAMILY.check(c, problem) is None]
+            else:
+                cell.append((o, c))
         cfgs[n, k, m, p], overs[n, k, m, p] = [c for _, c in cell], [o for o, _ in cell]
     precompile({("nm_decode", c, types) for cs in cfgs.values() for c in cs})
     bw = copy_bandwidth()  # also the warm-up: 200 ms of copies lift the clocks before the first row

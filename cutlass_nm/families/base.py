@@ -21,6 +21,7 @@ from ..errors import ConfigError
 
 DTYPE_NAMES = ("f16", "bf16", "f32")
 HALF_DTYPES = ("f16", "bf16")  # the input types of the tensor-core families (and the decode path)
+SM_COUNT_H100 = 132  # SMs of an H100 SXM (and H200): the heuristics' wave estimates
 SMEM_PER_SM_H100 = 233472  # shared memory per SM on the H100 (228 KB; CTAs also reserve 1 KB each)
 
 

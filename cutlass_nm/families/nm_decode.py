@@ -23,7 +23,7 @@ from ..errors import ShapeError
 from ..formats.nm import NMWeight, decode_layout, decode_mma_layout, decode_rows_layout
 from ..formats.vnm import VNMWeight, decode_vnm_layout
 from ..patterns import Pattern, parse_or_none
-from .base import SMEM_PER_SM_H100, FamilyConfig, KernelTypes, Problem, half_inputs_only
+from .base import SM_COUNT_H100, SMEM_PER_SM_H100, FamilyConfig, KernelTypes, Problem, half_inputs_only
 from .launch import check_status, device_info
 
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16"}
@@ -265,7 +265,7 @@ class _DecodeFamily:
             fill = 1 if shared_mma and problem.n >= 4096 else min(MAX_SPLIT, max(1, 256 // blocks))
             return Config(max_tokens=1, warps=8, ahead=1, mode=3 if vnm_mma else 2, pdl=1,
                           prefetch=0 if vnm_mma else 4, wsplit=8, split=1 << (fill.bit_length() - 1),
-                          min_ctas=4 if blocks > 3 * 132 else 3)
+                          min_ctas=4 if blocks > 3 * SM_COUNT_H100 else 3)
         # results/h100/ab_nm_decode_e28a256.json: registers for 3 CTAs per SM (the 16-token kernel otherwise takes
         # 88 and its 256 CTAs at 8192² run in two waves); mode 2 keeps 4 steps ahead in L2 (mode 3 loses with it)
         if vnm_mma:  # results/h100/vnm_decode_e4c72cb.json: 8 warps, 2 steps

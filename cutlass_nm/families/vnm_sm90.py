@@ -19,12 +19,11 @@ from ..errors import ShapeError
 from ..formats import meta_sm90
 from ..formats.vnm import VNMWeight
 from ..patterns import parse_or_none
-from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only, pipelined_mma_rule
+from .base import SM_COUNT_H100, FamilyConfig, KernelTypes, Problem, half_inputs_only, pipelined_mma_rule
 from .launch import check_status
 
 SMEM_BYTES = 232448  # sm90 opt-in shared memory per block
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per consumer thread before spilling
-SM_COUNT = 132  # H100 / H200: the heuristic's wave estimate
 K_ALIGN = 128  # gathered K is padded to this (a multiple of every tile_k), zero values / valid metadata
 ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "float"}
 
@@ -70,7 +69,7 @@ class Config(FamilyConfig):
         "cluster": (1, 2),
     }
 
-    def estimate_ms(self, problem: Problem, sm_count: int = SM_COUNT) -> float:
+    def estimate_ms(self, problem: Problem, sm_count: int = SM_COUNT_H100) -> float:
         """Estimate for ranking (tune.perfmodel): the gathered B (once per weight tile) and A with its metadata
         (once per token tile, once per cluster) through L2, at a rate that falls below ~128 KB of stages in flight,
         or CTA waves of wgmma.sp over the gathered K, whichever is larger; short K loops pay the pipeline fill, and
@@ -176,9 +175,9 @@ class _VnmSm90Family:
             return Config(tile_m=64, tile_n=64, tile_k=128, stages=6, transpose=1, producer=1)
         # token-tile groups when a wave spans under two token tiles (H100, 2048 tokens: 11008 x 4096 7 % faster,
         # 4096 x 11008, 32 weight tiles, no faster, 6 % slower at 8192 tokens; results/h100/gated_mlp_283ec21.json)
-        raster = int(2 * -(-problem.n // 128) > SM_COUNT)
+        raster = int(2 * -(-problem.n // 128) > SM_COUNT_H100)
         ctas = -(-problem.n // 128) * -(-problem.m // 256)
-        if 2 * ctas < SM_COUNT:
+        if 2 * ctas < SM_COUNT_H100:
             return Config(tile_m=128, tile_n=128, tile_k=64, stages=8, consumers=2, transpose=1, producer=1,
                           raster=raster)
         return Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, transpose=1, producer=1,
