@@ -5,25 +5,55 @@ too. Medians over rounds, effective bandwidth as a fraction of the device's copy
 
     python3 benchmarks/ab_nm_decode.py --variants '[{}, {"min_ctas": 4, "early_release": 1}]' \
         --out benchmarks/results/h100/ab_nm_decode.json
+
+A variant may also carry ``"defines": {"CNM_NAME": <int>}``: the template's code-level alternatives (``#ifndef
+CNM_...`` blocks in codegen/templates/nm_decode.cu), so two versions of the kernel are timed in the same rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import itertools
 import json
 import statistics
 
 import torch
-from bench_nm_decode import add_variant_args, copy_bandwidth, decode_inputs, rotated_weights, streamed_bytes
+from bench_nm_decode import (
+    add_variant_args,
+    copy_bandwidth,
+    decode_inputs,
+    define_prefix,
+    rotated_weights,
+    split_variant,
+    streamed_bytes,
+)
 
 import cutlass_nm
 from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
+from cutlass_nm.build import build_many
 from cutlass_nm.families import KernelTypes, Problem
 from cutlass_nm.families.nm_decode import FAMILY
 from cutlass_nm.kernels import get_kernel, precompile
+
+
+def launchers(cells: dict, types: KernelTypes) -> dict:
+    """A launcher per (config, defines): the library's kernels for plain configs, parallel builds of the
+    source with the defines prepended otherwise."""
+    keys = {(c, tuple(sorted(d.items()))) for cs in cells.values() for c, d in cs}
+    plain = {c for c, d in keys if not d}
+    precompile({("nm_decode", c, types) for c in plain})
+    out = {(c, ()): get_kernel(("nm_decode", c, types)) for c in plain}
+    custom = sorted((k for k in keys if k[1]), key=str)
+    built = build_many((define_prefix(dict(d)) + FAMILY.source(c, types), FAMILY.arch, "nm_decode_ab")
+                       for c, d in custom)
+    for (c, d), art in zip(custom, built, strict=True):
+        if isinstance(art, Exception):
+            raise art
+        out[c, d] = FAMILY.bind(ctypes.CDLL(str(art.path)), c, types)
+    return out
 
 
 def main() -> None:
@@ -41,13 +71,14 @@ def main() -> None:
         problem = Problem(m, n, k, types, p, vector[p])
         cell = []
         for o in overrides:
-            c = dataclasses.replace(FAMILY.heuristic(problem), **o)
+            fields, defines = split_variant(o)
+            c = dataclasses.replace(FAMILY.heuristic(problem), **fields)
             if (why := FAMILY.check(c, problem)) is not None:
                 print(f"{n}x{k} m={m} {p}: skipped {json.dumps(o)}: {why}")
             else:
-                cell.append((o, c))
+                cell.append((o, (c, defines)))
         cfgs[n, k, m, p], overs[n, k, m, p] = [c for _, c in cell], [o for o, _ in cell]
-    precompile({("nm_decode", c, types) for cs in cfgs.values() for c in cs})
+    kernels = launchers(cfgs, types)
     bw = copy_bandwidth()  # also the warm-up: 200 ms of copies lift the clocks before the first row
     rows = []
     for (n, k, m, pattern), variants in cfgs.items():
@@ -60,8 +91,8 @@ def main() -> None:
         y = torch.empty(m, n, device="cuda", dtype=torch.float16)
         ref = xs[0].float() @ ws[0].to_dense().float().T
         runs, errs = [], []
-        for cfg in variants:
-            run = get_kernel(("nm_decode", cfg, types))
+        for cfg, defines in variants:
+            run = kernels[cfg, tuple(sorted(defines.items()))]
             for i in range(copies):  # each weight's layout is built (and written) on its first call
                 run(xs[i], ws[i], None, y)
             run(xs[0], ws[0], None, y)
@@ -79,7 +110,7 @@ def main() -> None:
             dense_t.append(time_rotating(baselines[1], copies, reps=30, warmup_ms=30).p50_ms)
         t_copy, t_dense = statistics.median(copy_t), statistics.median(dense_t)
         print(f"{n}x{k} m={m} {pattern}: copy {t_copy * 1e3:.1f} us, cuBLAS {t_dense * 1e3:.1f} us")
-        for cfg, over, ts, err in zip(variants, overs[n, k, m, pattern], times, errs, strict=True):
+        for (cfg, _), over, ts, err in zip(variants, overs[n, k, m, pattern], times, errs, strict=True):
             t = statistics.median(ts)
             rows.append({"n": n, "k": k, "m": m, "pattern": pattern, "override": over, "config": cfg.to_record(),
                          "median_ms": t, "rounds_ms": ts, "bytes": nbytes, "same_bytes_copy_ms": t_copy,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -69,6 +70,20 @@ def add_variant_args(ap: argparse.ArgumentParser, shapes: str, patterns: str) ->
     ap.add_argument("--tokens", default="1,16")
     ap.add_argument("--variants", default="[{}]", help="JSON list of Config field overrides of the heuristic")
     ap.add_argument("--out", type=Path)
+
+
+def define_prefix(defines: dict) -> str:
+    """``#define`` lines for a variant's code-level alternatives (``"defines"`` in a variant: the template's
+    ``#ifndef CNM_...`` blocks): CNM_ names and integer values only."""
+    for name, value in defines.items():
+        if not re.fullmatch(r"CNM_[A-Z0-9_]+", name) or type(value) is not int:
+            raise SystemExit(f"defines: want CNM_NAME: int, got {name!r}: {value!r}")
+    return "".join(f"#define {name} {value}\n" for name, value in sorted(defines.items()))
+
+
+def split_variant(over: dict) -> tuple[dict, dict]:
+    """A variant's Config field overrides and its defines."""
+    return {f: v for f, v in over.items() if f != "defines"}, over.get("defines", {})
 
 
 def rotation(first) -> list:

@@ -1,5 +1,7 @@
 """Where a decode call's time goes: the nm_decode kernel built with CNM_TRACE stamps the global timer per CTA at
-entry, x staged, weight stream done, cluster synced and y written (codegen/templates/nm_decode.cu). For each shape
+entry, x staged, weight stream done, cluster synced and y written, and (modes 2 and 3) when griddepcontrol.wait
+returned (codegen/templates/nm_decode.cu): ``stage_us`` runs from entry, ``inputs_wait_us`` from entry to that wait's
+return and ``stage_after_wait_us`` from there (a chained call's wait covers the previous call's tail). For each shape
 and pattern it runs the heuristic's config (a) alone after a synchronize and (b) as the last call of a PDL chain over
 rotated weights, and prints the phases' spread over CTAs next to the chain's per-call time.
 
@@ -17,20 +19,26 @@ import statistics
 
 import numpy as np
 import torch
-from bench_nm_decode import add_variant_args, decode_inputs, rotated_weights
+from bench_nm_decode import add_variant_args, decode_inputs, define_prefix, rotated_weights, split_variant
 
+import cutlass_nm
 from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import time_rotating
-from cutlass_nm.build import build
+from cutlass_nm.build import build, build_many
 from cutlass_nm.families import KernelTypes, Problem
 from cutlass_nm.families.nm_decode import FAMILY
 
 PHASES = ("entry", "staged", "streamed", "synced", "written")
 
 
-def traced_launcher(cfg, types: KernelTypes):
-    """The family's launcher over a CNM_TRACE build of ``cfg``, and the library (for cnm_trace_read)."""
-    source = "#define CNM_TRACE 1\n" + FAMILY.source(cfg, types)
+def traced_source(cfg, types: KernelTypes, defines: dict) -> str:
+    return "#define CNM_TRACE 1\n" + define_prefix(defines) + FAMILY.source(cfg, types)
+
+
+def traced_launcher(cfg, types: KernelTypes, defines: dict):
+    """The family's launcher over a CNM_TRACE build of ``cfg`` (and a variant's defines), and the library (for
+    cnm_trace_read)."""
+    source = traced_source(cfg, types, defines)
     lib = ctypes.CDLL(str(build(source, FAMILY.arch, "nm_decode_trace").path))
     lib.cnm_trace_read.argtypes = [ctypes.c_void_p, ctypes.c_int]
     return FAMILY.bind(lib, cfg, types), lib
@@ -38,7 +46,7 @@ def traced_launcher(cfg, types: KernelTypes):
 
 def read_trace(lib, ctas: int) -> np.ndarray:
     torch.cuda.synchronize()
-    buf = np.zeros((ctas, 6), dtype=np.uint64)
+    buf = np.zeros((ctas, 7), dtype=np.uint64)
     assert lib.cnm_trace_read(buf.ctypes.data, ctas) == 0
     return buf
 
@@ -53,6 +61,10 @@ def summarize(buf: np.ndarray) -> dict:
     for name, (a, b) in {"stage_us": (0, 1), "stream_us": (1, 2), "sync_wait_us": (2, 3), "reduce_us": (3, 4)}.items():
         d = (t[:, b] - t[:, a]) / 1e3
         out[name] = [float(d.min()), float(np.median(d)), float(d.max())]
+    ready = buf[:, 6].astype(np.int64)
+    if (ready >= t[:, 0]).all() and (ready <= t[:, 1]).all():  # stamped by this launch (modes 2 and 3)
+        for name, d in {"inputs_wait_us": ready - t[:, 0], "stage_after_wait_us": t[:, 1] - ready}.items():
+            out[name] = [float(d.min() / 1e3), float(np.median(d) / 1e3), float(d.max() / 1e3)]
     per_sm = np.bincount(buf[:, 5].astype(np.int64))
     out["ctas_per_sm"] = {str(c): int((per_sm == c).sum()) for c in range(int(per_sm.max()) + 1)}
     out["span_us"] = float(rel[:, 4].max())
@@ -64,6 +76,14 @@ def main() -> None:
     add_variant_args(ap, "8192x8192", "2:8,1:8,16:32")
     args = ap.parse_args()
     types = KernelTypes("f16", "f16", False)
+    variants = [split_variant(o) for o in json.loads(args.variants)]
+    # every traced build first, in parallel (the loop below then finds them in the build cache)
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    build_many({(traced_source(dataclasses.replace(FAMILY.heuristic(Problem(m, n, k, types, p, 0 if
+                                                   cutlass_nm.Pattern.parse(p).is_vnm else 32)), **f), types, d),
+                 FAMILY.arch, "nm_decode_trace")
+                for n, k in shapes for m in (int(t) for t in args.tokens.split(",")) for p in args.patterns.split(",")
+                for f, d in variants})
     rows = []
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.split("x"))
@@ -73,9 +93,9 @@ def main() -> None:
                 ws, xs = rotated_weights(pattern, n, k, xs0)
                 copies = len(ws)
                 base = FAMILY.heuristic(Problem(m, n, k, types, pattern, getattr(ws[0], "vector", 0)))
-                for over in json.loads(args.variants):
-                    cfg = dataclasses.replace(base, **over)
-                    run, lib = traced_launcher(cfg, types)
+                for (fields, defines), over in zip(variants, json.loads(args.variants), strict=True):
+                    cfg = dataclasses.replace(base, **fields)
+                    run, lib = traced_launcher(cfg, types, defines)
                     y = torch.empty(m, n, device="cuda", dtype=torch.float16)
                     launch = run.occupancy(xs[0], ws[0])
                     ctas = launch["split"] * launch["clusters"]

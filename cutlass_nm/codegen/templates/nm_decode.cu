@@ -71,9 +71,10 @@ __device__ __forceinline__ void wait_for_inputs() {
 
 // CNM_TRACE (benchmarks/trace_nm_decode.py only; never defined by the library): thread 0 of each CTA stamps the
 // global timer at entry (0), x staged (1), its warp's weight stream done (2), cluster synced (3) and y written (4),
-// and its SM (5), into cnm_trace_buf[CTA], read back by cnm_trace_read.
+// its SM (5), and the moment the previous grid's results were visible (6, griddepcontrol.wait returned; modes 2
+// and 3 with values in registers), into cnm_trace_buf[CTA], read back by cnm_trace_read.
 #ifdef CNM_TRACE
-__device__ unsigned long long cnm_trace_buf[16384][6];
+__device__ unsigned long long cnm_trace_buf[16384][7];
 __device__ __forceinline__ void trace_mark(int i) {
   if (threadIdx.x != 0) return;
   unsigned long long t;
@@ -223,20 +224,39 @@ __device__ __forceinline__ int2 cta_share(int units) {
                    static_cast<int>(static_cast<int64_t>(units) * (s + 1) / split));
 }
 
-// Block row r's sum for token t over the kWsplit warps that split its steps, in warp order: warp slot u of the
-// row's 32-row block sits at red[(r / 32 * kWsplit + u) * 32 + r % 32][t].
-__device__ __forceinline__ float slot_sum(const float* red, int r, int t) {
-  if constexpr (kWsplit == 1) {
-    return red[r * kMaxTokens + t];
-  } else {
-    const float* at = red + ((r / 32 * kWsplit) * 32 + r % 32) * kMaxTokens + t;
-    float part[kWsplit];
+// The reduction reads kRedVec consecutive tokens of a row at once (one 16-byte load per slot and peer) when a row
+// holds a multiple of 4 tokens.
+#ifndef CNM_RED_VEC
+#define CNM_RED_VEC 4
+#endif
+constexpr int kRedVec = kMaxTokens % CNM_RED_VEC == 0 ? CNM_RED_VEC : 1;
+using RedVec = std::conditional_t<kRedVec == 4, float4, float>;
+__device__ __forceinline__ void add_to(float& a, float b) { a += b; }
+__device__ __forceinline__ void add_to(float4& a, const float4& b) { a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w; }
+__device__ __forceinline__ float lane_of(float v, int) { return v; }
+__device__ __forceinline__ float lane_of(const float4& v, int j) { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; }
+
+// Block row r's sums for tokens t .. t + kRedVec - 1 over the kWsplit warps that split its steps, in warp order:
+// warp slot u of the row's 32-row block sits at red[(r / 32 * kWsplit + u) * 32 + r % 32][t] (red[r][t] at kWsplit 1).
+__device__ __forceinline__ RedVec slot_sum(const float* red, int r, int t) {
+  const RedVec* at = reinterpret_cast<const RedVec*>(red + ((r / 32 * kWsplit) * 32 + r % 32) * kMaxTokens + t);
+  RedVec part[kWsplit];
 #pragma unroll
-    for (int u = 0; u < kWsplit; ++u) part[u] = at[u * 32 * kMaxTokens];
-    float v = part[0];
+  for (int u = 0; u < kWsplit; ++u) part[u] = at[u * 32 * kMaxTokens / kRedVec];
+  RedVec v = part[0];
 #pragma unroll
-    for (int u = 1; u < kWsplit; ++u) v += part[u];
-    return v;
+  for (int u = 1; u < kWsplit; ++u) add_to(v, part[u]);
+  return v;
+}
+
+// Row `row`'s outputs for tokens t .. t + kRedVec - 1 (those below m), plus the bias.
+template <class Out>
+__device__ __forceinline__ void store_row(Out* __restrict__ y, const Element* __restrict__ bias, const RedVec& v,
+                                          int t, int m, int n, int row) {
+  const float b = bias ? to_float(bias[row]) : 0.f;
+#pragma unroll
+  for (int j = 0; j < kRedVec; ++j) {
+    if (t + j < m) store(y + static_cast<int64_t>(t + j) * n + row, lane_of(v, j) + b);
   }
 }
 
@@ -245,7 +265,7 @@ __device__ __forceinline__ float slot_sum(const float* red, int r, int t) {
 template <class Out>
 __device__ __forceinline__ void reduce_store(float* red, const Element* __restrict__ bias, Out* __restrict__ y, int m,
                                              int n) {
-  constexpr int kTotal = kBlockRows * kMaxTokens;
+  constexpr int kPerRow = kMaxTokens / kRedVec, kTotal = kBlockRows * kPerRow;  // elements of kRedVec tokens
   const int split = gridDim.x, s = blockIdx.x;
   wait_for_inputs();    // (a CTA with no steps has not waited yet) bias is read and y written below
   allow_next_launch();  // the weight stream is done: the next kernel's CTAs may take this SM's free slots
@@ -255,16 +275,15 @@ __device__ __forceinline__ void reduce_store(float* red, const Element* __restri
     cluster.sync();
     trace_mark(3);
     for (int i = s * blockDim.x + threadIdx.x; i < kTotal; i += split * blockDim.x) {
-      const int r = i / kMaxTokens, t = i - r * kMaxTokens, row = blockIdx.y * kBlockRows + r;
+      const int r = i / kPerRow, t = (i - r * kPerRow) * kRedVec, row = blockIdx.y * kBlockRows + r;
       if (t >= m || row >= n) continue;
-      float part[8];  // MAX_SPLIT
+      RedVec part[8];  // MAX_SPLIT
 #pragma unroll
-      for (int q = 0; q < 8; ++q) part[q] = q < split ? slot_sum(cluster.map_shared_rank(red, q), r, t) : 0.f;
-      float v = part[0];
+      for (int q = 0; q < 8; ++q) part[q] = q < split ? slot_sum(cluster.map_shared_rank(red, q), r, t) : RedVec{};
+      RedVec v = part[0];
 #pragma unroll
-      for (int q = 1; q < 8; ++q) v += part[q];
-      if (bias) v += to_float(bias[row]);
-      store(y + static_cast<int64_t>(t) * n + row, v);
+      for (int q = 1; q < 8; ++q) add_to(v, part[q]);
+      store_row(y, bias, v, t, m, n, row);
     }
     cluster.sync();  // peers' shared memory stays alive until every slice is read
     trace_mark(4);
@@ -272,13 +291,13 @@ __device__ __forceinline__ void reduce_store(float* red, const Element* __restri
   }
 #endif
   __syncthreads();
+  trace_mark(3);
   for (int i = threadIdx.x; i < kTotal; i += blockDim.x) {
-    const int r = i / kMaxTokens, t = i - r * kMaxTokens, row = blockIdx.y * kBlockRows + r;
+    const int r = i / kPerRow, t = (i - r * kPerRow) * kRedVec, row = blockIdx.y * kBlockRows + r;
     if (t >= m || row >= n) continue;
-    float v = slot_sum(red, r, t);
-    if (bias) v += to_float(bias[row]);
-    store(y + static_cast<int64_t>(t) * n + row, v);
+    store_row(y, bias, slot_sum(red, r, t), t, m, n, row);
   }
+  trace_mark(4);
 }
 
 template <class Out>
@@ -562,7 +581,10 @@ constexpr int kNTiles = kTok < 8 ? 1 : kTok / 8;
 __device__ __forceinline__ void stage_x_tok(const Element* __restrict__ x, Element* xs, int m, int k, int c0,
                                             int ncols, bool vec) {
   if (vec) {
-    constexpr int kLoads = 4;
+#ifndef CNM_STAGE_LOADS
+#define CNM_STAGE_LOADS (kTok >= 16 ? 8 : 4)
+#endif
+    constexpr int kLoads = CNM_STAGE_LOADS;  // per thread in flight: one pass over 16 tokens of 1024 columns
     const int units = (ncols + 7) / 8 * m;
     for (int u0 = threadIdx.x; u0 < units; u0 += blockDim.x * kLoads) {
       uint4 v[kLoads];
@@ -830,6 +852,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
       }
       __syncthreads();  // the previous piece's columns are no longer read
       wait_for_inputs();  // the weights above are already in flight
+      if (p0 == cb) trace_mark(6);
       stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
       __syncthreads();
       if (p0 == cb) trace_mark(1);
@@ -936,7 +959,7 @@ int cnm_abi_version() { return 3; }
 #ifdef CNM_TRACE
 // Copies the first `ctas` rows of the trace buffer (6 uint64 each) to host memory; 0 on success.
 int cnm_trace_read(void* host, int ctas) {
-  return int(cudaMemcpyFromSymbol(host, cnm_trace_buf, sizeof(unsigned long long) * 6 * ctas));
+  return int(cudaMemcpyFromSymbol(host, cnm_trace_buf, sizeof(unsigned long long) * 7 * ctas));
 }
 #endif
 
