@@ -224,12 +224,13 @@ __device__ __forceinline__ int2 cta_share(int units) {
                    static_cast<int>(static_cast<int64_t>(units) * (s + 1) / split));
 }
 
-// The reduction reads kRedVec consecutive tokens of a row at once (one 16-byte load per slot and peer) when a row
-// holds a multiple of 4 tokens.
+// At 16 tokens the reduction reads 4 consecutive tokens of a row at once (one 16-byte load per slot and peer): one
+// pass over a cluster's sums instead of two. At 8 tokens, one pass either way, 16-byte loads measured 2-10 % slower
+// a call (results/h100/ab_nm_decode_a7684db.json).
 #ifndef CNM_RED_VEC
 #define CNM_RED_VEC 4
 #endif
-constexpr int kRedVec = kMaxTokens % CNM_RED_VEC == 0 ? CNM_RED_VEC : 1;
+constexpr int kRedVec = kMaxTokens == 16 ? CNM_RED_VEC : 1;
 using RedVec = std::conditional_t<kRedVec == 4, float4, float>;
 __device__ __forceinline__ void add_to(float& a, float b) { a += b; }
 __device__ __forceinline__ void add_to(float4& a, const float4& b) { a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w; }
@@ -575,36 +576,67 @@ constexpr int kTok = kNarrow ? kMaxTokens : kMaxTokens < 8 ? 8 : kMaxTokens;
 constexpr int kNTiles = kTok < 8 ? 1 : kTok / 8;
 
 // Columns [c0, c0 + ncols) of x into xs[col][token] (fp16/bf16, kTok per column; zeros past k). vec: as in
-// stage_x_f32. Loads first (kLoads per thread), then the 2-byte scattered stores (one 16-byte store at one token).
+// stage_x_f32. Per pass each thread loads kLoads 16-byte units into registers and copies kSpare more by cp.async
+// into `spare` (the reduction buffer, idle until the weight stream ends), so a 16-token piece of 1024 columns is one
+// round trip without spilling registers; then the 2-byte scattered stores (one 16-byte store at one token).
 // Only tokens < m are written: the rest of a column is left as it is, since B's token t only reaches the
 // accumulators of token t, which are never stored for t >= m.
-__device__ __forceinline__ void stage_x_tok(const Element* __restrict__ x, Element* xs, int m, int k, int c0,
-                                            int ncols, bool vec) {
-  if (vec) {
-#ifndef CNM_STAGE_LOADS
-#define CNM_STAGE_LOADS (kTok >= 16 ? 8 : 4)
+constexpr int kLoads = 4;
+#ifndef CNM_STAGE_SPARE
+#define CNM_STAGE_SPARE 4
 #endif
-    constexpr int kLoads = CNM_STAGE_LOADS;  // per thread in flight: one pass over 16 tokens of 1024 columns
+constexpr int kSpareRoom = kRedBytes / 16 / (kWarps * 32);  // 16-byte units a thread can park in the buffer
+constexpr int kSpare = kSpareRoom < CNM_STAGE_SPARE ? kSpareRoom : CNM_STAGE_SPARE;
+
+__device__ __forceinline__ void stage_unit(Element* xs, int m, int u, const uint4& v) {
+  if constexpr (kTok == 1) {
+    reinterpret_cast<uint4*>(xs)[u] = v;
+  } else {
+    const Element* e = reinterpret_cast<const Element*>(&v);
+    Element* dst = xs + 8 * (u / m) * kTok + u % m;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) dst[j * kTok] = e[j];
+  }
+}
+
+__device__ __forceinline__ void stage_x_tok(const Element* __restrict__ x, Element* xs, int m, int k, int c0,
+                                            int ncols, bool vec, uint4* spare) {
+  if (vec) {
     const int units = (ncols + 7) / 8 * m;
-    for (int u0 = threadIdx.x; u0 < units; u0 += blockDim.x * kLoads) {
+    const auto src = [&](int u) { return x + static_cast<int64_t>(u % m) * k + c0 + 8 * (u / m); };
+    for (int b = 0; b < units; b += blockDim.x * (kLoads + kSpare)) {
       uint4 v[kLoads];
 #pragma unroll
       for (int i = 0; i < kLoads; ++i) {
-        const int u = u0 + i * blockDim.x, t = u % m, col = c0 + 8 * (u / m);
+        const int u = b + i * blockDim.x + threadIdx.x;
         v[i] = make_uint4(0u, 0u, 0u, 0u);
-        if (u < units && col < k) v[i] = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(t) * k + col));
+        if (u < units && c0 + 8 * (u / m) < k) v[i] = __ldg(reinterpret_cast<const uint4*>(src(u)));
+      }
+#pragma unroll
+      for (int j = 0; j < kSpare; ++j) {
+        const int u = b + (kLoads + j) * blockDim.x + threadIdx.x;
+        uint4* slot = spare + j * blockDim.x + threadIdx.x;
+        if (u >= units) break;
+        if (c0 + 8 * (u / m) < k) {
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(
+                           __cvta_generic_to_shared(slot))), "l"(src(u)) : "memory");
+        } else {
+          *slot = make_uint4(0u, 0u, 0u, 0u);
+        }
       }
 #pragma unroll
       for (int i = 0; i < kLoads; ++i) {
-        const int u = u0 + i * blockDim.x;
+        const int u = b + i * blockDim.x + threadIdx.x;
         if (u >= units) break;
-        if constexpr (kTok == 1) {
-          reinterpret_cast<uint4*>(xs)[u] = v[i];
-        } else {
-          const Element* e = reinterpret_cast<const Element*>(&v[i]);
-          Element* dst = xs + 8 * (u / m) * kTok + u % m;
+        stage_unit(xs, m, u, v[i]);
+      }
+      if constexpr (kSpare > 0) {
+        asm volatile("cp.async.wait_all;" ::: "memory");  // this thread's own copies: no barrier needed
 #pragma unroll
-          for (int j = 0; j < 8; ++j) dst[j * kTok] = e[j];
+        for (int j = 0; j < kSpare; ++j) {
+          const int u = b + (kLoads + j) * blockDim.x + threadIdx.x;
+          if (u >= units) break;
+          stage_unit(xs, m, u, spare[j * blockDim.x + threadIdx.x]);
         }
       }
     }
@@ -786,7 +818,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
       const int c0 = (g0 * group) & ~7;
       __syncthreads();  // the previous piece's columns are no longer read
       wait_for_inputs();  // the weights above are already in flight
-      stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
+      stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec, reinterpret_cast<uint4*>(red));
       __syncthreads();
       int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // this lane's position, its group and place
       const int dg = 16 / keep, dq = 16 - dg * keep;
@@ -853,7 +885,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
       __syncthreads();  // the previous piece's columns are no longer read
       wait_for_inputs();  // the weights above are already in flight
       if (p0 == cb) trace_mark(6);
-      stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
+      stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec, reinterpret_cast<uint4*>(red));
       __syncthreads();
       if (p0 == cb) trace_mark(1);
       int j = q0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // mode 2: this lane's position, its group and place
