@@ -225,12 +225,9 @@ __device__ __forceinline__ int2 cta_share(int units) {
 }
 
 // At 16 tokens the reduction reads 4 consecutive tokens of a row at once (one 16-byte load per slot and peer): one
-// pass over a cluster's sums instead of two. At 8 tokens, one pass either way, 16-byte loads measured 2-10 % slower
-// a call (results/h100/ab_nm_decode_a7684db.json).
-#ifndef CNM_RED_VEC
-#define CNM_RED_VEC 4
-#endif
-constexpr int kRedVec = kMaxTokens == 16 ? CNM_RED_VEC : 1;
+// pass over a cluster's sums instead of two (0-5 % a call). At 8 tokens there is one pass either way and 16-byte
+// loads were 2-10 % slower a call (results/h100/ab_nm_decode_a7684db.json, ab_nm_decode_4a58283.json).
+constexpr int kRedVec = kMaxTokens == 16 ? 4 : 1;
 using RedVec = std::conditional_t<kRedVec == 4, float4, float>;
 __device__ __forceinline__ void add_to(float& a, float b) { a += b; }
 __device__ __forceinline__ void add_to(float4& a, const float4& b) { a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w; }
@@ -574,76 +571,51 @@ nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__
 constexpr bool kNarrow = kMode >= 2 && kMaxTokens < 8;
 constexpr int kTok = kNarrow ? kMaxTokens : kMaxTokens < 8 ? 8 : kMaxTokens;
 constexpr int kNTiles = kTok < 8 ? 1 : kTok / 8;
+// Staged column c's kTok tokens sit in row xs_row(c) (c relative to the piece's first column): rows XOR-permuted
+// inside each unit of 8 columns, so the staging's 2-byte stores (lanes: several units x tokens, one element of
+// each unit at a time) fall in distinct banks. Unpermuted, one 16-byte row per column puts all of a warp's units on
+// one bank (8-way at 4 tokens, 32-way at one token of an 8-token kernel); 32-byte rows (16 tokens) 2-way.
+#ifndef CNM_XS_SWIZZLE
+#define CNM_XS_SWIZZLE 1
+#endif
+constexpr int kXsSwizzle = !CNM_XS_SWIZZLE ? 0 : kTok == 8 ? 7 : kTok == 16 ? 3 : 0;
+__device__ __forceinline__ int xs_row(int c) { return c ^ ((c >> 3) & kXsSwizzle); }
 
 // Columns [c0, c0 + ncols) of x into xs[col][token] (fp16/bf16, kTok per column; zeros past k). vec: as in
-// stage_x_f32. Per pass each thread loads kLoads 16-byte units into registers and copies kSpare more by cp.async
-// into `spare` (the reduction buffer, idle until the weight stream ends), so a 16-token piece of 1024 columns is one
-// round trip without spilling registers; then the 2-byte scattered stores (one 16-byte store at one token).
+// stage_x_f32. Loads first (kLoads per thread), then the 2-byte scattered stores (one 16-byte store at one token).
 // Only tokens < m are written: the rest of a column is left as it is, since B's token t only reaches the
 // accumulators of token t, which are never stored for t >= m.
-constexpr int kLoads = 4;
-#ifndef CNM_STAGE_SPARE
-#define CNM_STAGE_SPARE 4
-#endif
-constexpr int kSpareRoom = kRedBytes / 16 / (kWarps * 32);  // 16-byte units a thread can park in the buffer
-constexpr int kSpare = kSpareRoom < CNM_STAGE_SPARE ? kSpareRoom : CNM_STAGE_SPARE;
-
-__device__ __forceinline__ void stage_unit(Element* xs, int m, int u, const uint4& v) {
-  if constexpr (kTok == 1) {
-    reinterpret_cast<uint4*>(xs)[u] = v;
-  } else {
-    const Element* e = reinterpret_cast<const Element*>(&v);
-    Element* dst = xs + 8 * (u / m) * kTok + u % m;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) dst[j * kTok] = e[j];
-  }
-}
-
 __device__ __forceinline__ void stage_x_tok(const Element* __restrict__ x, Element* xs, int m, int k, int c0,
-                                            int ncols, bool vec, uint4* spare) {
+                                            int ncols, bool vec) {
   if (vec) {
+    constexpr int kLoads = 4;  // 8 spill registers at 16 tokens, 7-14 % slower a call (ab_nm_decode_a7684db.json)
     const int units = (ncols + 7) / 8 * m;
-    const auto src = [&](int u) { return x + static_cast<int64_t>(u % m) * k + c0 + 8 * (u / m); };
-    for (int b = 0; b < units; b += blockDim.x * (kLoads + kSpare)) {
+    for (int u0 = threadIdx.x; u0 < units; u0 += blockDim.x * kLoads) {
       uint4 v[kLoads];
 #pragma unroll
       for (int i = 0; i < kLoads; ++i) {
-        const int u = b + i * blockDim.x + threadIdx.x;
+        const int u = u0 + i * blockDim.x, t = u % m, col = c0 + 8 * (u / m);
         v[i] = make_uint4(0u, 0u, 0u, 0u);
-        if (u < units && c0 + 8 * (u / m) < k) v[i] = __ldg(reinterpret_cast<const uint4*>(src(u)));
-      }
-#pragma unroll
-      for (int j = 0; j < kSpare; ++j) {
-        const int u = b + (kLoads + j) * blockDim.x + threadIdx.x;
-        uint4* slot = spare + j * blockDim.x + threadIdx.x;
-        if (u >= units) break;
-        if (c0 + 8 * (u / m) < k) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(
-                           __cvta_generic_to_shared(slot))), "l"(src(u)) : "memory");
-        } else {
-          *slot = make_uint4(0u, 0u, 0u, 0u);
-        }
+        if (u < units && col < k) v[i] = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(t) * k + col));
       }
 #pragma unroll
       for (int i = 0; i < kLoads; ++i) {
-        const int u = b + i * blockDim.x + threadIdx.x;
+        const int u = u0 + i * blockDim.x;
         if (u >= units) break;
-        stage_unit(xs, m, u, v[i]);
-      }
-      if constexpr (kSpare > 0) {
-        asm volatile("cp.async.wait_all;" ::: "memory");  // this thread's own copies: no barrier needed
+        if constexpr (kTok == 1) {
+          reinterpret_cast<uint4*>(xs)[u] = v[i];
+        } else {
+          const Element* e = reinterpret_cast<const Element*>(&v[i]);
+          Element* dst = xs + u % m;
 #pragma unroll
-        for (int j = 0; j < kSpare; ++j) {
-          const int u = b + (kLoads + j) * blockDim.x + threadIdx.x;
-          if (u >= units) break;
-          stage_unit(xs, m, u, spare[j * blockDim.x + threadIdx.x]);
+          for (int j = 0; j < 8; ++j) dst[xs_row(8 * (u / m) + j) * kTok] = e[j];
         }
       }
     }
   } else {
     for (int u = threadIdx.x; u < ncols * m; u += blockDim.x) {
       const int t = u % m, col = c0 + u / m;
-      xs[(u / m) * kTok + t] = col < k ? x[static_cast<int64_t>(t) * k + col] : Element(0.f);
+      xs[xs_row(u / m) * kTok + t] = col < k ? x[static_cast<int64_t>(t) * k + col] : Element(0.f);
     }
   }
 }
@@ -687,11 +659,11 @@ __device__ __forceinline__ void mma_step(float (&acc)[2][kNTiles][4], const uint
   if constexpr (kNarrow) {
     narrow_b<2>(b, xs, col);
   } else if constexpr (kNTiles == 2) {
-    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + my_tok));
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + xs_row(col) * kTok + my_tok));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(addr));
   } else {
-    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + my_tok));
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + xs_row(col) * kTok + my_tok));
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(b[0]), "=r"(b[1]) : "r"(addr));
   }
 #pragma unroll
@@ -736,7 +708,7 @@ __device__ __forceinline__ void mma_sp_step(float (&acc)[2][kNTiles][4], const u
     if constexpr (kNarrow) {
       narrow_b<4>(b, xs, col);
     } else {
-      const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + col * kTok + nt * 8));
+      const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(xs + xs_row(col) * kTok + nt * 8));
       asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                    : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(addr));
     }
@@ -818,7 +790,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
       const int c0 = (g0 * group) & ~7;
       __syncthreads();  // the previous piece's columns are no longer read
       wait_for_inputs();  // the weights above are already in flight
-      stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec, reinterpret_cast<uint4*>(red));
+      stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
       __syncthreads();
       int j = p0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // this lane's position, its group and place
       const int dg = 16 / keep, dq = 16 - dg * keep;
@@ -885,7 +857,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
       __syncthreads();  // the previous piece's columns are no longer read
       wait_for_inputs();  // the weights above are already in flight
       if (p0 == cb) trace_mark(6);
-      stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec, reinterpret_cast<uint4*>(red));
+      stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
       __syncthreads();
       if (p0 == cb) trace_mark(1);
       int j = q0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // mode 2: this lane's position, its group and place
