@@ -574,11 +574,10 @@ constexpr int kNTiles = kTok < 8 ? 1 : kTok / 8;
 // Staged column c's kTok tokens sit in row xs_row(c) (c relative to the piece's first column): rows XOR-permuted
 // inside each unit of 8 columns, so the staging's 2-byte stores (lanes: several units x tokens, one element of
 // each unit at a time) fall in distinct banks. Unpermuted, one 16-byte row per column puts all of a warp's units on
-// one bank (8-way at 4 tokens, 32-way at one token of an 8-token kernel); 32-byte rows (16 tokens) 2-way.
-#ifndef CNM_XS_SWIZZLE
-#define CNM_XS_SWIZZLE 1
-#endif
-constexpr int kXsSwizzle = !CNM_XS_SWIZZLE ? 0 : kTok == 8 ? 7 : kTok == 16 ? 3 : 0;
+// one bank (8-way at 4 tokens, 32-way at one token of an 8-token kernel): permuted, 2-8 tokens ran 4 % faster a
+// call (geomean of 48 cells, up to 10 %). 32-byte rows (16 tokens) conflict 2-way; permuting them gained 2.5 % in
+// mode 3 and lost up to 5 % in mode 2, so mode 2 keeps them (results/h100/ab_nm_decode_2758714.json).
+constexpr int kXsSwizzle = kTok == 8 ? 7 : kTok == 16 && kMode == 3 ? 3 : 0;
 __device__ __forceinline__ int xs_row(int c) { return c ^ ((c >> 3) & kXsSwizzle); }
 
 // Columns [c0, c0 + ncols) of x into xs[col][token] (fp16/bf16, kTok per column; zeros past k). vec: as in
