@@ -849,25 +849,14 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
         ib[a] = __ldg(idx + step * kIdxPerStep + my_idx);
         if constexpr (kMode == 3) eb[a] = __ldg(meta + static_cast<int64_t>(step) * (kStepHalves / 2));
       };
-#ifndef CNM_FETCH_AFTER_STAGE
-#define CNM_FETCH_AFTER_STAGE 0
-#endif
-      if constexpr (!CNM_FETCH_AFTER_STAGE) {
 #pragma unroll
-        for (int a = 0; a < kAhead; ++a) {
-          if (q0 + a < q1) fetch(a, q0 + a);
-        }
+      for (int a = 0; a < kAhead; ++a) {
+        if (q0 + a < q1) fetch(a, q0 + a);
       }
       __syncthreads();  // the previous piece's columns are no longer read
       wait_for_inputs();  // the weights above are already in flight
       if (p0 == cb) trace_mark(6);
       stage_x_tok(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
-      if constexpr (CNM_FETCH_AFTER_STAGE) {  // x's loads first in the SM's queues; the L2 prefetch covers DRAM
-#pragma unroll
-        for (int a = 0; a < kAhead; ++a) {
-          if (q0 + a < q1) fetch(a, q0 + a);
-        }
-      }
       __syncthreads();
       if (p0 == cb) trace_mark(1);
       int j = q0 * 16 + my_pos, g = j / keep, q = j - g * keep;  // mode 2: this lane's position, its group and place
