@@ -6,8 +6,9 @@ too. Medians over rounds, effective bandwidth as a fraction of the device's copy
     python3 benchmarks/ab_nm_decode.py --variants '[{}, {"min_ctas": 4, "early_release": 1}]' \
         --out benchmarks/results/h100/ab_nm_decode.json
 
-A variant may also carry ``"defines": {"CNM_NAME": <int>}``: the template's code-level alternatives (``#ifndef
-CNM_...`` blocks in codegen/templates/nm_decode.cu), so two versions of the kernel are timed in the same rounds.
+A variant may also carry ``"defines": {"CNM_NAME": <int>}``, prepended to the kernel source: with a code-level
+alternative put behind ``#ifndef CNM_NAME`` in codegen/templates/nm_decode.cu for the experiment, both versions of
+the kernel are timed in the same rounds (results/h100/NOTES.md, 2026-12-01).
 """
 
 from __future__ import annotations

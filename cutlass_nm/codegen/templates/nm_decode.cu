@@ -960,7 +960,7 @@ extern "C" {
 int cnm_abi_version() { return 3; }
 
 #ifdef CNM_TRACE
-// Copies the first `ctas` rows of the trace buffer (6 uint64 each) to host memory; 0 on success.
+// Copies the first `ctas` rows of the trace buffer (7 uint64 each) to host memory; 0 on success.
 int cnm_trace_read(void* host, int ctas) {
   return int(cudaMemcpyFromSymbol(host, cnm_trace_buf, sizeof(unsigned long long) * 7 * ctas));
 }
