@@ -25,17 +25,17 @@ from bench_nm_decode import (
     add_variant_args,
     copy_bandwidth,
     decode_inputs,
+    decode_problem,
     define_prefix,
     rotated_weights,
     split_variant,
     streamed_bytes,
 )
 
-import cutlass_nm
 from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.build import build_many
-from cutlass_nm.families import KernelTypes, Problem
+from cutlass_nm.families import KernelTypes
 from cutlass_nm.families.nm_decode import FAMILY
 from cutlass_nm.kernels import get_kernel, precompile
 
@@ -66,10 +66,9 @@ def main() -> None:
     overrides = json.loads(args.variants)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     tokens, patterns = [int(t) for t in args.tokens.split(",")], args.patterns.split(",")
-    vector = {p: 0 if cutlass_nm.Pattern.parse(p).is_vnm else 32 for p in patterns}
     cfgs, overs = {}, {}  # per cell: the variants check() accepts (max_tokens = 1 skips m = 16), their overrides
     for (n, k), m, p in itertools.product(shapes, tokens, patterns):
-        problem = Problem(m, n, k, types, p, vector[p])
+        problem = decode_problem(m, n, k, p, types)
         cell = []
         for o in overrides:
             fields, defines = split_variant(o)

@@ -25,6 +25,7 @@ import cutlass_nm
 from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.run import make_weight
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
+from cutlass_nm.families import KernelTypes, Problem
 
 PATTERNS = ["2:4", "1:4", "2:8", "1:8", "3:7", "5:16", "16:32", "8:32", "4:32", "128:2:8", "128:2:16"]
 SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (8192, 8192)]
@@ -79,6 +80,12 @@ def define_prefix(defines: dict) -> str:
         if not re.fullmatch(r"CNM_[A-Z0-9_]+", name) or type(value) is not int:
             raise SystemExit(f"defines: want CNM_NAME: int, got {name!r}: {value!r}")
     return "".join(f"#define {name} {value}\n" for name, value in sorted(defines.items()))
+
+
+def decode_problem(m: int, n: int, k: int, pattern: str, types: KernelTypes) -> Problem:
+    """The problem the decode config scripts time: N:M weights at the format's default vector (32 rows sharing
+    their positions, as ``rotated_weights`` prunes them), V:N:M weights without one."""
+    return Problem(m, n, k, types, pattern, 0 if cutlass_nm.Pattern.parse(pattern).is_vnm else 32)
 
 
 def split_variant(over: dict) -> tuple[dict, dict]:

@@ -19,13 +19,19 @@ import statistics
 
 import numpy as np
 import torch
-from bench_nm_decode import add_variant_args, decode_inputs, define_prefix, rotated_weights, split_variant
+from bench_nm_decode import (
+    add_variant_args,
+    decode_inputs,
+    decode_problem,
+    define_prefix,
+    rotated_weights,
+    split_variant,
+)
 
-import cutlass_nm
 from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import time_rotating
 from cutlass_nm.build import build, build_many
-from cutlass_nm.families import KernelTypes, Problem
+from cutlass_nm.families import KernelTypes
 from cutlass_nm.families.nm_decode import FAMILY
 
 PHASES = ("entry", "staged", "streamed", "synced", "written")
@@ -76,25 +82,26 @@ def main() -> None:
     add_variant_args(ap, "8192x8192", "2:8,1:8,16:32")
     args = ap.parse_args()
     types = KernelTypes("f16", "f16", False)
-    variants = [split_variant(o) for o in json.loads(args.variants)]
-    # every traced build first, in parallel (the loop below then finds them in the build cache)
+    overrides = json.loads(args.variants)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    build_many({(traced_source(dataclasses.replace(FAMILY.heuristic(Problem(m, n, k, types, p, 0 if
-                                                   cutlass_nm.Pattern.parse(p).is_vnm else 32)), **f), types, d),
-                 FAMILY.arch, "nm_decode_trace")
-                for n, k in shapes for m in (int(t) for t in args.tokens.split(",")) for p in args.patterns.split(",")
-                for f, d in variants})
+    tokens, patterns = [int(t) for t in args.tokens.split(",")], args.patterns.split(",")
+
+    def traced(m: int, n: int, k: int, pattern: str, over: dict) -> tuple:
+        fields, defines = split_variant(over)
+        return dataclasses.replace(FAMILY.heuristic(decode_problem(m, n, k, pattern, types)), **fields), defines
+
+    # every traced build first, in parallel (the loop below then finds them in the build cache)
+    cells = [traced(m, n, k, p, o) for n, k in shapes for m in tokens for p in patterns for o in overrides]
+    build_many({(traced_source(cfg, types, defines), FAMILY.arch, "nm_decode_trace") for cfg, defines in cells})
     rows = []
-    for shape in args.shapes.split(","):
-        n, k = (int(v) for v in shape.split("x"))
-        for m in (int(t) for t in args.tokens.split(",")):
+    for n, k in shapes:
+        for m in tokens:
             _, xs0, t_dense = decode_inputs(m, n, k)
-            for pattern in args.patterns.split(","):
+            for pattern in patterns:
                 ws, xs = rotated_weights(pattern, n, k, xs0)
                 copies = len(ws)
-                base = FAMILY.heuristic(Problem(m, n, k, types, pattern, getattr(ws[0], "vector", 0)))
-                for (fields, defines), over in zip(variants, json.loads(args.variants), strict=True):
-                    cfg = dataclasses.replace(base, **fields)
+                for over in overrides:
+                    cfg, defines = traced(m, n, k, pattern, over)
                     run, lib = traced_launcher(cfg, types, defines)
                     y = torch.empty(m, n, device="cuda", dtype=torch.float16)
                     launch = run.occupancy(xs[0], ws[0])

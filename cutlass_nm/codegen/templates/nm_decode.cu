@@ -725,7 +725,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
   trace_mark(0);
   trace_mark(5);
   if constexpr (kEarlyRelease) allow_next_launch();
-  float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
+  float* red = reinterpret_cast<float*>(smem);  // [kBlockRows x kWsplit][kMaxTokens]
   Element* xs = reinterpret_cast<Element*>(smem + kRedBytes + kRingBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   // this warp's 32 rows (past n: the last block's), and its part of each piece's steps (kWsplit warps a block)
