@@ -178,6 +178,10 @@ def test_nm_decode_mode_rules_and_layouts():
             ((2048, "2:8", 32), (3072, "2:8", 32), (4096, "2:8", 32), (4096, "128:2:8", 0), (8192, "128:2:8", 0))
             ] == [4, 2, 1, 2, 1]
     assert dec.heuristic(Problem(1, 4096, 4096, F16, "1:8", 32)).wsplit == 8
+    # the next PDL call released at entry: one-token N:M at k <= 4096 only (not k = 11008, not V:N:M)
+    assert [dec.heuristic(Problem(1, n, k, F16, p, v)).early_release for n, k, p, v in
+            ((4096, 4096, "1:8", 32), (11008, 4096, "2:8", 32), (4096, 11008, "2:8", 32), (8192, 8192, "2:8", 32),
+             (4096, 4096, "128:2:8", 0))] == [1, 1, 0, 0, 0]
     assert dec.heuristic(Problem(2, 8192, 8192, F16, "2:8", 32)).wsplit == 1
     vnm_one = dec.heuristic(Problem(1, 8192, 8192, F16, "128:2:8", 0))
     assert (vnm_one.mode, vnm_one.max_tokens, vnm_one.wsplit, vnm_one.prefetch) == (3, 1, 8, 0)

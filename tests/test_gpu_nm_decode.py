@@ -226,7 +226,9 @@ CHAIN_CONFIGS = {"mode2": dict(max_tokens=8, warps=8, ahead=2, mode=2),
                  "mode2_stream": dict(max_tokens=8, warps=8, ahead=2, mode=2, prefetch=4, min_ctas=3, early_release=1),
                  "mode2_bulk": dict(max_tokens=8, warps=8,
                  ahead=2, mode=2, bulk=1), "mode1": dict(max_tokens=2, warps=4, ahead=2, mode=1),
-                 "mode0": dict(max_tokens=2, warps=8, rows=1), "mode0_one_token": dict(max_tokens=1, warps=4)}
+                 "mode0": dict(max_tokens=2, warps=8, rows=1), "mode0_one_token": dict(max_tokens=1, warps=4),
+                 "mode2_one_token_early": dict(max_tokens=1, warps=8, ahead=1, mode=2, prefetch=4, wsplit=8,
+                                               min_ctas=3, early_release=1)}
 
 
 @pytest.mark.parametrize("name", CHAIN_CONFIGS)
