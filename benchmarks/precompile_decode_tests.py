@@ -38,6 +38,7 @@ def main() -> None:
              for tk, _, w, a in t.MODE3_VARIANTS for ty in (f16b, bf16b)]
     kids += [("nm_decode", cfg(max_tokens=tk, warps=8, ahead=2, mode=mo, pdl=1, split=s, prefetch=p, min_ctas=3,
                                wsplit=ws), f16b) for mo, tk, _, ws, s, p in t.WSPLIT_VARIANTS]
+    kids += [("nm_decode", t.push_config(v), f16b) for v in t.PUSH_VARIANTS]
     t0 = time.time()
     bad = [r for r in precompile(kids) if isinstance(r, Exception)]
     print(f"precompiled {len(kids)} decode test kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)

@@ -62,7 +62,9 @@ class Config(FamilyConfig):
     registers) lets W warps share one 32-row block and split each x piece's steps, their sums added in shared
     memory: a CTA owns 32 x warps / W rows, so the grid fills the GPU with fewer CTAs per cluster (none at W =
     warps), at W times the staged x per CTA. Modes 2 and 3 below 8 tokens stage exactly ``max_tokens`` tokens of
-    x (narrow x, B built from scalar shared loads instead of ldmatrix)."""
+    x (narrow x, B built from scalar shared loads instead of ldmatrix). ``push`` = 1 reduces a cluster's sums by
+    pushing each CTA's sums into their owner's shared memory (``st.async``, an mbarrier per owner) instead of a
+    cluster barrier and remote loads (sm_90 clusters; no effect at split 1)."""
 
     max_tokens: int = 16
     warps: int = 4
@@ -79,12 +81,13 @@ class Config(FamilyConfig):
     early_release: int = 0
     max_ctas: int = 0
     wsplit: int = 1
+    push: int = 0
 
     SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (2, 4, 8, 16), "rows": (1, 2, 4, 8),
                        "stage_x": (0, 1), "ahead": (1, 2, 4, 8),
                        "transpose": (0, 1), "mode": (0, 1, 2, 3), "bulk": (0, 1), "split": (0, 1, 2, 4, 8),
                        "pdl": (0, 1), "prefetch": (0, 4, 8, 16), "min_ctas": (0, 2, 3, 4), "early_release": (0, 1),
-                       "max_ctas": (0, 2), "wsplit": (1, 2, 4, 8)}
+                       "max_ctas": (0, 2), "wsplit": (1, 2, 4, 8), "push": (0, 1)}
 
     @property
     def staged(self) -> bool:
@@ -122,8 +125,9 @@ class Config(FamilyConfig):
 
 def fixed_smem(cfg: Config) -> int:
     """Shared memory a CTA needs besides staged x: the fp32 sums (16-byte aligned), mode 0's transpose buffers
-    (2-byte values + 1-byte indices) and the bulk stream's rings."""
+    (2-byte values + 1-byte indices), the bulk stream's rings and the push reduction's receive slots."""
     red = -(-cfg.block_rows * cfg.wsplit * cfg.max_tokens * 4 // 16) * 16  # one slot per warp and row
+    red += cfg.block_rows * cfg.max_tokens * 4 + 128 if cfg.push else 0  # push: receive slots and their mbarrier
     red += cfg.warps * cfg.rows * 256 * 3 if cfg.transpose else 0
     return red + cfg.ring_bytes
 
@@ -230,7 +234,8 @@ class _DecodeFamily:
                                                    mode=int(cfg.mode), bulk=int(cfg.bulk),
                                                    prefetch=int(cfg.prefetch), min_ctas=int(cfg.min_ctas),
                                                    early_release="true" if cfg.early_release else "false",
-                                                   wsplit=int(cfg.wsplit))
+                                                   wsplit=int(cfg.wsplit),
+                                                   push="true" if cfg.push else "false")
 
     def heuristic(self, problem: Problem) -> Config:
         """V:N:M weights: sparse tensor cores (mode 3), 8 warps, 2 steps in flight, one kernel for 1-8 tokens and

@@ -40,7 +40,13 @@ constexpr int kAhead = ${ahead};  // chunks of 8 nonzeros each lane keeps in fli
 constexpr bool kTranspose = ${transpose};  // gather neighbouring nonzeros across lanes (see below)
 constexpr int kTransposeBytes = kTranspose ? kRows * 256 * (sizeof(${element}) + 1) : 0;  // per warp
 // reduction buffer, one slot per warp and row (kWsplit slots per block row), 16-byte aligned
-constexpr int kRedBytes = (kBlockRows * kWsplit * kMaxTokens * 4 + 15) / 16 * 16;
+constexpr int kRedOwnBytes = (kBlockRows * kWsplit * kMaxTokens * 4 + 15) / 16 * 16;
+// kPush (a cluster of split > 1 CTAs): each CTA pushes its sums into the owning CTA's receive buffer by st.async
+// (split x ceil(elements / split) sums: at most kBlockRows * kMaxTokens * 4 + 112 bytes) and the owner waits on its
+// mbarrier (the last 8 bytes), instead of a cluster barrier, remote loads and a second barrier.
+constexpr bool kPush = ${push};
+constexpr int kRecvBytes = kPush ? kBlockRows * kMaxTokens * 4 + 128 : 0;
+constexpr int kRedBytes = kRedOwnBytes + kRecvBytes;  // everything before the rings, transposes and staged x
 constexpr bool kStage = ${stage_x};  // x columns staged in shared memory (always for several tokens)
 // mode 2 on sm_90: each warp streams its values and index bytes by TMA bulk copies (one 16-position step, 1040
 // bytes, per copy) into a ring of kDepth steps in shared memory, instead of register loads (kAhead steps).
@@ -258,17 +264,88 @@ __device__ __forceinline__ void store_row(Out* __restrict__ y, const Element* __
   }
 }
 
+constexpr int kPerRow = kMaxTokens / kRedVec, kTotal = kBlockRows * kPerRow;  // sums of kRedVec tokens a block
+
+// kPush: the receive buffer (split slots of ceil(kTotal / split) sums, one per sending rank) and its mbarrier.
+__device__ __forceinline__ RedVec* recv_buffer(float* red) {
+  return reinterpret_cast<RedVec*>(reinterpret_cast<unsigned char*>(red) + kRedOwnBytes);
+}
+__device__ __forceinline__ uint32_t recv_barrier(float* red) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(red)) + kRedOwnBytes + kRecvBytes - 16;
+}
+
+// kPush, at entry: thread 0 arms this CTA's receive barrier for the bytes its peers (and itself) will push (sum i
+// goes to rank i % split), and every thread arrives on the cluster barrier that reduce_store waits on before the
+// first push, so no CTA writes into a peer whose barrier is not initialized.
+__device__ __forceinline__ void push_init(float* red) {
+#if __CUDA_ARCH__ >= 900
+  if constexpr (kPush) {
+    const int split = gridDim.x, s = blockIdx.x;
+    if (split == 1) return;
+    if (threadIdx.x == 0) {
+      const uint32_t bar = recv_barrier(red);
+      const uint32_t bytes = split * ((kTotal - s + split - 1) / split) * static_cast<uint32_t>(sizeof(RedVec));
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar));
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  }
+#endif
+}
+
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void push_sum(uint32_t addr, float v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(addr), "f"(v),
+               "r"(bar) : "memory");
+}
+__device__ __forceinline__ void push_sum(uint32_t addr, const float4& v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
+               ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar) : "memory");
+}
+__device__ __forceinline__ uint32_t peer_address(uint32_t addr, int rank) {
+  uint32_t out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(addr), "r"(rank));
+  return out;
+}
+#endif
+
 // The cluster's CTAs sum their partial sums red[kBlockRows x kWsplit][kMaxTokens] (each CTA a slice of the
 // elements, the peers' values loaded together, then added in rank order: deterministic), add the bias and write y.
 template <class Out>
 __device__ __forceinline__ void reduce_store(float* red, const Element* __restrict__ bias, Out* __restrict__ y, int m,
                                              int n) {
-  constexpr int kPerRow = kMaxTokens / kRedVec, kTotal = kBlockRows * kPerRow;  // elements of kRedVec tokens
   const int split = gridDim.x, s = blockIdx.x;
   wait_for_inputs();    // (a CTA with no steps has not waited yet) bias is read and y written below
   allow_next_launch();  // the weight stream is done: the next kernel's CTAs may take this SM's free slots
 #if __CUDA_ARCH__ >= 900  // split > 1 (a cluster) is only launched on sm_90+
   cg::cluster_group cluster = cg::this_cluster();
+  if (kPush && split > 1) {
+    // each CTA's sums (its warp slots added) go to their owner, rank i % split, slot s; the owner adds the split
+    // slots in rank order (the same order and so the same results as the loads below)
+    const int per_rank = (kTotal + split - 1) / split;
+    RedVec* recv = recv_buffer(red);
+    const uint32_t recv_s = static_cast<uint32_t>(__cvta_generic_to_shared(recv)), bar = recv_barrier(red);
+    __syncthreads();  // every warp's sums are in red
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every peer's barrier is armed
+    for (int i = threadIdx.x; i < kTotal; i += blockDim.x) {
+      const int r = i / kPerRow, t = (i - r * kPerRow) * kRedVec, owner = i % split;
+      const uint32_t at = recv_s + static_cast<uint32_t>((s * per_rank + i / split) * sizeof(RedVec));
+      push_sum(peer_address(at, owner), slot_sum(red, r, t), peer_address(bar, owner));
+    }
+    asm volatile("{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra WAIT_%=;\n}"
+                 ::"r"(bar) : "memory");
+    trace_mark(3);
+    for (int j = threadIdx.x; j * split + s < kTotal; j += blockDim.x) {
+      const int i = j * split + s, r = i / kPerRow, t = (i - r * kPerRow) * kRedVec, row = blockIdx.y * kBlockRows + r;
+      if (t >= m || row >= n) continue;
+      RedVec v = recv[j];
+      for (int q = 1; q < split; ++q) add_to(v, recv[q * per_rank + j]);
+      store_row(y, bias, v, t, m, n, row);
+    }
+    trace_mark(4);
+    return;
+  }
   if (split > 1) {
     cluster.sync();
     trace_mark(3);
@@ -305,6 +382,7 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
                  int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);                                   // [kBlockRows][kMaxTokens]
+  push_init(red);
   unsigned char* tbuf = smem + kRedBytes;                                        // [kWarps][kTransposeBytes]
   Element* xs = reinterpret_cast<Element*>(tbuf + kWarps * kTransposeBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -497,6 +575,7 @@ nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__
                       int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
+  push_init(red);
   float* xs = reinterpret_cast<float*>(smem + kRedBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int block = min(blockIdx.y * kWarps + warp, (n - 1) / 32);  // this warp's 32 rows (past n: the last block's)
@@ -726,6 +805,7 @@ nm_decode_mma_kernel(const Element* __restrict__ x, const Element* __restrict__ 
   trace_mark(5);
   if constexpr (kEarlyRelease) allow_next_launch();
   float* red = reinterpret_cast<float*>(smem);  // [kBlockRows x kWsplit][kMaxTokens]
+  push_init(red);
   Element* xs = reinterpret_cast<Element*>(smem + kRedBytes + kRingBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   // this warp's 32 rows (past n: the last block's), and its part of each piece's steps (kWsplit warps a block)
