@@ -182,6 +182,10 @@ def test_nm_decode_mode_rules_and_layouts():
     assert [dec.heuristic(Problem(1, n, k, F16, p, v)).early_release for n, k, p, v in
             ((4096, 4096, "1:8", 32), (11008, 4096, "2:8", 32), (4096, 11008, "2:8", 32), (8192, 8192, "2:8", 32),
              (4096, 4096, "128:2:8", 0))] == [1, 1, 0, 0, 0]
+    # clusters push their sums to the owner for V:N:M and small N:M weights
+    assert [dec.heuristic(Problem(m, n, n, F16, p, v)).push for m, n, p, v in
+            ((16, 4096, "2:8", 32), (16, 8192, "2:8", 32), (4, 8192, "128:2:8", 0), (1, 4096, "128:2:8", 0))
+            ] == [1, 0, 1, 1]
     assert dec.heuristic(Problem(2, 8192, 8192, F16, "2:8", 32)).wsplit == 1
     vnm_one = dec.heuristic(Problem(1, 8192, 8192, F16, "128:2:8", 0))
     assert (vnm_one.mode, vnm_one.max_tokens, vnm_one.wsplit, vnm_one.prefetch) == (3, 1, 8, 0)

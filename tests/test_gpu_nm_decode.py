@@ -343,25 +343,26 @@ def test_one_token_heuristic_on_a_large_weight(pattern):
         assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
 
 
-PUSH_VARIANTS = [(0, 4, 3, 1, 4), (1, 2, 2, 1, 2), (2, 8, 5, 1, 8), (2, 16, 13, 1, 8), (2, 16, 16, 2, 4),
-                 (3, 8, 1, 1, 8), (3, 16, 16, 1, 2), (2, 1, 1, 8, 4)]
+PUSH_VARIANTS = [(0, 4, 3, 1, 4, 0), (1, 2, 2, 1, 2, 0), (2, 8, 5, 1, 8, 0), (2, 16, 13, 1, 8, 0), (2, 16, 16, 2, 4, 0),
+                 (3, 8, 1, 1, 8, 0), (3, 16, 16, 1, 2, 0), (2, 1, 1, 8, 4, 0), (2, 8, 6, 1, 8, 1), (2, 16, 11, 1, 4, 1)]
 
 
 def push_config(variant):
-    """The config a PUSH_VARIANTS entry (mode, tokens, m, wsplit, split) tests (also precompile_decode_tests.py)."""
-    mode, tokens, _, wsplit, split = variant
+    """The config a PUSH_VARIANTS entry (mode, tokens, m, wsplit, split, bulk) tests (also
+    precompile_decode_tests.py)."""
+    mode, tokens, _, wsplit, split, bulk = variant
     cfg = cutlass_nm.families.get_family("nm_decode").Config
     if mode < 2:
         return cfg(max_tokens=tokens, warps=8 if mode == 0 else 4, ahead=2, mode=mode, split=split, pdl=1, push=1)
     return cfg(max_tokens=tokens, warps=8, ahead=1 if tokens == 1 else 2, mode=mode, pdl=1, split=split,
-               prefetch=4 if mode == 2 else 0, min_ctas=3, wsplit=wsplit, push=1)
+               prefetch=4 if mode == 2 and not bulk else 0, min_ctas=3, wsplit=wsplit, bulk=bulk, push=1)
 
 
-@pytest.mark.parametrize("variant", PUSH_VARIANTS, ids=lambda v: "mode{}T{}m{}w{}s{}".format(*v))
+@pytest.mark.parametrize("variant", PUSH_VARIANTS, ids=lambda v: "mode{}T{}m{}w{}s{}b{}".format(*v))
 @pytest.mark.parametrize("n,k", [(1000, 1003), (64, 16384), (520, 4096)])
 def test_push_reduction(variant, n, k):
     """push = 1: a cluster's sums pushed into their owner's shared memory (st.async, one mbarrier per owner) in
-    every mode, 1-16 tokens (float4 sums at 16), warps sharing a block (wsplit), clusters of 2-8 CTAs and, where
-    k allows fewer, a smaller split; tails in n, m and k, a bias, PDL on the second call."""
+    every mode, 1-16 tokens (float4 sums at 16), warps sharing a block (wsplit), bulk rings, clusters of 2-8 CTAs
+    and, where k allows fewer, a smaller split; tails in n, m and k, a bias, PDL on the second call."""
     pattern = "128:2:7" if variant[0] == 3 else "3:7"
     _check_forced(push_config(variant), pattern, 32, n, k, variant[2], seed=59, with_bias=True, warm=True)

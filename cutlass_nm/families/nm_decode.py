@@ -250,7 +250,8 @@ class _DecodeFamily:
         Modes 2 and 3 at one token on at least 2048 rows and 2^24 weights: one staged token and the 8 warps of a
         CTA splitting one 32-row block's k, so no cross-CTA reduction where the row blocks alone fill the GPU, and
         clusters of 2-4 where they do not (results/h100/NOTES.md, 2026-11-30); N:M there at k <= 4096 also lets
-        the next PDL call launch at entry (`early_release`).
+        the next PDL call launch at entry (`early_release`). Clusters reduce their sums by pushing them to each
+        sum's owner (`push`) for V:N:M, and for N:M below 2^25 weights (0.89-0.97x there; mixed above).
         Otherwise lanes along k (mode 0): large CTAs (x staging amortized over many rows), fewer rows per warp as
         accumulators grow; one token: transposed gathers at >= 75 % sparsity, small CTAs
         below 2^25 weights (results/h100/nm_decode_sweep_m1.json); PDL too (each mode issues its first weight
@@ -275,16 +276,19 @@ class _DecodeFamily:
             return Config(max_tokens=1, warps=8, ahead=1, mode=3 if vnm_mma else 2, pdl=1,
                           prefetch=0 if vnm_mma else 4, wsplit=8, split=1 << (fill.bit_length() - 1),
                           min_ctas=4 if blocks > 3 * SM_COUNT_H100 else 3,
-                          early_release=int(shared_mma and problem.k <= 4096))
+                          early_release=int(shared_mma and problem.k <= 4096), push=int(vnm_mma))
         # results/h100/ab_nm_decode_e28a256.json: registers for 3 CTAs per SM (the 16-token kernel otherwise takes
         # 88 and its 256 CTAs at 8192² run in two waves); mode 2 keeps 4 steps ahead in L2 (mode 3 loses with it)
+        # clusters reduce by pushing sums to their owner for V:N:M, and for N:M below 2^25 weights
+        # (ab_nm_decode_push_47442c0.json: 0.89-0.97x where calls are short; 8192² N:M at 16 tokens 0.98-1.05x)
         if vnm_mma:  # results/h100/vnm_decode_e4c72cb.json: 8 warps, 2 steps
-            return Config(max_tokens=mma_tokens, warps=8, ahead=2, mode=3, pdl=1, min_ctas=3)
+            return Config(max_tokens=mma_tokens, warps=8, ahead=2, mode=3, pdl=1, min_ctas=3, push=1)
         if shared_mma:
             # below 2^25 weights at most 2 CTAs per SM (results/h100/ab_nm_decode_max_ctas_ea3ebf0.json: 4096² 1-12 %
             # faster); above, the free third slot lets the next PDL call start early (capped: 27-51 % slower)
             return Config(max_tokens=mma_tokens, warps=8, ahead=2, mode=2, bulk=int(small), pdl=1,
-                          min_ctas=2 if small else 3, max_ctas=2 if small else 0, prefetch=0 if small else 4)
+                          min_ctas=2 if small else 3, max_ctas=2 if small else 0, prefetch=0 if small else 4,
+                          push=int(small))
         tokens = next(t for t in Config.SPACE["max_tokens"] if t >= min(problem.m, 16))
         if tokens == 1:
             keep, group = (2, pattern.m) if pattern.is_vnm else (pattern.n, pattern.m)
