@@ -230,7 +230,7 @@ CHAIN_CONFIGS = {"mode2": dict(max_tokens=8, warps=8, ahead=2, mode=2),
                  "mode2_push": dict(max_tokens=8, warps=8, ahead=2, mode=2, prefetch=4, min_ctas=3, early_release=1,
                                     push=1),
                  "mode2_one_token_early": dict(max_tokens=1, warps=8, ahead=1, mode=2, prefetch=4, wsplit=8,
-                                               min_ctas=3, early_release=1)}
+                                               min_ctas=3, early_release=1, push=1)}
 
 
 @pytest.mark.parametrize("name", CHAIN_CONFIGS)

@@ -249,9 +249,10 @@ class _DecodeFamily:
         CTAs per SM there) and at most 2 CTAs share an SM (ab_nm_decode_cap_check_40bd8b4.json: 1-14 %).
         Modes 2 and 3 at one token on at least 2048 rows and 2^24 weights: one staged token and the 8 warps of a
         CTA splitting one 32-row block's k, so no cross-CTA reduction where the row blocks alone fill the GPU, and
-        clusters of 2-4 where they do not (results/h100/NOTES.md, 2026-11-30); N:M there at k <= 4096 also lets
-        the next PDL call launch at entry (`early_release`). Clusters reduce their sums by pushing them to each
-        sum's owner (`push`) for V:N:M, and for N:M below 2^25 weights (0.89-0.97x there; mixed above).
+        clusters of 2-4 where they do not (results/h100/NOTES.md, 2026-11-30); N:M there at k <= 4096 or in a
+        cluster also lets the next PDL call launch at entry (`early_release`). Clusters reduce their sums by
+        pushing them to each sum's owner (`push`) at one token, for V:N:M, and for N:M below 2^25 weights
+        (0.89-0.97x there; mixed above).
         Otherwise lanes along k (mode 0): large CTAs (x staging amortized over many rows), fewer rows per warp as
         accumulators grow; one token: transposed gathers at >= 75 % sparsity, small CTAs
         below 2^25 weights (results/h100/nm_decode_sweep_m1.json); PDL too (each mode issues its first weight
@@ -266,17 +267,18 @@ class _DecodeFamily:
             # CTAs exceed 3 per SM of an H100 (mode 2: ab_nm_decode_wsplit_check_1b89cf1.json, 1.06-1.39x in all 12
             # cells at n·k >= 2^25; ab_nm_decode_wsplit_neighbours_b7e848d.json; mode 3:
             # ab_nm_decode_vnm_narrow_7e59e12.json, 1.25x). No cluster where the row blocks fill the GPU; below
-            # that, clusters up to ~256 CTAs (mode 2 below 4096 rows, mode 3 below 8192:
-            # ab_nm_decode_wsplit_clusters_4c1606d.json)
-            # N:M at k <= 4096 releases the next call at entry: its CTAs take the free slots and start their loads
-            # before this call ends (ab_nm_decode_early_release_4aa85ea.json: 0.82-0.98x in all 10 cells; at k =
-            # 8192 mixed, 0.92-1.02x, at k = 11008 1.00-1.03x; mode 3 0.96-1.04x)
+            # that, clusters up to ~256 CTAs whose sums are pushed to their owner (mode 3:
+            # ab_nm_decode_wsplit_clusters_4c1606d.json; mode 2 at 4096 rows only once pushed, 0.90-0.98x in all 10
+            # cells against no cluster: ab_nm_decode_one_token_split_467fe9e.json). N:M at k <= 4096 or in a
+            # cluster releases the next call at entry: its CTAs take the free slots and start their loads before
+            # this call ends (ab_nm_decode_early_release_4aa85ea.json: 0.82-0.98x at k = 4096; without a cluster
+            # mixed at k = 8192, 1.00-1.03x at 11008; in clusters of 2 at 4096 x 11008 0.86-0.93x; mode 3 0.96-1.04x)
             blocks = -(-problem.n // 32)
-            fill = 1 if shared_mma and problem.n >= 4096 else min(MAX_SPLIT, max(1, 256 // blocks))
+            split = 1 << (min(MAX_SPLIT, max(1, 256 // blocks)).bit_length() - 1)
             return Config(max_tokens=1, warps=8, ahead=1, mode=3 if vnm_mma else 2, pdl=1,
-                          prefetch=0 if vnm_mma else 4, wsplit=8, split=1 << (fill.bit_length() - 1),
+                          prefetch=0 if vnm_mma else 4, wsplit=8, split=split,
                           min_ctas=4 if blocks > 3 * SM_COUNT_H100 else 3,
-                          early_release=int(shared_mma and problem.k <= 4096), push=int(vnm_mma))
+                          early_release=int(shared_mma and (problem.k <= 4096 or split > 1)), push=1)
         # results/h100/ab_nm_decode_e28a256.json: registers for 3 CTAs per SM (the 16-token kernel otherwise takes
         # 88 and its 256 CTAs at 8192² run in two waves); mode 2 keeps 4 steps ahead in L2 (mode 3 loses with it)
         # clusters reduce by pushing sums to their owner for V:N:M, and for N:M below 2^25 weights
