@@ -43,7 +43,7 @@ constexpr int kTransposeBytes = kTranspose ? kRows * 256 * (sizeof(${element}) +
 constexpr int kRedOwnBytes = (kBlockRows * kWsplit * kMaxTokens * 4 + 15) / 16 * 16;
 // kPush (a cluster of split > 1 CTAs): each CTA pushes its sums into the owning CTA's receive buffer by st.async
 // (split x ceil(elements / split) sums: at most kBlockRows * kMaxTokens * 4 + 112 bytes) and the owner waits on its
-// mbarrier (the last 8 bytes), instead of a cluster barrier, remote loads and a second barrier.
+// mbarrier (the 8 bytes after those), instead of a cluster barrier, remote loads and a second barrier.
 constexpr bool kPush = ${push};
 constexpr int kRecvBytes = kPush ? kBlockRows * kMaxTokens * 4 + 128 : 0;
 constexpr int kRedBytes = kRedOwnBytes + kRecvBytes;  // everything before the rings, transposes and staged x
@@ -312,6 +312,7 @@ __device__ __forceinline__ uint32_t peer_address(uint32_t addr, int rank) {
 
 // The cluster's CTAs sum their partial sums red[kBlockRows x kWsplit][kMaxTokens] (each CTA a slice of the
 // elements, the peers' values loaded together, then added in rank order: deterministic), add the bias and write y.
+// kPush: the peers push the values to the slice's owner instead of it loading them (same sums, same order).
 template <class Out>
 __device__ __forceinline__ void reduce_store(float* red, const Element* __restrict__ bias, Out* __restrict__ y, int m,
                                              int n) {
