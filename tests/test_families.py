@@ -179,12 +179,13 @@ def test_nm_decode_mode_rules_and_layouts():
     # fewer row blocks: clusters up to ~256 CTAs (mode 2 below 4096 rows, mode 3 below 8192)
     assert [dec.heuristic(Problem(1, n, 8192, F16, p, v)).split for n, p, v in
             ((2048, "2:8", 32), (3072, "2:8", 32), (4096, "2:8", 32), (4096, "128:2:8", 0), (8192, "128:2:8", 0),
-             (8192, "2:8", 32))] == [4, 2, 2, 2, 1, 1]
+             (8192, "2:8", 32), (11008, "2:8", 32))] == [4, 2, 2, 2, 1, 2, 1]
+    assert dec.heuristic(Problem(1, 8192, 8192, F16, "2:8", 32)).min_ctas == 4  # 512 CTAs in one wave
     assert dec.heuristic(Problem(1, 4096, 4096, F16, "1:8", 32)).wsplit == 8
     # the next PDL call released at entry: one-token N:M at k <= 4096 or in a cluster (not V:N:M)
     assert [dec.heuristic(Problem(1, n, k, F16, p, v)).early_release for n, k, p, v in
             ((4096, 4096, "1:8", 32), (11008, 4096, "2:8", 32), (4096, 11008, "2:8", 32), (8192, 8192, "2:8", 32),
-             (4096, 4096, "128:2:8", 0))] == [1, 1, 1, 0, 0]  # 4096 x 11008: a cluster of 2
+             (4096, 4096, "128:2:8", 0))] == [1, 1, 1, 1, 0]  # 4096 x 11008 and 8192²: clusters of 2
     # clusters push their sums to the owner for V:N:M and small N:M weights
     assert [dec.heuristic(Problem(m, n, n, F16, p, v)).push for m, n, p, v in
             ((16, 4096, "2:8", 32), (16, 8192, "2:8", 32), (4, 8192, "128:2:8", 0), (1, 4096, "128:2:8", 0))

@@ -273,11 +273,15 @@ class _DecodeFamily:
             # cluster releases the next call at entry: its CTAs take the free slots and start their loads before
             # this call ends (ab_nm_decode_early_release_4aa85ea.json: 0.82-0.98x at k = 4096; without a cluster
             # mixed at k = 8192, 1.00-1.03x at 11008; in clusters of 2 at 4096 x 11008 0.86-0.93x; mode 3 0.96-1.04x)
+            # N:M with 129-264 row blocks: a cluster of 2 too, 4 CTAs an SM in one wave (8192² 0.92-0.97x in all 5
+            # cells; at 11008 rows, two waves, 1.13-1.30x: ab_nm_decode_one_token_split8192_30ee12f.json)
             blocks = -(-problem.n // 32)
             split = 1 << (min(MAX_SPLIT, max(1, 256 // blocks)).bit_length() - 1)
+            if shared_mma and split == 1 and 2 * blocks <= 4 * SM_COUNT_H100:
+                split = 2
             return Config(max_tokens=1, warps=8, ahead=1, mode=3 if vnm_mma else 2, pdl=1,
                           prefetch=0 if vnm_mma else 4, wsplit=8, split=split,
-                          min_ctas=4 if blocks > 3 * SM_COUNT_H100 else 3,
+                          min_ctas=4 if blocks * split > 3 * SM_COUNT_H100 else 3,
                           early_release=int(shared_mma and (problem.k <= 4096 or split > 1)), push=1)
         # results/h100/ab_nm_decode_e28a256.json: registers for 3 CTAs per SM (the 16-token kernel otherwise takes
         # 88 and its 256 CTAs at 8192² run in two waves); mode 2 keeps 4 steps ahead in L2 (mode 3 loses with it)
