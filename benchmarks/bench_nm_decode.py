@@ -8,7 +8,8 @@ V:N:M rows run twice: forced onto the decode path and on the dispatch default (b
 tensor cores, mode 3, up to 16 tokens; the weight's stored bytes are counted for both). Each timed sample replays
 a graph of back-to-back calls; where the default config launches with programmatic dependent launch (``pdl``),
 which lets a call's weight stream start while the previous call finishes, the row is timed again with it off
-(``no_pdl_ms``: every call on its own).
+(``no_pdl_ms``: every call on its own). ``--precompile`` builds the rows' kernels (PDL on and off) and exits: it
+needs nvcc, not a GPU, so a device call can start from a carried kernel cache.
 """
 
 from __future__ import annotations
@@ -152,6 +153,24 @@ def no_pdl(family, problem, switched: list | None = None):
     return dataclasses.replace(cfg, pdl=0, **off)
 
 
+def row_kernels(shapes: list[tuple[int, int]], tokens: list[int], patterns: list[str], vector: int) -> set:
+    """The kernel ids main() will run (dispatch's default family for each row, its heuristic config with PDL on
+    and off; fp16 in and out, no bias): for a kernel cache built off the GPU."""
+    from cutlass_nm import NMWeight, Sparse24Weight, VNMWeight
+    from cutlass_nm.dispatch import default_family
+    from cutlass_nm.families import get_family
+
+    types = KernelTypes("f16", "f16", False)
+    kids = set()
+    for (n, k), m, pattern in ((s, m, p) for s in shapes for m in tokens for p in patterns):
+        p = cutlass_nm.Pattern.parse(pattern)
+        kind = Sparse24Weight if p.is_24 else VNMWeight if p.is_vnm else NMWeight
+        family = get_family(default_family(None, kind, m))
+        problem = Problem(m, n, k, types, pattern, vector if kind is NMWeight else 0)
+        kids |= {(family.name, family.heuristic(problem), types), (family.name, no_pdl(family, problem), types)}
+    return kids
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path)
@@ -159,9 +178,17 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES), help="NxK,NxK,...")
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--patterns", default=",".join(PATTERNS))
+    ap.add_argument("--precompile", action="store_true", help="build the rows' kernels (no GPU needed) and exit")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     tokens = [int(t) for t in args.tokens.split(",")]
+    if args.precompile:
+        from cutlass_nm.kernels import precompile
+
+        kids = row_kernels(shapes, tokens, args.patterns.split(","), args.vector)
+        bad = [r for r in precompile(kids) if isinstance(r, Exception)]
+        print(f"precompiled {len(kids)} kernels, {len(bad)} failed", *bad, sep="\n")
+        return
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     rows = []

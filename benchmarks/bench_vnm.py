@@ -7,7 +7,8 @@ Every registered vnm_* family (or those in ``--families``) runs each row; vnm_sm
 ``--sm80-configs`` (tile_m x tile_n x tile_k x warp_m x warp_n x stages x swizzle; none: its heuristic through
 matmul), each reported and the best. Our times include the per-call transpose of x (torch's ``x.t().contiguous()``
 reported alone as ``transpose_ms``, for scale). Weights are random V:N:M weights (random 4 columns per block-group,
-random 2:4 inside), rotated past L2 together with the inputs; CUDA-graph timing, median.
+random 2:4 inside), rotated past L2 together with the inputs; CUDA-graph timing, median. ``--precompile`` builds
+every row's kernels (the heuristic configs included) and exits: it needs nvcc, not a GPU.
 """
 
 from __future__ import annotations
@@ -166,17 +167,26 @@ def main() -> None:
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="run only the first N shapes")
     ap.add_argument("--mnk", nargs="*", help="shapes MxNxK instead of the default set")
     ap.add_argument("--patterns", nargs="*", default=PATTERNS)
+    ap.add_argument("--precompile", action="store_true", help="build the rows' kernels (no GPU needed) and exit")
     args = ap.parse_args()
     wanted = [f for f in ("vnm_sm90", "vnm_sm80") if f in FAMILIES and (args.families is None or f in args.families)]
     specs = {"vnm_sm90": args.sm90_configs, "vnm_sm80": args.sm80_configs}
     configs = {f: family_configs(f, specs[f]) for f in wanted}
     types = KernelTypes("f16", "f16", False)
     kids = [(f, c, types) for f in wanted for c in configs[f]]
+    shapes = [tuple(map(int, s.split("x"))) for s in args.mnk] if args.mnk else SHAPES[: args.shapes]
+    if args.precompile:  # what matmul's heuristic picks for the rows of families without listed configs
+        from cutlass_nm.families import Problem
+
+        kids += [(f, FAMILIES[f].heuristic(Problem(m, n, k, types, pattern)), types) for f in wanted
+                 if not configs[f] for m, n, k in shapes for pattern in args.patterns]
     failures = [r for r in precompile(kids) if isinstance(r, Exception)]
     for f in failures:
         print("build failed:", f, flush=True)
+    if args.precompile:
+        print(f"precompiled {len(set(kids))} kernels, {len(failures)} failed")
+        return
     rows = []
-    shapes = [tuple(map(int, s.split("x"))) for s in args.mnk] if args.mnk else SHAPES[: args.shapes]
     for m, n, k in shapes:
         for pattern in args.patterns:
             rows.extend(bench_row(pattern, m, n, k, configs, args.families))
