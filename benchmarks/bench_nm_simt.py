@@ -54,15 +54,27 @@ _DEEP = (Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=5),
          Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=4),
          Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=32, stages=4))
 SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (*_BASES, *_WIDE, *_DEEP))
+# --compact: stages holding only the xᵀ rows a CTA's vectors use (cp.async). With one vector a CTA (vector a
+# multiple of block_rows) a k-tile keeps a step per staged row, so x bytes per FMA stop growing with sparsity.
+COMPACT_SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "compact": 1}) for c in (
+    Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=2),
+    Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=4),
+    Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=3),
+    Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=32, stages=4),
+    Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3)))
+# beside them, the TMA configs that won 85 of the 87.5 % and 75 % rows at f1a17b1 (nm_simt_atomic_f1a17b1.json)
+TMA_WINNERS = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (
+    Config(block_tokens=256, thread_tokens=16, k_cols=64),
+    Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3)))
 TYPES = {"f32": KernelTypes("f32", "f32", False), "f16": KernelTypes("f16", "f16", False)}
 SMS = 132
-VECTOR = 32  # the weights' index-sharing vector (the format's default); the problems carry it for exact checks
+VECTOR = [32]  # the weights' index-sharing vector (default: the format's; --vector); problems carry it for checks
 
 
 def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, ...], pattern: str) -> list[Config]:
     """The sweep's valid configs for a problem, with split-K variants up to 4 waves of CTAs."""
     out: list[Config] = []
-    p = Problem(m, n, k, types, pattern, VECTOR)
+    p = Problem(m, n, k, types, pattern, VECTOR[0])
     for base in sweep:
         tiles = -(-n // base.block_rows) * -(-m // base.block_tokens)
         for split in (1, 2, 3, 4):  # 3: e.g. 86 CTAs (11008 rows / 128) x 3 = 1.95 waves of 132
@@ -109,16 +121,16 @@ def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...],
         wd = [torch.randn(n, k, device="cuda", dtype=dt, generator=g) for _ in range(dense_copies)]
         for pattern in patterns:
             p = Pattern.parse(pattern)
-            w0 = compress_nm(wd[0], p, VECTOR, prune=True)
+            w0 = compress_nm(wd[0], p, VECTOR[0], prune=True)
             wbytes = w0.values.numel() * 4 + w0.indices.numel()
             wcopies = copies_to_rotate(wbytes)
-            ws = [w0] + [compress_nm(wd[i % dense_copies], p, VECTOR, prune=True) for i in range(1, wcopies)]
+            ws = [w0] + [compress_nm(wd[i % dense_copies], p, VECTOR[0], prune=True) for i in range(1, wcopies)]
             for m in tokens:
                 xcopies = copies_to_rotate(m * k * dt.itemsize + n * k * dt.itemsize)
                 xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=g) for _ in range(xcopies)]
                 base = {"m": m, "n": n, "k": k, "dtype": dname}
                 key = (m, n, k, dname)
-                heur = FAMILY.heuristic(Problem(m, n, k, types, pattern, VECTOR))
+                heur = FAMILY.heuristic(Problem(m, n, k, types, pattern, VECTOR[0]))
                 if key not in _DENSE:  # the dense baseline once per shape and dtype
                     ys = [torch.empty(m, n, device="cuda", dtype=dt) for _ in range(max(xcopies, dense_copies))]
                     copies = max(xcopies, dense_copies)
@@ -240,6 +252,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--sweep", type=int, help="use only the first N base configs of the sweep")
     ap.add_argument("--budget-s", type=float, help="after this many seconds, time the heuristic config only")
+    ap.add_argument("--vector", type=int, default=VECTOR[0], help="rows sharing kept positions (default: 32)")
+    ap.add_argument("--compact", action="store_true",
+                    help="sweep the compact (listed xᵀ rows) configs and the TMA winners only")
+    ap.add_argument("--precompile", action="store_true", help="build the sweep's kernels (no GPU needed) and exit")
     ap.add_argument("--rounds", type=int, default=3,
                     help="alternating cuBLAS / winner timings behind each reported ratio (median of the rounds)")
     args = ap.parse_args()
@@ -253,7 +269,8 @@ def main() -> None:
         patterns = patterns if args.patterns else ("16:32", "2:4", "4:32", "1:8")
         tokens = tokens if args.tokens else (256, 2048)
         nks, dtypes = (LLAMA_NK[0], LLAMA_NK[2]), ("f32",)
-    sweep = SWEEP[: args.sweep] if args.sweep else SWEEP
+    sweep = COMPACT_SWEEP + TMA_WINNERS if args.compact else SWEEP[: args.sweep] if args.sweep else SWEEP
+    VECTOR[0] = args.vector
     t0 = time.time()
     _DEADLINE[0] = t0 + args.budget_s if args.budget_s else float("inf")
     # fp16 rows run one of the fp32 candidates
@@ -263,6 +280,8 @@ def main() -> None:
     print(f"compiled {len(kids)} kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)
     for r in bad[:3]:
         print("  ", str(r)[:500], flush=True)
+    if args.precompile:
+        return
     rows: list[dict] = []
     for n, k in nks:
         rows += bench_nk(n, k, tokens, patterns, dtypes, sweep, args.reps, max(1, args.rounds))

@@ -12,7 +12,7 @@ TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 
 @pytest.mark.parametrize("pattern", ["1:4", "2:8", "3:7", "5:16", "16:32", "7:64"])
-@pytest.mark.parametrize("vector", [1, 32])
+@pytest.mark.parametrize("vector", [1, 32, 128])
 @pytest.mark.parametrize("m", [1, 3, 16])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_decode_matches_reference(pattern, vector, m, dtype):

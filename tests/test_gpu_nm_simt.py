@@ -1,7 +1,9 @@
-"""General N:M SpMM on CUDA cores (nm_simt) on the GPU: random N:M (3:7, 5:16, 16:32 ...), vectors 1-64, tails,
+"""General N:M SpMM on CUDA cores (nm_simt) on the GPU: random N:M (3:7, 5:16, 16:32 ...), vectors 1-128, tails,
 m = 1, fp32 and fp16/bf16 inputs, bias, split-K, many configs; outputs poisoned, fp64 references."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
@@ -48,6 +50,9 @@ CONFIGS = [Config(), Config(split_k=4), Config(block_rows=32, block_tokens=32, t
            Config(k_cols=16, stages=2, split_k=2, split_reduce=1)]
 TRANSPOSED = Config(x_transposed=1, split_k=2)
 COMPACT = Config(block_rows=256, block_tokens=64, k_cols=96, stages=2, split_k=2, x_transposed=1, compact=1)
+COMPACT_ONE = Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=2, split_k=2, x_transposed=1, compact=1,
+                     split_reduce=1)
+COMPACT_ONE_CONFIGS = (COMPACT_ONE, replace(COMPACT_ONE, k_cols=32, stages=4, split_k=1, split_reduce=0))
 TMA = Config(block_rows=128, block_tokens=128, k_cols=64, stages=3, split_k=2, x_transposed=1, tma=1)
 CONFIG_PATTERNS = ["3:7", "16:32", "1:8", "2:4", "13:64"]
 MATMUL_PATTERNS = ["1:4", "2:8", "3:7", "5:16", "16:32", "2:4", "31:64", "1:2"]
@@ -61,6 +66,15 @@ def _types() -> list[KernelTypes]:
 @pytest.fixture(scope="module", autouse=True)
 def _precompiled():
     """Build every kernel this module runs in parallel first (bias does not change the source)."""
+    bad = [r for r in precompile(kernel_ids()) if isinstance(r, Exception)]
+    assert not bad, bad[:1]
+    cutlass_nm.set_selector(lambda family, problem: None)  # heuristics, not the tuning DB
+    yield
+    cutlass_nm.set_selector(None)
+
+
+def kernel_ids() -> list:
+    """Every kernel this module runs (also for benchmarks/precompile_simt_tests.py: a cache built off the GPU)."""
     # the heuristic's stages and rows follow the weight's pattern and vector (what fits shared memory)
     kids = {(FAMILY.name, FAMILY.heuristic(Problem(m, n, k, t, p, v)), t) for m, n, k in SHAPES for t in _types()
             for p in MATMUL_PATTERNS for v in (1, 8, 32, 64)}
@@ -68,11 +82,8 @@ def _precompiled():
              for p in ("5:16", "2:8")}
     kids |= {(FAMILY.name, c, KernelTypes("f32", "f32", False)) for c in CONFIGS}
     kids |= {(FAMILY.name, cfg, t) for t in _types() for cfg in (TRANSPOSED, COMPACT, TMA)}
-    bad = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
-    assert not bad, bad[:1]
-    cutlass_nm.set_selector(lambda family, problem: None)  # heuristics, not the tuning DB
-    yield
-    cutlass_nm.set_selector(None)
+    kids |= {(FAMILY.name, cfg, KernelTypes("f32", "f32", True)) for cfg in COMPACT_ONE_CONFIGS}
+    return sorted(kids, key=str)
 
 
 def _case(m, n, k, pattern, dtype, vector, seed=0, bias=True):
@@ -121,7 +132,7 @@ def test_transposed_x_matches_reference(shape, pattern, vector, dtype):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("pattern", ["1:8", "4:32", "3:7", "5:16", "2:4", "13:64"])
-@pytest.mark.parametrize("vector", [8, 32, 64])
+@pytest.mark.parametrize("vector", [8, 32, 64, 128])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=NAMES.get)
 def test_compact_matches_reference(shape, pattern, vector, dtype):
     """compact = 1 (x^T rows listed per CTA and k-tile, compact_layout), split-K 2, tails, through the kernel."""
@@ -132,6 +143,22 @@ def test_compact_matches_reference(shape, pattern, vector, dtype):
     torch.cuda.synchronize()
     assert torch.isfinite(y).all()
     assert _err(y, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("pattern", ["1:8", "4:32", "3:7", "5:16", "2:8", "16:32"])
+@pytest.mark.parametrize("vector", [64, 128])
+@pytest.mark.parametrize("cfg", COMPACT_ONE_CONFIGS, ids=["k64_split2", "k32"])
+def test_compact_one_vector_a_cta_matches_reference(shape, pattern, vector, cfg):
+    """compact = 1 with 128-row CTAs: vector 128 (one vector a CTA: a kept step per staged row) and 64 (two), fp32,
+    tails, split-K 2 summed by atomics."""
+    m, n, k = shape
+    x, w, b, ref = _case(m, n, k, pattern, torch.float32, vector, seed=19)
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+    get_kernel((FAMILY.name, cfg, KernelTypes("f32", "f32", True)))(x, w, b, y)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all()
+    assert _err(y, ref) < TOL[torch.float32]
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))

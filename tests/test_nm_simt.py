@@ -16,6 +16,7 @@ from cutlass_nm.families.nm_simt import (
     Config,
     compact_layout,
     compact_steps,
+    cta_vectors,
     kgroups_for,
     simt_layout,
     smem_bound,
@@ -91,7 +92,7 @@ def test_layout_reconstructs_the_weight(pattern, vector):
 
 
 @pytest.mark.parametrize("pattern", ["1:8", "4:32", "3:7", "2:8", "16:32", "31:64"])
-@pytest.mark.parametrize(("vector", "block_rows"), [(8, 64), (32, 256), (64, 32), (32, 32)])
+@pytest.mark.parametrize(("vector", "block_rows"), [(8, 64), (32, 256), (64, 32), (32, 32), (128, 128), (64, 128)])
 @pytest.mark.parametrize("k_cols", [64, 96])
 def test_compact_layout_reconstructs_the_weight(pattern, vector, block_rows, k_cols):
     """Each kept weight, read the way the kernel reads it (its place in its CTA's row list of its k-tile), lands on
@@ -103,7 +104,8 @@ def test_compact_layout_reconstructs_the_weight(pattern, vector, block_rows, k_c
         pytest.skip("refused by the rule")
     wt, cols, lists, n_pad, nnz_pad, kg = compact_layout(w, block_rows, k_cols)
     tiles = nnz_pad // (kg * n)
-    assert kg * n <= compact_steps(n, k_cols) and lists.shape == (n_pad // block_rows, tiles, k_cols)
+    assert kg * n <= compact_steps(n, k_cols, cta_vectors(block_rows, vector))
+    assert lists.shape == (n_pad // block_rows, tiles, k_cols)
     assert wt.shape == (nnz_pad, n_pad) and cols.shape == (n_pad // vector, nnz_pad) and int(cols.max()) < k_cols
     row = torch.arange(n_pad)
     step = torch.arange(nnz_pad)
@@ -129,6 +131,18 @@ def test_compact_holds_more_steps_at_high_sparsity():
     w = compress_nm(torch.randn(1024, 4096), "1:8", 32, prune=True)
     *_, kg = compact_layout(w, 256, 96)
     assert kg >= 12
+
+
+def test_compact_one_vector_a_cta_keeps_a_step_per_staged_row():
+    """With one vector a CTA (vector 128, 128-row CTAs) a compact k-tile keeps as many steps as it stages rows, so at
+    4:32 it spans 8x the columns of a 64-column dense tile for the same x bytes; the smem bound counts those steps."""
+    w = compress_nm(torch.randn(512, 4096), "4:32", 128, prune=True)
+    *_, lists, _, _, kg = compact_layout(w, 128, 64)
+    assert kg * 4 == 64 and bool((lists >= 0).all())  # every staged row is used
+    cfg = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, stages=2, x_transposed=1, compact=1)
+    # x^T 64 x (256 + 4) floats, W 64 steps x 128 rows, indices 1 x 64
+    assert smem_bound(cfg, "4:32", 128) == 2 * (-(-(64 * 260 * 4 + 64 * 128 * 4 + 64 * 4) // 128) * 128)
+    assert compact_steps(4, 64, cta_vectors(128, 32)) == 16  # four vectors a CTA: the union bound of before
 
 
 def test_tma_smem_and_rule():

@@ -13,8 +13,9 @@ in a workspace first (a pass over x, small beside the GEMM). With ``x_transposed
 (k x m) instead, for fp32 too, so a k-tile is staged column-major and a thread reads its tokens as float4s
 (2 shared-memory loads per 8 tokens instead of 8 scalar loads). ``compact`` = 1 (with ``x_transposed``) stages
 only the rows of xᵀ that the CTA's rows use: a k-tile spans as many M-groups as keep the union of its vectors'
-columns within ``k_cols`` rows (and its kept steps within ``k_cols`` / 4), so at high sparsity a k-tile holds
-2-3x more kept steps for the same shared memory (compact_layout). ``tma`` = 1 (with ``x_transposed``, on sm_90)
+columns within ``k_cols`` rows (and its kept steps within ``k_cols`` / min(4, vectors a CTA)), so at high
+sparsity a k-tile holds 2-3x more kept steps for the same shared memory, and with one vector a CTA (vector a
+multiple of block_rows) as many steps as staged rows (compact_layout). ``tma`` = 1 (with ``x_transposed``, on sm_90)
 fills each stage's xᵀ tile and kept weights by two TMA copies from one lane of a producer warp (the warp's lanes copy
 the column indices), completing on a per-stage full mbarrier; computing warps release stages on per-stage empty
 mbarriers instead of a CTA-wide barrier per k-tile. At one CTA per SM the producer is a warpgroup of its own that
@@ -117,7 +118,7 @@ def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     if pat is None or pat.v is not None:
         ktd, ktc = cfg.k_cols, cfg.k_cols // 2
     elif cfg.compact:  # k_cols rows of xᵀ, at most compact_steps kept steps (compact_layout)
-        ktd, ktc = cfg.k_cols, compact_steps(pat.n, cfg.k_cols)
+        ktd, ktc = cfg.k_cols, compact_steps(pat.n, cfg.k_cols, cta_vectors(cfg.block_rows, vector))
     else:
         kg = kgroups_for(pat.m, cfg.k_cols)
         ktd, ktc = kg * pat.m, kg * pat.n
@@ -142,9 +143,17 @@ def kgroups_for(m: int, k_cols: int) -> int:
     return max(1, k_cols // m)
 
 
-def compact_steps(keep: int, k_cols: int) -> int:
-    """The most kept steps a compact k-tile holds: whole groups of ``keep`` within k_cols / 4 (at least one)."""
-    return max(1, k_cols // 4 // keep) * keep
+def compact_steps(keep: int, k_cols: int, vectors: int = 4) -> int:
+    """The most kept steps a compact k-tile holds: whole groups of ``keep`` within k_cols / min(4, vectors) (at
+    least one group), ``vectors`` being the index rows a CTA holds (block_rows / vector, at least 1). Their lists'
+    union is at most ``vectors`` x the steps; with one vector a CTA it is exactly the steps, so the k-tile can keep
+    as many steps as it stages rows (x bytes per FMA then those of a dense tile, whatever the sparsity)."""
+    return max(1, k_cols // min(4, max(1, vectors)) // keep) * keep
+
+
+def cta_vectors(block_rows: int, vector: int) -> int:
+    """Index rows (vectors) a CTA of ``block_rows`` rows holds: at least 1; 4 (the old worst case) if unknown."""
+    return max(1, block_rows // vector) if vector > 0 else 4
 
 
 def compact_layout(w: NMWeight, block_rows: int, k_cols: int) -> tuple[torch.Tensor, ...]:
@@ -174,7 +183,7 @@ def compact_layout(w: NMWeight, block_rows: int, k_cols: int) -> tuple[torch.Ten
         used = used_vec.repeat_interleave(vec // block_rows, dim=0)
     else:  # a CTA holds block_rows / vec vectors
         used = used_vec.view(ncta, block_rows // vec, groups, m).any(1)
-    kg = max(1, compact_steps(n, k_cols) // n)
+    kg = max(1, compact_steps(n, k_cols, cta_vectors(block_rows, vec)) // n)
     while True:  # the largest k-tile whose every CTA union fits k_cols rows
         tiles = -(-groups // kg)
         padded = torch.zeros(ncta, tiles * kg, m, dtype=torch.bool, device=w.device)

@@ -21,7 +21,7 @@ from ..errors import InputError, SparsityError
 from ..patterns import Pattern
 from .weight import CompressedWeight
 
-VECTORS = (1, 8, 16, 32, 64)
+VECTORS = (1, 8, 16, 32, 64, 128)
 
 
 @dataclass(eq=False)
