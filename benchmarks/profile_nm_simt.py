@@ -4,6 +4,9 @@
         --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \\
         python3 benchmarks/profile_nm_simt.py --mnk 2048x4096x4096 --pattern 16:32 \\
         --config '{"x_transposed": 1}'
+
+``--breakdown N`` instead runs N calls under torch.profiler and prints each kernel's mean device time per call
+(the x transpose, the GEMM, memsets), beside cuBLAS SGEMM (TF32 off) on the same problem: where a call's time goes.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ def main() -> None:
     ap.add_argument("--pattern", default="16:32")
     ap.add_argument("--vector", type=int, default=32)
     ap.add_argument("--config", default="{}", help="JSON: nm_simt Config fields that differ from the defaults")
+    ap.add_argument("--breakdown", type=int, default=0, help="profile this many calls and print per-kernel times")
     args = ap.parse_args()
     m, n, k = (int(v) for v in args.mnk.split("x"))
     fam = get_family("nm_simt")
@@ -35,6 +39,25 @@ def main() -> None:
     for _ in range(4):
         kern(x, w, None, y)
     torch.cuda.synchronize()
+    if args.breakdown:
+        print(json.dumps({"mnk": args.mnk, "pattern": args.pattern, "vector": args.vector, "config": cfg.to_record(),
+                          **breakdown(lambda: kern(x, w, None, y), args.breakdown),
+                          "sgemm": breakdown(lambda: torch.mm(x, w.to_dense().float().T, out=y), args.breakdown)}))
+
+
+def breakdown(call, calls: int) -> dict:
+    """Mean device µs per call of each kernel ``call`` launches, and their sum, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    per = {e.key[:60]: e.device_time_total / calls for e in prof.key_averages() if e.device_time_total > 0}
+    return {"kernels_us": per, "total_us": sum(per.values())}
 
 
 if __name__ == "__main__":
