@@ -6,18 +6,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import time
-from pathlib import Path
+from precompile_tests import build, test_module
 
 from cutlass_nm.families import KernelTypes, get_family
-from cutlass_nm.kernels import precompile
 
 
 def main() -> None:
-    spec = importlib.util.spec_from_file_location("t", Path(__file__).parents[1] / "tests" / "test_gpu_nm_decode.py")
-    t = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(t)
+    t = test_module("test_gpu_nm_decode")
     cfg = get_family("nm_decode").Config
     f16, f16b = KernelTypes("f16", "f16", False), KernelTypes("f16", "f16", True)
     bf16b = KernelTypes("bf16", "bf16", True)
@@ -39,11 +34,7 @@ def main() -> None:
     kids += [("nm_decode", cfg(max_tokens=tk, warps=8, ahead=2, mode=mo, pdl=1, split=s, prefetch=p, min_ctas=3,
                                wsplit=ws), f16b) for mo, tk, _, ws, s, p in t.WSPLIT_VARIANTS]
     kids += [("nm_decode", t.push_config(v), f16b) for v in t.PUSH_VARIANTS]
-    t0 = time.time()
-    bad = [r for r in precompile(kids) if isinstance(r, Exception)]
-    print(f"precompiled {len(kids)} decode test kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)
-    for err in bad:
-        print("  failed:", str(err)[:300])
+    build(kids, "decode test kernels")
 
 
 if __name__ == "__main__":

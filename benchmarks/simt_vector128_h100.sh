@@ -5,7 +5,7 @@
 # off the GPU:
 #   export CUTLASS_NM_CACHE=$PWD/.kcache CUTLASS_NM_DB=off
 #   python3 benchmarks/bench_nm_simt.py --precompile --compact --vector 128 --patterns 4:32,8:32,1:8,2:8 --dtypes f32
-#   python3 benchmarks/precompile_simt_tests.py
+#   python3 benchmarks/precompile_tests.py test_gpu_nm_simt
 #   (cd .kcache/kernels && tar -cf - *.so | xz -T2 > ../../.device/kcache.tar.xz)
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/simt_vector128_h100.sh   (carry .device)
 source benchmarks/device_env.sh

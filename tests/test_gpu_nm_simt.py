@@ -74,7 +74,7 @@ def _precompiled():
 
 
 def kernel_ids() -> list:
-    """Every kernel this module runs (also for benchmarks/precompile_simt_tests.py: a cache built off the GPU)."""
+    """Every kernel this module runs (also read by benchmarks/precompile_tests.py: a cache built off the GPU)."""
     # the heuristic's stages and rows follow the weight's pattern and vector (what fits shared memory)
     kids = {(FAMILY.name, FAMILY.heuristic(Problem(m, n, k, t, p, v)), t) for m, n, k in SHAPES for t in _types()
             for p in MATMUL_PATTERNS for v in (1, 8, 32, 64)}
