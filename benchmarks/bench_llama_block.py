@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from cutlass_nm.bench.timing import kernel_breakdown
 from cutlass_nm.nn import SparseGatedMLP, SparseLinear, sparsify, sparsify_gated_mlps
 
 
@@ -110,21 +111,6 @@ def time_ms(fn, reps: int = 30) -> float:
         e.synchronize()
         times.append(s.elapsed_time(e))
     return sorted(times)[len(times) // 2]
-
-
-def kernel_breakdown(fn, calls: int = 5) -> list[dict]:
-    """GPU kernels of ``fn()`` from torch.profiler: name, launches per call and mean µs per call, largest first."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    rows = [{"kernel": e.key[:120], "launches": e.count // calls, "us": e.device_time_total / calls}
-            for e in prof.key_averages() if e.device_time_total > 0 and e.key not in ("cudaDeviceSynchronize",)]
-    return sorted(rows, key=lambda r: -r["us"])
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:

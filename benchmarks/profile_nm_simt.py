@@ -16,6 +16,7 @@ import json
 
 import torch
 
+from cutlass_nm.bench.timing import kernel_breakdown
 from cutlass_nm.families import KernelTypes, get_family
 from cutlass_nm.formats.nm import compress_nm
 from cutlass_nm.kernels import get_kernel
@@ -46,19 +47,10 @@ def main() -> None:
 
 
 def breakdown(call, calls: int) -> dict:
-    """Mean device µs per call of each kernel ``call`` launches, and their sum, from torch.profiler."""
-    from torch.profiler import ProfilerActivity, profile
-
+    """Each kernel's mean device µs per call of ``call`` (TF32 off for the SGEMM reference), and their sum."""
     torch.backends.cuda.matmul.allow_tf32 = False
-    call()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            call()
-        torch.cuda.synchronize()
-    per = {e.key[:60]: e.device_time_total / calls for e in prof.key_averages() if e.device_time_total > 0}
-    return {"kernels_us": per, "total_us": sum(per.values())}
-
+    rows = kernel_breakdown(call, calls)
+    return {"kernels": rows, "total_us": sum(r["us"] for r in rows)}
 
 if __name__ == "__main__":
     main()
