@@ -21,6 +21,7 @@ import argparse
 import json
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -28,7 +29,7 @@ import torch
 from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.families import KernelTypes, Problem
-from cutlass_nm.families.nm_simt import FAMILY, Config
+from cutlass_nm.families.nm_simt import FAMILY, Config, own_producer
 from cutlass_nm.formats.nm import compress_nm
 from cutlass_nm.kernels import get_kernel, precompile
 from cutlass_nm.patterns import Pattern
@@ -62,6 +63,8 @@ COMPACT_SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "compact": 1
     Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=3),
     Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=32, stages=4),
     Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3)))
+# --fuse: beside every TMA config, its fuse_x twin (x transposed inside the GEMM) where it has a producer warpgroup
+FUSED_SWEEP = tuple(Config(**{**c.to_record(), "fuse_x": 1}) for c in SWEEP if own_producer(c))
 # beside them, the TMA configs that won 85 of the 87.5 % and 75 % rows at f1a17b1 (nm_simt_atomic_f1a17b1.json)
 TMA_WINNERS = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (
     Config(block_tokens=256, thread_tokens=16, k_cols=64),
@@ -255,6 +258,7 @@ def main() -> None:
     ap.add_argument("--vector", type=int, default=VECTOR[0], help="rows sharing kept positions (default: 32)")
     ap.add_argument("--compact", action="store_true",
                     help="sweep the compact (listed xᵀ rows) configs and the TMA winners only")
+    ap.add_argument("--fuse", action="store_true", help="add each TMA config's fuse_x twin to the sweep")
     ap.add_argument("--precompile", action="store_true", help="build the sweep's kernels (no GPU needed) and exit")
     ap.add_argument("--rounds", type=int, default=3,
                     help="alternating cuBLAS / winner timings behind each reported ratio (median of the rounds)")
@@ -270,6 +274,8 @@ def main() -> None:
         tokens = tokens if args.tokens else (256, 2048)
         nks, dtypes = (LLAMA_NK[0], LLAMA_NK[2]), ("f32",)
     sweep = COMPACT_SWEEP + TMA_WINNERS if args.compact else SWEEP[: args.sweep] if args.sweep else SWEEP
+    if args.fuse:
+        sweep += tuple(c for c in FUSED_SWEEP if replace(c, fuse_x=0) in sweep)
     VECTOR[0] = args.vector
     t0 = time.time()
     _DEADLINE[0] = t0 + args.budget_s if args.budget_s else float("inf")

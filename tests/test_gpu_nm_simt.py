@@ -54,6 +54,10 @@ COMPACT_ONE = Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=2, sp
                      split_reduce=1)
 COMPACT_ONE_CONFIGS = (COMPACT_ONE, replace(COMPACT_ONE, k_cols=32, stages=4, split_k=1, split_reduce=0))
 TMA = Config(block_rows=128, block_tokens=128, k_cols=64, stages=3, split_k=2, x_transposed=1, tma=1)
+FUSED = Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, x_transposed=1, tma=1, fuse_x=1)
+FUSED_CONFIGS = (FUSED, replace(FUSED, split_k=2, split_reduce=1),
+                 Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, x_transposed=1, tma=1,
+                        fuse_x=1))
 CONFIG_PATTERNS = ["3:7", "16:32", "1:8", "2:4", "13:64"]
 MATMUL_PATTERNS = ["1:4", "2:8", "3:7", "5:16", "16:32", "2:4", "31:64", "1:2"]
 
@@ -83,6 +87,8 @@ def kernel_ids() -> list:
     kids |= {(FAMILY.name, c, KernelTypes("f32", "f32", False)) for c in CONFIGS}
     kids |= {(FAMILY.name, cfg, t) for t in _types() for cfg in (TRANSPOSED, COMPACT, TMA)}
     kids |= {(FAMILY.name, cfg, KernelTypes("f32", "f32", True)) for cfg in COMPACT_ONE_CONFIGS}
+    kids |= {(FAMILY.name, cfg, t) for cfg in FUSED_CONFIGS for t in (KernelTypes("f32", "f32", True),
+                                                                       KernelTypes("f16", "f32", True))}
     return sorted(kids, key=str)
 
 
@@ -159,6 +165,25 @@ def test_compact_one_vector_a_cta_matches_reference(shape, pattern, vector, cfg)
     torch.cuda.synchronize()
     assert torch.isfinite(y).all()
     assert _err(y, ref) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("shape", [*SHAPES, (1000, 2048, 2048)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("pattern", ["8:32", "4:32", "3:7", "5:16", "1:8", "16:32"])
+@pytest.mark.parametrize("cfg", FUSED_CONFIGS, ids=["128x256", "128x256_split2", "256x128"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=NAMES.get)
+def test_fused_transpose_matches_reference(shape, pattern, cfg, dtype):
+    """fuse_x = 1: fp32 x transposed inside the GEMM by the producer warps, each k-tile's TMA box waiting for its
+    pieces (k = 1003 and fp16 x take the transpose kernel instead); tails, split-K, fp32 output."""
+    m, n, k = shape
+    x, w, b, ref = _case(m, n, k, pattern, dtype, 32, seed=23)
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+    kern = get_kernel((FAMILY.name, cfg, KernelTypes(NAMES[dtype], "f32", True)))
+    for _ in range(2):  # the second call reuses the workspace: its piece counts must start from zero again
+        y.fill_(float("nan"))
+        kern(x, w, b, y)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all()
+    assert _err(y, ref) < TOL[torch.float32]  # by the output type
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))

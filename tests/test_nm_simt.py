@@ -359,8 +359,22 @@ def test_source_compiles(isolated_cache):
 
     kids = [(FAMILY.name, Config(split_k=2), KernelTypes("bf16", "f32", True)),
             (FAMILY.name, Config(block_rows=256, block_tokens=64, k_cols=96, stages=2, x_transposed=1, compact=1),
-             KernelTypes("f32", "f32", True))]
+             KernelTypes("f32", "f32", True)),
+            (FAMILY.name, FUSED, KernelTypes("f32", "f32", True))]
     assert not [r for r in precompile(kids, workers=1) if isinstance(r, Exception)]
+
+
+FUSED = Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, x_transposed=1, tma=1, fuse_x=1)
+
+
+def test_fuse_x_needs_the_producer_warpgroup():
+    """fuse_x = 1 runs in the producer warpgroup's idle warps: tma at one CTA per SM with 128 or 256 computing threads
+    (the template's kOwnProducer); 8 x 8 tiles (two CTAs per SM) and cp.async stages are refused."""
+    p = Problem(2048, 4096, 4096, KernelTypes("f32", "f32", False), "8:32", 32)
+    assert FAMILY.check(FUSED, p) is None
+    assert "producer warpgroup" in FAMILY.check(replace(FUSED, tma=0), p)
+    two_ctas = Config(block_rows=256, block_tokens=64, k_cols=64, x_transposed=1, tma=1, fuse_x=1)  # 8 x 8, 256 thr
+    assert "producer warpgroup" in FAMILY.check(two_ctas, p)
 
 
 def test_check_refuses_groups_the_launcher_refuses():

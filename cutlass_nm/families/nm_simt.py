@@ -19,7 +19,10 @@ multiple of block_rows) as many steps as staged rows (compact_layout). ``tma`` =
 fills each stage's xᵀ tile and kept weights by two TMA copies from one lane of a producer warp (the warp's lanes copy
 the column indices), completing on a per-stage full mbarrier; computing warps release stages on per-stage empty
 mbarriers instead of a CTA-wide barrier per k-tile. At one CTA per SM the producer is a warpgroup of its own that
-hands its registers to the computing warps (setmaxnreg), else computing warp 0. ``split_reduce`` = 1 sums split-K
+hands its registers to the computing warps (setmaxnreg), else computing warp 0. ``fuse_x`` = 1 (with that producer
+warpgroup; fp32 x) drops the separate transpose kernel: the group's three idle warps transpose x into the xᵀ
+workspace during the GEMM, piece by piece in k order, and the TMA warp waits for each chunk's pieces (compiled and
+CPU-tested; not yet run on a GPU, so no heuristic or sweep uses it). ``split_reduce`` = 1 sums split-K
 partials by atomics into the fp32 output instead of a second kernel.
 """
 
@@ -65,12 +68,15 @@ class Config(FamilyConfig):
     compact: int = 0
     tma: int = 0
     split_reduce: int = 0
+    fuse_x: int = 0
 
     SPACE: ClassVar = {"block_rows": (32, 64, 128, 256), "block_tokens": (32, 64, 128, 256),
                        "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 96, 128),
                        "stages": (2, 3, 4, 5), "split_k": (1, 2, 3, 4, 8),
                        # x_transposed = 1 passed its H100 GPU tests (results/h100/gpu_tests_nm.log); timed by the tuner
-                       "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1), "split_reduce": (0, 1)}
+                       "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1), "split_reduce": (0, 1),
+                       # 1: x transposed inside the GEMM by the producer warpgroup (not yet run on a GPU)
+                       "fuse_x": (0, 1)}
 
     @property
     def threads(self) -> int:
@@ -255,6 +261,22 @@ def _compact_rule(cfg: Config, pat: Pattern | None, vector: int) -> str | None:
     return None
 
 
+def own_producer(cfg: Config) -> bool:
+    """Whether the kernel fills its stages from a producer warpgroup of its own (the template's kOwnProducer): tma at
+    one CTA per SM (more than 64 accumulators or more than 256 threads) with 128 or 256 computing threads."""
+    one_cta = cfg.thread_rows * cfg.thread_tokens > 64 or cfg.threads > 256
+    return bool(cfg.tma) and one_cta and cfg.threads in (128, 256)
+
+
+def _fuse_rule(cfg: Config) -> str | None:
+    """The reason ``fuse_x`` = 1 cannot build (None: it can, or it is off). fp32 x that is 16-byte aligned with k and
+    the k-tile multiples of 4 is transposed in the GEMM; other inputs fall back to the transpose kernel."""
+    if cfg.fuse_x and not own_producer(cfg):
+        return ("fuse_x=1 transposes x in the producer warpgroup: it needs tma=1 at one CTA per SM (more than 64 "
+                "accumulators a thread) with 128 or 256 computing threads")
+    return None
+
+
 class _SimtFamily:
     name = "nm_simt"
     arch = "sm_80"
@@ -282,7 +304,7 @@ class _SimtFamily:
             return f"{cfg.threads} threads x {acc} accumulators exceed the register file"
         if cfg.split_reduce and (cfg.split_k == 1 or t.out_dtype != "f32"):
             return "split_reduce=1 adds the splits into an fp32 output: it needs split_k > 1 and out_dtype f32"
-        if (reason := _compact_rule(cfg, pat, problem.vector)) is not None:
+        if (reason := _compact_rule(cfg, pat, problem.vector) or _fuse_rule(cfg)) is not None:
             return reason
         if (need := smem_bound(cfg, problem.pattern, problem.vector)) > SMEM_BYTES:
             vector = f"vector {problem.vector}" if problem.vector > 0 else "the worst vector (unknown)"

@@ -55,6 +55,11 @@ constexpr int kMinBlocks = kTR * kTT <= 64 && kThreads <= 256 ? 2 : 1;
 // than 128 or 256 computing threads (512 would leave them < 128 registers): computing warp 0 fills the stages.
 constexpr bool kOwnProducer = kTma && kMinBlocks == 1 && (kThreads == 128 || kThreads == 256);
 constexpr int kProducerThreads = kOwnProducer ? 128 : 0;
+// kFuseX (fuse_x, with the producer warpgroup): no separate transpose kernel; the producer group's three idle warps
+// transpose fp32 x into the x^T workspace inside the GEMM, claiming 32 x 32 pieces of each (k-tile, token tile)
+// chunk by atomics in k order, and warp 0 starts a chunk's TMA box once all its pieces are released (cnm_run
+// falls back to the transpose kernel where x is not fp32, 16-byte aligned, or k or the k-tile not a multiple of 4).
+constexpr bool kFuseX = ${fuse_x} && kOwnProducer;
 constexpr int kProducerRegs = 40;
 // per sub-partition (16384 registers): kThreads / 128 computing warps and one producer warp
 constexpr int kConsumerRegs =
@@ -78,6 +83,12 @@ struct Params {
   int m, n, k, keep, group, vector, kgroups, ktd, ktc, pitch, nvb, n_pad, nnz_pad, ktiles;
   int x_bytes, w_bytes, stage_bytes;
   CUtensorMap tma_x, tma_w;  // kTma: x^T (k x m_pad, boxes kBT x ktd) and the kept weights (nnz_pad x n_pad, kBR x ktc)
+  // kFuseX (null where cnm_run fell back): row-major fp32 x, and per (k-tile, token tile) chunk a count of claimed
+  // and one of finished 32 x 32 pieces ([ktiles][gridDim.y] each, zeroed before the launch); pieces a chunk
+  const float* x_rows;
+  unsigned* claimed;
+  unsigned* finished;
+  int pieces;
 };
 
 // CNM_TRACE (benchmarks/trace_nm_simt.py only; never defined by the library): with tma, per CTA and k-tile, the SM
@@ -258,6 +269,14 @@ struct TileCopier {
 #if __CUDA_ARCH__ >= 900
     const int lane = threadIdx.x & 31;
     if (lane == 0) {
+      if (kFuseX && p.x_rows != nullptr) {  // the chunk's x^T rows, written by the producer warps of the CTAs
+        const unsigned* done = p.finished + kt * gridDim.y + blockIdx.y;  // sharing this token tile (and split)
+        unsigned v;
+        do {
+          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(done) : "memory");
+        } while (v < unsigned(p.pieces));
+        asm volatile("fence.proxy.async.global;" ::: "memory");  // their generic stores, before the TMA reads
+      }
       const uint32_t xs = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
       const uint32_t ws = xs + p.x_bytes;
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -342,6 +361,57 @@ struct TileCopier {
     }
   }
 };
+
+// kFuseX: one warp transposes piece `piece` of chunk (kt, ty): 32 rows of x^T from kt * ktd (not past the chunk or
+// k) by 32 tokens from ty * kBT (tokens m .. m_pad - 1 as zeros, none past m_pad). Loads: 8 lanes read 128 B of a
+// token's row, one load in flight; stores: 4-byte, 4 consecutive tokens of 8 rows an instruction. Then each lane fences (its stores
+// visible at gpu scope and to the async proxy) and lane 0 releases the piece. Few registers (setmaxnreg 40).
+__device__ __forceinline__ void transpose_piece(const Params& p, int kt, int ty, int piece) {
+  const int lane = threadIdx.x & 31;
+  const int per_row = (p.ktd + 31) / 32;
+  const int r0 = kt * p.ktd + (piece % per_row) * 32, t0 = ty * kBT + (piece / per_row) * 32;
+  const int r_end = min(p.k, (kt + 1) * p.ktd);
+  const int c = r0 + (lane & 7) * 4;  // this lane's 4 rows of x^T (columns of x)
+  float* xt = const_cast<float*>(p.x);
+#pragma unroll 1
+  for (int h = 0; h < 8; ++h) {  // tokens t0 + 4 h + lane / 8: one load in flight (two spill at 40 registers)
+    const int t = t0 + 4 * h + (lane >> 3);
+    const float4 v = t < p.m && c < r_end ? __ldg(reinterpret_cast<const float4*>(p.x_rows + int64_t(t) * p.k + c))
+                                          : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (t < p.m_pad) {
+      float* dst = xt + int64_t(c) * p.m_pad + t;
+      if (c < r_end) dst[0] = v.x;
+      if (c + 1 < r_end) dst[p.m_pad] = v.y;
+      if (c + 2 < r_end) dst[2 * p.m_pad] = v.z;
+      if (c + 3 < r_end) dst[3 * p.m_pad] = v.w;
+    }
+  }
+  __threadfence();
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+  __syncwarp();
+  if (lane == 0) {
+    unsigned* done = p.finished + kt * gridDim.y + ty;
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
+  }
+}
+
+// kFuseX: a producer warp claims and transposes pieces of this CTA's token tile, k-tile by k-tile over its split's
+// range [kt0, kt1), until every piece there is claimed; it waits on nothing, so a chunk some CTA waits for is always
+// finished by a running warp.
+__device__ __forceinline__ void transpose_chunks(const Params& p, int kt0, int kt1) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll 1
+  for (int kt = kt0; kt < kt1; ++kt) {
+    unsigned* claim = p.claimed + kt * gridDim.y + blockIdx.y;
+    while (true) {
+      int piece = 0;
+      if (lane == 0) piece = int(atomicAdd(claim, 1u));
+      piece = __shfl_sync(0xffffffffu, piece, 0);
+      if (piece >= p.pieces) break;
+      transpose_piece(p, kt, blockIdx.y, piece);
+    }
+  }
+}
 
 template <int kMode, class Out, bool kUseTma = false>
 __global__ void __launch_bounds__(kThreads + (kUseTma ? kProducerThreads : 0), kMinBlocks)
@@ -483,6 +553,8 @@ nm_simt_kernel(__grid_constant__ const Params p) {
 #endif
         if (warp == kThreads / 32)
           for (int i = 0; i < count; ++i) produce(i);
+        else if (kFuseX && p.x_rows != nullptr)
+          transpose_chunks(p, kt0, kt1);
         return;  // the copies complete on the full barriers, which the computing warps wait for
       }
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
@@ -623,6 +695,10 @@ bool encode_maps(Params& p) {
 }
 
 int grid_for(int64_t total) { return int(std::min<int64_t>((total + 255) / 256, 132 * 16)); }
+
+// kFuseX: chunks (k-tiles x token tiles) the workspace has counters for; a k-tile spans >= 4 columns of k when the
+// fused transpose runs (its column count is a multiple of 4), so k / 4 + 2 bounds the k-tiles
+int64_t fuse_chunks_bound(int m, int k) { return (int64_t(k) / 4 + 2) * ((m + kBT - 1) / kBT); }
 }  // namespace
 
 extern "C" {
@@ -640,7 +716,8 @@ long long cnm_workspace(int m, int n, int k) {
   long long bytes = 0;
   if (sizeof(Element) != sizeof(float)) bytes += ((int64_t(m) * k * 4 + 255) / 256) * 256;
   if (kTransposed) bytes += ((int64_t(k) * ((m + 3) / 4 * 4) * 4 + 255) / 256) * 256;
-  if (kSplit > 1 && !kAtomicSplit) bytes += int64_t(kSplit) * m * n * 4;
+  if (kSplit > 1 && !kAtomicSplit) bytes += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
+  if (kFuseX) bytes += fuse_chunks_bound(m, k) * 8;  // claimed + finished pieces per chunk
   return bytes;
 }
 
@@ -665,7 +742,8 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   p.ktd = kgroups * group; p.ktc = kgroups * keep; p.n_pad = n_pad; p.nnz_pad = nnz_pad;
   p.ktiles = nnz_pad / p.ktc;
   p.nvb = kBR >= vector ? kBR / vector : 1;
-  // workspace: [x widened (half inputs)][x^T (x_transposed)][split-K partials], as cnm_workspace sizes it
+  // workspace: [x widened (half inputs)][x^T (x_transposed)][split-K partials][kFuseX's piece counts], as
+  // cnm_workspace sizes it
   char* ws = static_cast<char*>(workspace);
   const bool half = sizeof(Element) != sizeof(float);
   char* widened = ws;
@@ -673,12 +751,23 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   char* transposed = ws;
   p.m_pad = (m + 3) / 4 * 4;
   if (kTransposed) ws += ((int64_t(k) * p.m_pad * 4 + 255) / 256) * 256;
+  static int limit = 0, major = 0;  // opt-in shared memory per block and compute capability of the (first) device
+  if (limit == 0) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  }
   int mode;
   if (kTransposed && (kCompact || (p.ktd <= kKC && vector >= kTR))) {
     mode = 2;
     if (kCompact) p.ktd = kKC;  // the stage holds the listed rows
     dim3 grid((k + 31) / 32, (m + 31) / 32);
-    if (!half && x_aligned && k % 4 == 0)
+    const bool fuse = kFuseX && !kCompact && !half && x_aligned && k % 4 == 0 && p.ktd % 4 == 0 && major >= 9 &&
+                      int64_t(p.ktiles) * ((m + kBT - 1) / kBT) <= fuse_chunks_bound(m, k);
+    if (fuse)
+      p.x_rows = static_cast<const float*>(x);  // transposed inside the GEMM by its producer warps
+    else if (!half && x_aligned && k % 4 == 0)
       transpose4<<<grid, 256, 0, stream>>>(static_cast<const float*>(x), reinterpret_cast<float*>(transposed), m, k,
                                            p.m_pad);
     else
@@ -702,19 +791,20 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   p.w_bytes = p.ktc * kBR * 4;
   p.stage_bytes = ((p.x_bytes + p.w_bytes + p.nvb * p.ktc * 4 + 127) / 128) * 128;
   const size_t smem = size_t(p.stage_bytes) * kStages + (kTma ? 16 * kStages : 0);  // kTma: + 2 barriers per stage
-  static int limit = 0, major = 0;  // opt-in shared memory per block and compute capability of the (first) device
-  if (limit == 0) {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  }
   if (smem > size_t(limit)) return 3;
   const bool use_tma = kTma && !kCompact && mode == 2 && major >= 9;
   if (use_tma && !encode_maps(p)) return 1000 + int(cudaErrorInvalidValue);
   p.y = kSplit > 1 && !kAtomicSplit ? static_cast<void*>(ws) : y;
+  if (kSplit > 1 && !kAtomicSplit) ws += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
   // kAtomicSplit: the splits add into zeros
   cudaError_t err = kAtomicSplit ? cudaMemsetAsync(y, 0, size_t(m) * n * 4, stream) : cudaSuccess;
+  if (p.x_rows != nullptr && err == cudaSuccess) {  // kFuseX: the chunks' piece counts start at zero every call
+    const int64_t chunks = int64_t(p.ktiles) * ((m + kBT - 1) / kBT);
+    p.claimed = reinterpret_cast<unsigned*>(ws);
+    p.finished = p.claimed + chunks;
+    p.pieces = (p.ktd + 31) / 32 * (kBT / 32);
+    err = cudaMemsetAsync(ws, 0, size_t(chunks) * 8, stream);
+  }
   if (err == cudaSuccess)
     err = kSplit > 1 || out_kind == 1 ? launch_mode<float>(mode, use_tma, p, smem, limit, stream)
                                       : launch_mode<Element>(mode, use_tma, p, smem, limit, stream);
