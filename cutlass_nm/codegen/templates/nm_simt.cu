@@ -364,8 +364,9 @@ struct TileCopier {
 
 // kFuseX: one warp transposes piece `piece` of chunk (kt, ty): 32 rows of x^T from kt * ktd (not past the chunk or
 // k) by 32 tokens from ty * kBT (tokens m .. m_pad - 1 as zeros, none past m_pad). Loads: 8 lanes read 128 B of a
-// token's row, one load in flight; stores: 4-byte, 4 consecutive tokens of 8 rows an instruction. Then each lane fences (its stores
-// visible at gpu scope and to the async proxy) and lane 0 releases the piece. Few registers (setmaxnreg 40).
+// token's row, one load in flight; stores: 4-byte, 4 consecutive tokens of 8 rows an instruction. Then each lane
+// fences (its stores visible at gpu scope and to the async proxy) and lane 0 releases the piece. Few registers
+// (setmaxnreg 40).
 __device__ __forceinline__ void transpose_piece(const Params& p, int kt, int ty, int piece) {
   const int lane = threadIdx.x & 31;
   const int per_row = (p.ktd + 31) / 32;
