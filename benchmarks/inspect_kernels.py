@@ -16,23 +16,17 @@ import tempfile
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import cutlass_nm
 from cutlass_nm.bench.energy import open_meter
+from cutlass_nm.bench.timing import profile_calls
 from cutlass_nm.families import KernelTypes, get_family
 from cutlass_nm.kernels import get_kernel
 
 
 def kernels_of(fn, calls: int = 5) -> list[dict]:
     """Kernel launches of ``fn()`` (after a warm-up), grouped by name."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
+    prof = profile_calls(fn, calls, warmup=3)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))

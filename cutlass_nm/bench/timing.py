@@ -79,17 +79,24 @@ def time_rotating(fn: Callable[[int], object], copies: int, reps: int = 100, war
     return Timing(q[0], statistics.median(times), q[3], reps, method)
 
 
-def kernel_breakdown(fn: Callable[[], object], calls: int = 5) -> list[dict]:
-    """GPU kernels of ``fn()`` from torch.profiler (after one warm-up call): name, launches per call and mean device
-    µs per call, largest first."""
+def profile_calls(fn: Callable[[], object], calls: int = 5, warmup: int = 1):
+    """torch.profiler's record (CUDA activity) of ``calls`` calls of ``fn()`` after ``warmup`` untimed ones."""
     from torch.profiler import ProfilerActivity, profile
 
-    fn()
+    for _ in range(warmup):
+        fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
+    return prof
+
+
+def kernel_breakdown(fn: Callable[[], object], calls: int = 5) -> list[dict]:
+    """GPU kernels of ``fn()`` from torch.profiler (after one warm-up call): name, launches per call and mean device
+    µs per call, largest first."""
+    prof = profile_calls(fn, calls)
     rows = [{"kernel": e.key[:120], "launches": e.count // calls, "us": e.device_time_total / calls}
             for e in prof.key_averages() if e.device_time_total > 0 and e.key not in ("cudaDeviceSynchronize",)]
     return sorted(rows, key=lambda r: -r["us"])
