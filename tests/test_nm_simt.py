@@ -384,3 +384,32 @@ def test_check_refuses_groups_the_launcher_refuses():
     reason = FAMILY.check(cfg, p)
     assert reason is not None and "M <= 64" in reason and "2:128" in reason
     assert FAMILY.check(cfg, Problem(256, 4096, 4096, F32, "2:64", 32)) is None
+
+
+@pytest.mark.parametrize(("m", "k", "ktd", "block_tokens"), [(600, 512, 64, 256), (129, 1024, 56, 128),
+                                                            (17, 96, 64, 256), (300, 1004, 60, 128)])
+def test_fused_transpose_pieces_cover_each_tma_box(m, k, ktd, block_tokens):
+    """The template's fuse_x index math (transpose_piece), replayed: the pieces of chunk (kt, ty) write every x^T
+    element its TMA box reads (rows kt*ktd .. +ktd below k, tokens ty*block_tokens .. + block_tokens below m_pad) and
+    nothing else: no element of another chunk, none outside [0, k) x [0, m_pad)."""
+    m_pad = -(-m // 4) * 4
+    ktiles, tiles = -(-k // ktd), -(-m // block_tokens)
+    per_row = -(-ktd // 32)
+    pieces = per_row * (block_tokens // 32)
+    lanes = torch.arange(32)
+    for kt in range(ktiles):
+        r_end = min(k, (kt + 1) * ktd)
+        for ty in range(tiles):
+            written = torch.zeros(k, m_pad, dtype=torch.bool)
+            for piece in range(pieces):
+                r0, t0 = kt * ktd + (piece % per_row) * 32, ty * block_tokens + (piece // per_row) * 32
+                c = r0 + (lanes % 8) * 4
+                for h in range(8):
+                    t = t0 + 4 * h + lanes // 8
+                    for q in range(4):
+                        ok = (t < m_pad) & (c + q < r_end)
+                        assert bool((c[ok] + q < k).all()) and bool((t[ok] < m_pad).all())
+                        written[(c + q)[ok], t[ok]] = True
+            box = torch.zeros_like(written)
+            box[kt * ktd:r_end, ty * block_tokens:min(m_pad, (ty + 1) * block_tokens)] = True
+            assert torch.equal(written, box)
