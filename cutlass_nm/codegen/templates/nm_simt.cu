@@ -272,9 +272,11 @@ struct TileCopier {
       if (kFuseX && p.x_rows != nullptr) {  // the chunk's x^T rows, written by the producer warps of the CTAs
         const unsigned* done = p.finished + kt * gridDim.y + blockIdx.y;  // sharing this token tile (and split)
         unsigned v;
-        do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(done) : "memory");
+        while (v < unsigned(p.pieces)) {  // rare after the first chunks: the transposing warps run ahead
+          __nanosleep(64);
           asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(done) : "memory");
-        } while (v < unsigned(p.pieces));
+        }
         asm volatile("fence.proxy.async.global;" ::: "memory");  // their generic stores, before the TMA reads
       }
       const uint32_t xs = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
