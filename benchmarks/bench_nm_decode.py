@@ -183,11 +183,9 @@ def main() -> None:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     tokens = [int(t) for t in args.tokens.split(",")]
     if args.precompile:
-        from cutlass_nm.kernels import precompile
+        from precompile_tests import build
 
-        kids = row_kernels(shapes, tokens, args.patterns.split(","), args.vector)
-        bad = [r for r in precompile(kids) if isinstance(r, Exception)]
-        print(f"precompiled {len(kids)} kernels, {len(bad)} failed", *bad, sep="\n")
+        build(list(row_kernels(shapes, tokens, args.patterns.split(","), args.vector)), "decode bench kernels")
         return
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)

@@ -71,13 +71,14 @@ TMA_WINNERS = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for
     Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3)))
 TYPES = {"f32": KernelTypes("f32", "f32", False), "f16": KernelTypes("f16", "f16", False)}
 SMS = 132
-VECTOR = [32]  # the weights' index-sharing vector (default: the format's; --vector); problems carry it for checks
+VECTOR = 32  # the weights' index-sharing vector (the format's default; --vector); problems carry it for checks
 
 
-def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, ...], pattern: str) -> list[Config]:
+def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, ...], pattern: str,
+               vector: int = VECTOR) -> list[Config]:
     """The sweep's valid configs for a problem, with split-K variants up to 4 waves of CTAs."""
     out: list[Config] = []
-    p = Problem(m, n, k, types, pattern, VECTOR[0])
+    p = Problem(m, n, k, types, pattern, vector)
     for base in sweep:
         tiles = -(-n // base.block_rows) * -(-m // base.block_tokens)
         for split in (1, 2, 3, 4):  # 3: e.g. 86 CTAs (11008 rows / 128) x 3 = 1.95 waves of 132
@@ -114,7 +115,7 @@ def _kernel_call(kern, xs: list[torch.Tensor], ws: list, ys: list[torch.Tensor])
 
 
 def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...], dtypes: tuple[str, ...],
-             sweep: tuple[Config, ...], reps: int, rounds: int = 3) -> list[dict]:
+             sweep: tuple[Config, ...], reps: int, rounds: int = 3, vector: int = VECTOR) -> list[dict]:
     rows: list[dict] = []
     g = torch.Generator(device="cuda").manual_seed(0)
     for dname in dtypes:
@@ -124,16 +125,16 @@ def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...],
         wd = [torch.randn(n, k, device="cuda", dtype=dt, generator=g) for _ in range(dense_copies)]
         for pattern in patterns:
             p = Pattern.parse(pattern)
-            w0 = compress_nm(wd[0], p, VECTOR[0], prune=True)
+            w0 = compress_nm(wd[0], p, vector, prune=True)
             wbytes = w0.values.numel() * 4 + w0.indices.numel()
             wcopies = copies_to_rotate(wbytes)
-            ws = [w0] + [compress_nm(wd[i % dense_copies], p, VECTOR[0], prune=True) for i in range(1, wcopies)]
+            ws = [w0] + [compress_nm(wd[i % dense_copies], p, vector, prune=True) for i in range(1, wcopies)]
             for m in tokens:
                 xcopies = copies_to_rotate(m * k * dt.itemsize + n * k * dt.itemsize)
                 xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=g) for _ in range(xcopies)]
                 base = {"m": m, "n": n, "k": k, "dtype": dname}
                 key = (m, n, k, dname)
-                heur = FAMILY.heuristic(Problem(m, n, k, types, pattern, VECTOR[0]))
+                heur = FAMILY.heuristic(Problem(m, n, k, types, pattern, vector))
                 if key not in _DENSE:  # the dense baseline once per shape and dtype
                     ys = [torch.empty(m, n, device="cuda", dtype=dt) for _ in range(max(xcopies, dense_copies))]
                     copies = max(xcopies, dense_copies)
@@ -150,7 +151,7 @@ def bench_nk(n: int, k: int, tokens: tuple[int, ...], patterns: tuple[str, ...],
                 # fp16 rows reuse the fp32 winner, and a pattern of a density already swept (2:4 after 16:32)
                 # reuses that winner: both run the same k-tiles (no sweep)
                 win = _WINNERS.get((m, n, k, pattern)) or _WINNERS.get((m, n, k, p.density))
-                todo = [win] if win else candidates(m, n, k, types, sweep, pattern)
+                todo = [win] if win else candidates(m, n, k, types, sweep, pattern, vector)
                 if time.time() > _DEADLINE[0]:  # past --budget-s: the heuristic only
                     todo = [heur]
                 ref = reference(xs[0], ws[0])
@@ -255,7 +256,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--sweep", type=int, help="use only the first N base configs of the sweep")
     ap.add_argument("--budget-s", type=float, help="after this many seconds, time the heuristic config only")
-    ap.add_argument("--vector", type=int, default=VECTOR[0], help="rows sharing kept positions (default: 32)")
+    ap.add_argument("--vector", type=int, default=VECTOR, help="rows sharing kept positions (default: 32)")
     ap.add_argument("--compact", action="store_true",
                     help="sweep the compact (listed xᵀ rows) configs and the TMA winners only")
     ap.add_argument("--fuse", action="store_true", help="add each TMA config's fuse_x twin to the sweep")
@@ -276,12 +277,11 @@ def main() -> None:
     sweep = COMPACT_SWEEP + TMA_WINNERS if args.compact else SWEEP[: args.sweep] if args.sweep else SWEEP
     if args.fuse:
         sweep += tuple(c for c in FUSED_SWEEP if replace(c, fuse_x=0) in sweep)
-    VECTOR[0] = args.vector
     t0 = time.time()
     _DEADLINE[0] = t0 + args.budget_s if args.budget_s else float("inf")
     # fp16 rows run one of the fp32 candidates
     kids = {(FAMILY.name, c, TYPES[d]) for d in dtypes for n, k in nks for m in tokens
-            for pat in patterns for c in candidates(m, n, k, TYPES["f32"], sweep, pat)}
+            for pat in patterns for c in candidates(m, n, k, TYPES["f32"], sweep, pat, args.vector)}
     bad = [r for r in precompile(sorted(kids, key=str)) if isinstance(r, Exception)]
     print(f"compiled {len(kids)} kernels in {time.time() - t0:.0f} s, {len(bad)} failed", flush=True)
     for r in bad[:3]:
@@ -290,7 +290,7 @@ def main() -> None:
         return
     rows: list[dict] = []
     for n, k in nks:
-        rows += bench_nk(n, k, tokens, patterns, dtypes, sweep, args.reps, max(1, args.rounds))
+        rows += bench_nk(n, k, tokens, patterns, dtypes, sweep, args.reps, max(1, args.rounds), args.vector)
         result = {"environment": environment(), "tf32": torch.backends.cuda.matmul.allow_tf32, "rows": rows,
                   "summary": summary(rows), "wall_s": time.time() - t0}
         if args.out:  # after each (n, k): a run cut short keeps its rows

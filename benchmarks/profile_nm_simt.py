@@ -52,5 +52,6 @@ def breakdown(call, calls: int) -> dict:
     rows = kernel_breakdown(call, calls)
     return {"kernels": rows, "total_us": sum(r["us"] for r in rows)}
 
+
 if __name__ == "__main__":
     main()
