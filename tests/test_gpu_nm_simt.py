@@ -175,9 +175,13 @@ def test_fused_transpose_matches_reference(shape, pattern, cfg, dtype):
     """fuse_x = 1: fp32 x transposed inside the GEMM by the producer warps, each k-tile's TMA box waiting for its
     pieces (k = 1003 and fp16 x take the transpose kernel instead); tails, split-K, fp32 output."""
     m, n, k = shape
+    types = KernelTypes(NAMES[dtype], "f32", True)
+    if (reason := FAMILY.check(cfg, Problem(m, n, k, types, pattern, 32))) is not None:
+        assert "shared memory" in reason  # 16:32's k-tile does not fit the 3-stage 128 x 256 CTA: refused up front
+        pytest.skip(reason)
     x, w, b, ref = _case(m, n, k, pattern, dtype, 32, seed=23)
     y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
-    kern = get_kernel((FAMILY.name, cfg, KernelTypes(NAMES[dtype], "f32", True)))
+    kern = get_kernel((FAMILY.name, cfg, types))
     for _ in range(2):  # the second call reuses the workspace: its piece counts must start from zero again
         y.fill_(float("nan"))
         kern(x, w, b, y)

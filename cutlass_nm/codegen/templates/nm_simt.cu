@@ -797,7 +797,8 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   if (smem > size_t(limit)) return 3;
   const bool use_tma = kTma && !kCompact && mode == 2 && major >= 9;
   if (use_tma && !encode_maps(p)) return 1000 + int(cudaErrorInvalidValue);
-  p.y = kSplit > 1 && !kAtomicSplit ? static_cast<void*>(ws) : y;
+  float* partials = reinterpret_cast<float*>(ws);  // kSplit > 1, !kAtomicSplit: each split's sums, then summed
+  p.y = kSplit > 1 && !kAtomicSplit ? static_cast<void*>(partials) : y;
   if (kSplit > 1 && !kAtomicSplit) ws += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
   // kAtomicSplit: the splits add into zeros
   cudaError_t err = kAtomicSplit ? cudaMemsetAsync(y, 0, size_t(m) * n * 4, stream) : cudaSuccess;
@@ -814,10 +815,10 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   if (err == cudaSuccess && kSplit > 1 && !kAtomicSplit) {
     const int64_t total = int64_t(m) * n;
     if (out_kind == 1)
-      split_reduce<float><<<grid_for(total), 256, 0, stream>>>(reinterpret_cast<float*>(ws), p.bias,
+      split_reduce<float><<<grid_for(total), 256, 0, stream>>>(partials, p.bias,
                                                                static_cast<float*>(y), m, n);
     else
-      split_reduce<Element><<<grid_for(total), 256, 0, stream>>>(reinterpret_cast<float*>(ws), p.bias,
+      split_reduce<Element><<<grid_for(total), 256, 0, stream>>>(partials, p.bias,
                                                                  static_cast<Element*>(y), m, n);
     err = cudaGetLastError();
   }
