@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 6, nm_simt with fuse_x (x transposed inside the GEMM by the producer warpgroup), prepared 2026-11-26 and not
-# yet run: every nm_simt GPU test (the template changed for all configs), then, if they pass, the fp32 acceptance
-# sweep with each TMA config beside its fuse_x twin, every ratio against SGEMM (TF32 off) in the same run. Build the
-# kernels here first (nvcc, no GPU), carry them:
+# yet run: every nm_simt GPU test (the template changed for all configs; SKIP_TESTS=1 skips them), then, if they
+# pass, the fp32 acceptance sweep with each TMA config beside its fuse_x twin, every ratio against SGEMM (TF32 off) in
+# the same run. PATTERNS (default: all eight of the acceptance set) and BUDGET_S (sweep seconds, default 240) split
+# the set over calls that fit the device's 600 s. Build the kernels here first (nvcc, no GPU), carry them:
 #   export CUTLASS_NM_CACHE=$PWD/.kcache CUTLASS_NM_DB=off
 #   python3 benchmarks/precompile_tests.py test_gpu_nm_simt
 #   python3 benchmarks/bench_nm_simt.py --precompile --fuse --dtypes f32
@@ -11,7 +12,8 @@
 source benchmarks/device_env.sh
 mkdir -p "$CUTLASS_NM_CACHE/kernels" && tar -xJf .device/kcache.tar.xz -C "$CUTLASS_NM_CACHE/kernels"
 sha=${CUTLASS_NM_COMMIT:0:7}
-gpu_tests tests/test_gpu_nm_simt.py "gpu_tests_nm_simt_fuse_$sha.log" 240
-timeout 300 python3 benchmarks/bench_nm_simt.py --fuse --dtypes f32 --reps 10 --budget-s 240 \
-  --out "$OUT/nm_simt_fuse_$sha.json" 2>&1 | grep -v '^{' | tail -12
+[ "${SKIP_TESTS:-0}" = 1 ] || gpu_tests tests/test_gpu_nm_simt.py "gpu_tests_nm_simt_fuse_$sha.log" 240
+budget=${BUDGET_S:-240}
+timeout $((budget + 60)) python3 benchmarks/bench_nm_simt.py --fuse --dtypes f32 --reps 10 --budget-s "$budget" \
+  ${PATTERNS:+--patterns "$PATTERNS"} --out "$OUT/nm_simt_fuse_${PATTERNS//[:,]/_}_$sha.json" 2>&1 | grep -v '^{' | tail -12
 gpu_clocks_summary
