@@ -21,7 +21,6 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -63,8 +62,6 @@ COMPACT_SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "compact": 1
     Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=3),
     Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=32, stages=4),
     Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3)))
-# --fuse: beside every TMA config, its fuse_x twin (x transposed inside the GEMM) where it has a producer warpgroup
-FUSED_SWEEP = tuple(Config(**{**c.to_record(), "fuse_x": 1}) for c in SWEEP if own_producer(c))
 # beside them, the TMA configs that won 85 of the 87.5 % and 75 % rows at f1a17b1 (nm_simt_atomic_f1a17b1.json)
 TMA_WINNERS = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (
     Config(block_tokens=256, thread_tokens=16, k_cols=64),
@@ -260,6 +257,8 @@ def main() -> None:
     ap.add_argument("--compact", action="store_true",
                     help="sweep the compact (listed xᵀ rows) configs and the TMA winners only")
     ap.add_argument("--fuse", action="store_true", help="add each TMA config's fuse_x twin to the sweep")
+    ap.add_argument("--winners", action="store_true",
+                    help="sweep only the TMA configs that won most 87.5 %% and 75 %% rows at f1a17b1 (A/B runs)")
     ap.add_argument("--precompile", action="store_true", help="build the sweep's kernels (no GPU needed) and exit")
     ap.add_argument("--rounds", type=int, default=3,
                     help="alternating cuBLAS / winner timings behind each reported ratio (median of the rounds)")
@@ -275,8 +274,9 @@ def main() -> None:
         tokens = tokens if args.tokens else (256, 2048)
         nks, dtypes = (LLAMA_NK[0], LLAMA_NK[2]), ("f32",)
     sweep = COMPACT_SWEEP + TMA_WINNERS if args.compact else SWEEP[: args.sweep] if args.sweep else SWEEP
-    if args.fuse:
-        sweep += tuple(c for c in FUSED_SWEEP if replace(c, fuse_x=0) in sweep)
+    sweep = TMA_WINNERS if args.winners else sweep
+    if args.fuse:  # beside every config with a producer warpgroup, its fuse_x twin (x transposed inside the GEMM)
+        sweep += tuple(Config(**{**c.to_record(), "fuse_x": 1}) for c in sweep if own_producer(c))
     t0 = time.time()
     _DEADLINE[0] = t0 + args.budget_s if args.budget_s else float("inf")
     # fp16 rows run one of the fp32 candidates

@@ -388,28 +388,43 @@ def test_check_refuses_groups_the_launcher_refuses():
 
 @pytest.mark.parametrize(("m", "k", "ktd", "block_tokens"), [(600, 512, 64, 256), (129, 1024, 56, 128),
                                                             (17, 96, 64, 256), (300, 1004, 60, 128)])
-def test_fused_transpose_pieces_cover_each_tma_box(m, k, ktd, block_tokens):
-    """The template's fuse_x index math (transpose_piece), replayed: the pieces of chunk (kt, ty) write every x^T
-    element its TMA box reads (rows kt*ktd .. +ktd below k, tokens ty*block_tokens .. + block_tokens below m_pad) and
-    nothing else: no element of another chunk, none outside [0, k) x [0, m_pad)."""
+def test_fused_transpose_pieces_write_each_tma_box(m, k, ktd, block_tokens):
+    """The template's fuse_x transposition (transpose_piece) replayed lane by lane: loads of 4 columns x 4 tokens, the
+    shuffle rounds among the 4 lanes sharing columns, one float4 store a lane. The pieces of chunk (kt, ty) write
+    exactly the x^T elements its TMA box reads (rows kt*ktd .. +ktd below k, tokens ty*block_tokens .. +block_tokens
+    below m_pad), with x's values there and zeros for tokens m .. m_pad - 1, and nothing else."""
     m_pad = -(-m // 4) * 4
+    x = torch.arange(1, m * k + 1, dtype=torch.float64).reshape(m, k)
     ktiles, tiles = -(-k // ktd), -(-m // block_tokens)
     per_row = -(-ktd // 32)
     pieces = per_row * (block_tokens // 32)
-    lanes = torch.arange(32)
     for kt in range(ktiles):
         r_end = min(k, (kt + 1) * ktd)
         for ty in range(tiles):
-            written = torch.zeros(k, m_pad, dtype=torch.bool)
+            xt = torch.full((k, m_pad), float("nan"), dtype=torch.float64)
             for piece in range(pieces):
                 r0, t0 = kt * ktd + (piece % per_row) * 32, ty * block_tokens + (piece // per_row) * 32
-                c = r0 + (lanes % 8) * 4
                 for h in range(8):
-                    t = t0 + 4 * h + lanes // 8
-                    for q in range(4):
-                        ok = (t < m_pad) & (c + q < r_end)
-                        assert bool((c[ok] + q < k).all()) and bool((t[ok] < m_pad).all())
-                        written[(c + q)[ok], t[ok]] = True
-            box = torch.zeros_like(written)
-            box[kt * ktd:r_end, ty * block_tokens:min(m_pad, (ty + 1) * block_tokens)] = True
-            assert torch.equal(written, box)
+                    a = {}  # lane -> its float4: columns c .. c + 3 of token t0 + 4h + r
+                    for lane in range(32):
+                        q, r = lane % 8, lane // 8
+                        c, t = r0 + 4 * q, t0 + 4 * h + r
+                        a[lane] = x[t, c:c + 4].tolist() if t < m and c < r_end else [0.0] * 4
+                    for lane in range(32):
+                        q, r = lane % 8, lane // 8
+                        c, t = r0 + 4 * q, t0 + 4 * h
+                        src = [q + 8 * ((r + j) % 4) for j in range(4)]  # round j reads this lane
+                        got = [a[src[j]][(src[j] // 8 - j) % 4] for j in range(4)]  # what src sends
+                        if c < r_end and t < m_pad:
+                            assert c + r < k and t + 3 < m_pad
+                            assert bool(xt[c + r, t:t + 4].isnan().all())  # no element is written twice
+                            xt[c + r, t:t + 4] = torch.tensor([got[(4 - r) % 4], got[(5 - r) % 4],
+                                                               got[(6 - r) % 4], got[(7 - r) % 4]])
+            want = torch.full_like(xt, float("nan"))
+            rows, toks = slice(kt * ktd, r_end), slice(ty * block_tokens, min(m_pad, (ty + 1) * block_tokens))
+            want[rows, toks] = 0.0
+            t_hi = min(m, (ty + 1) * block_tokens)
+            if t_hi > ty * block_tokens:
+                want[rows, ty * block_tokens:t_hi] = x[ty * block_tokens:t_hi, rows].T
+            assert torch.equal(xt.isnan(), want.isnan())
+            assert torch.equal(xt.nan_to_num(), want.nan_to_num())

@@ -60,7 +60,7 @@ constexpr int kProducerThreads = kOwnProducer ? 128 : 0;
 // chunk by atomics in k order, and warp 0 starts a chunk's TMA box once all its pieces are released (cnm_run
 // falls back to the transpose kernel where x is not fp32, 16-byte aligned, or k or the k-tile not a multiple of 4).
 constexpr bool kFuseX = ${fuse_x} && kOwnProducer;
-constexpr int kProducerRegs = 40;
+constexpr int kProducerRegs = kFuseX ? 64 : 40;  // kFuseX: four float4 loads in flight a lane, unspilled
 // per sub-partition (16384 registers): kThreads / 128 computing warps and one producer warp
 constexpr int kConsumerRegs =
     kOwnProducer ? std::min(240, (16384 - 32 * kProducerRegs) / (kThreads / 128) / 32 / 8 * 8) : 0;
@@ -364,29 +364,43 @@ struct TileCopier {
   }
 };
 
+// kFuseX: element `i` of `v` (a lane-dependent index: selects, no local memory).
+__device__ __forceinline__ float pick(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
 // kFuseX: one warp transposes piece `piece` of chunk (kt, ty): 32 rows of x^T from kt * ktd (not past the chunk or
-// k) by 32 tokens from ty * kBT (tokens m .. m_pad - 1 as zeros, none past m_pad). Loads: 8 lanes read 128 B of a
-// token's row, one load in flight; stores: 4-byte, 4 consecutive tokens of 8 rows an instruction. Then each lane
-// fences (its stores visible at gpu scope and to the async proxy) and lane 0 releases the piece. Few registers
-// (setmaxnreg 40).
+// k) by 32 tokens from ty * kBT (tokens m .. m_pad - 1 as zeros, none past m_pad). Lane (q, r) = (lane % 8, lane / 8)
+// loads the float4 of columns c = r0 + 4q .. c + 3 of tokens 4h + r, four h at a time (four loads in flight); the four
+// lanes sharing q then transpose each 4 x 4 block by shuffles, so lane (q, r) holds column c + r of tokens 4h .. 4h + 3
+// and writes them as one float4. Then each lane fences (its stores visible at gpu scope and to the async proxy) and
+// lane 0 releases the piece. Few registers (setmaxnreg kProducerRegs).
 __device__ __forceinline__ void transpose_piece(const Params& p, int kt, int ty, int piece) {
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, q = lane & 7, r = lane >> 3;
   const int per_row = (p.ktd + 31) / 32;
   const int r0 = kt * p.ktd + (piece % per_row) * 32, t0 = ty * kBT + (piece / per_row) * 32;
-  const int r_end = min(p.k, (kt + 1) * p.ktd);
-  const int c = r0 + (lane & 7) * 4;  // this lane's 4 rows of x^T (columns of x)
+  const int r_end = min(p.k, (kt + 1) * p.ktd);  // k and ktd are multiples of 4: a lane's 4 columns are all in or out
+  const int c = r0 + 4 * q;
   float* xt = const_cast<float*>(p.x);
 #pragma unroll 1
-  for (int h = 0; h < 8; ++h) {  // tokens t0 + 4 h + lane / 8: one load in flight (two spill at 40 registers)
-    const int t = t0 + 4 * h + (lane >> 3);
-    const float4 v = t < p.m && c < r_end ? __ldg(reinterpret_cast<const float4*>(p.x_rows + int64_t(t) * p.k + c))
-                                          : make_float4(0.f, 0.f, 0.f, 0.f);
-    if (t < p.m_pad) {
-      float* dst = xt + int64_t(c) * p.m_pad + t;
-      if (c < r_end) dst[0] = v.x;
-      if (c + 1 < r_end) dst[p.m_pad] = v.y;
-      if (c + 2 < r_end) dst[2 * p.m_pad] = v.z;
-      if (c + 3 < r_end) dst[3 * p.m_pad] = v.w;
+  for (int h0 = 0; h0 < 8; h0 += 4) {
+    float4 a[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = t0 + 4 * (h0 + i) + r;
+      a[i] = t < p.m && c < r_end ? __ldg(reinterpret_cast<const float4*>(p.x_rows + int64_t(t) * p.k + c))
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // round j: this lane sends a[i][(r - j) % 4] and receives from lane (q, (r + j) % 4) its column c + r of token
+      // 4h + (r + j) % 4, which belongs at v[(r + j) % 4]
+      auto round = [&](int j) { return __shfl_sync(0xffffffffu, pick(a[i], (r - j) & 3), q + 8 * ((r + j) & 3)); };
+      const float4 got = make_float4(round(0), round(1), round(2), round(3));
+      const int t = t0 + 4 * (h0 + i);
+      if (c < r_end && t < p.m_pad) {  // m_pad and t are multiples of 4: the 4 tokens are all in or out
+        const float4 v = make_float4(pick(got, (4 - r) & 3), pick(got, (5 - r) & 3), pick(got, (6 - r) & 3),
+                                     pick(got, (7 - r) & 3));
+        *reinterpret_cast<float4*>(xt + int64_t(c + r) * p.m_pad + t) = v;
+      }
     }
   }
   __threadfence();
