@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Issue 6, nm_simt with fuse_x (x transposed inside the GEMM by the producer warpgroup), prepared 2026-11-26 and not
-# yet run: every nm_simt GPU test (the template changed for all configs; SKIP_TESTS=1 skips them), then, if they
+# Issue 6, nm_simt with fuse_x (x transposed inside the GEMM by the producer warpgroup), first run 2026-11-26 (NOTES:
+# "Outcome of fuse_x"): every nm_simt GPU test (the template changed for all configs; SKIP_TESTS=1 skips them), then, if they
 # pass, the fp32 acceptance sweep with each TMA config beside its fuse_x twin, every ratio against SGEMM (TF32 off) in
 # the same run. PATTERNS (default: all eight of the acceptance set) and BUDGET_S (sweep seconds, default 240) split
-# the set over calls that fit the device's 600 s. Build the kernels here first (nvcc, no GPU), carry them:
+# the set over calls that fit the device's 600 s; BENCH_ARGS pass more (e.g. "--winners --tokens 256,2048").
+# Build the kernels here first (nvcc, no GPU), carry them:
 #   export CUTLASS_NM_CACHE=$PWD/.kcache CUTLASS_NM_DB=off
 #   python3 benchmarks/precompile_tests.py test_gpu_nm_simt
 #   python3 benchmarks/bench_nm_simt.py --precompile --fuse --dtypes f32
@@ -15,5 +16,5 @@ sha=${CUTLASS_NM_COMMIT:0:7}
 [ "${SKIP_TESTS:-0}" = 1 ] || gpu_tests tests/test_gpu_nm_simt.py "gpu_tests_nm_simt_fuse_$sha.log" 240
 budget=${BUDGET_S:-240}
 timeout $((budget + 60)) python3 benchmarks/bench_nm_simt.py --fuse --dtypes f32 --reps 10 --budget-s "$budget" \
-  ${PATTERNS:+--patterns "$PATTERNS"} --out "$OUT/nm_simt_fuse_${PATTERNS//[:,]/_}_$sha.json" 2>&1 | grep -v '^{' | tail -12
+  ${PATTERNS:+--patterns "$PATTERNS"} ${BENCH_ARGS:-} --out "$OUT/nm_simt_fuse_${PATTERNS//[:,]/_}_$sha.json" 2>&1 | grep -v '^{' | tail -12
 gpu_clocks_summary
