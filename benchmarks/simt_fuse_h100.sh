@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 6, nm_simt with fuse_x (x transposed inside the GEMM by the producer warpgroup), first run 2026-11-26 (NOTES:
-# "Outcome of fuse_x"): every nm_simt GPU test (the template changed for all configs; SKIP_TESTS=1 skips them), then, if they
-# pass, the fp32 acceptance sweep with each TMA config beside its fuse_x twin, every ratio against SGEMM (TF32 off) in
-# the same run. PATTERNS (default: all eight of the acceptance set) and BUDGET_S (sweep seconds, default 240) split
-# the set over calls that fit the device's 600 s; BENCH_ARGS pass more (e.g. "--winners --tokens 256,2048").
+# "Outcome of fuse_x"): every nm_simt GPU test (the template changed for all configs; SKIP_TESTS=1 skips them), then,
+# if they pass, the fp32 acceptance sweep with each TMA config beside its fuse_x twin, every ratio against SGEMM (TF32
+# off) in the same run. PATTERNS (default: all eight of the acceptance set) and BUDGET_S (sweep seconds, default 240)
+# split the set over calls that fit the device's 600 s; BENCH_ARGS pass more (e.g. "--winners --tokens 256,2048").
 # Build the kernels here first (nvcc, no GPU), carry them:
 #   export CUTLASS_NM_CACHE=$PWD/.kcache CUTLASS_NM_DB=off
 #   python3 benchmarks/precompile_tests.py test_gpu_nm_simt
