@@ -60,11 +60,17 @@ constexpr int kProducerThreads = kOwnProducer ? 128 : 0;
 // chunk by atomics in k order, and warp 0 starts a chunk's TMA box once all its pieces are released (cnm_run
 // falls back to the transpose kernel where x is not fp32, 16-byte aligned, or k or the k-tile not a multiple of 4).
 constexpr bool kFuseX = ${fuse_x} && kOwnProducer;
-constexpr int kProducerRegs = kFuseX ? 64 : 40;  // kFuseX: four float4 loads in flight a lane, unspilled
-// per sub-partition (16384 registers): kThreads / 128 computing warps and one producer warp
+// kFuseX: four float4 loads in flight a lane (ptxas: 20 bytes spilled at 56, none at 64; 64 would leave the computing
+// warps 216, below their tile's need)
+constexpr int kProducerRegs = kFuseX ? 56 : 40;
+// setmaxnreg moves registers within the CTA's launch allocation (ptxas's count, a multiple of 8 up to 65536 / threads):
+// the computing warps may take only what the producer group gives back, or setmaxnreg.inc waits forever
+constexpr int kEntryRegs = std::min(255, 65536 / (kThreads + 128)) / 8 * 8;
 constexpr int kConsumerRegs =
-    kOwnProducer ? std::min(240, (16384 - 32 * kProducerRegs) / (kThreads / 128) / 32 / 8 * 8) : 0;
+    kOwnProducer ? std::min(240, (kEntryRegs * (kThreads + 128) - 128 * kProducerRegs) / kThreads / 8 * 8) : 0;
 static_assert(!kOwnProducer || kConsumerRegs >= 200, "the computing warps' register tile needs ~210 registers");
+static_assert(!kOwnProducer || kThreads * kConsumerRegs + 128 * kProducerRegs <= kEntryRegs * (kThreads + 128),
+              "setmaxnreg cannot hand out more registers than the CTA was launched with");
 constexpr int kPitchFast = kKC + 4;  // floats; = 4 mod 8 words: 8 consecutive tokens hit 8 bank groups
 constexpr int kPitchT = kTma ? kBT : kBT + 4;  // mode 2: floats per column of the x^T tile (TMA boxes: unpadded)
 static_assert(kTT % 4 == 0, "mode 2 reads a thread's tokens as float4s");
