@@ -13,7 +13,9 @@
 source benchmarks/device_env.sh
 mkdir -p "$CUTLASS_NM_CACHE/kernels" && tar -xJf .device/kcache.tar.xz -C "$CUTLASS_NM_CACHE/kernels"
 sha=${CUTLASS_NM_COMMIT:0:7}
-[ "${SKIP_TESTS:-0}" = 1 ] || gpu_tests tests/test_gpu_nm_simt.py "gpu_tests_nm_simt_fuse_$sha.log" 240
+# TESTS (default: the whole module) and TEST_TIMEOUT (default 240 s) narrow the test step
+[ "${SKIP_TESTS:-0}" = 1 ] ||
+  gpu_tests "${TESTS:-tests/test_gpu_nm_simt.py}" "gpu_tests_nm_simt_fuse_$sha.log" "${TEST_TIMEOUT:-240}"
 budget=${BUDGET_S:-240}
 timeout $((budget + 60)) python3 benchmarks/bench_nm_simt.py --fuse --dtypes f32 --reps 10 --budget-s "$budget" \
   ${PATTERNS:+--patterns "$PATTERNS"} ${BENCH_ARGS:-} --out "$OUT/nm_simt_fuse_${PATTERNS//[:,]/_}_$sha.json" 2>&1 | grep -v '^{' | tail -12
