@@ -21,8 +21,9 @@ the column indices), completing on a per-stage full mbarrier; computing warps re
 mbarriers instead of a CTA-wide barrier per k-tile. At one CTA per SM the producer is a warpgroup of its own that
 hands its registers to the computing warps (setmaxnreg), else computing warp 0. ``fuse_x`` = 1 (with that producer
 warpgroup; fp32 x) drops the separate transpose kernel: the group's three idle warps transpose x into the xᵀ
-workspace during the GEMM, piece by piece in k order, and the TMA warp waits for each chunk's pieces (compiled and
-CPU-tested; not yet run on a GPU, so no heuristic or sweep uses it). ``split_reduce`` = 1 sums split-K
+workspace during the GEMM, piece by piece in k order, and the TMA warp waits for each chunk's pieces (H100: correct,
+and 1.00-1.47x slower than the same config with the transpose kernel on every shape timed, results/h100/NOTES.md;
+a tuner option, not in the heuristic). ``split_reduce`` = 1 sums split-K
 partials by atomics into the fp32 output instead of a second kernel.
 """
 
@@ -75,7 +76,7 @@ class Config(FamilyConfig):
                        "stages": (2, 3, 4, 5), "split_k": (1, 2, 3, 4, 8),
                        # x_transposed = 1 passed its H100 GPU tests (results/h100/gpu_tests_nm.log); timed by the tuner
                        "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1), "split_reduce": (0, 1),
-                       # 1: x transposed inside the GEMM by the producer warpgroup (not yet run on a GPU)
+                       # 1: x transposed inside the GEMM by the producer warpgroup (H100: slower on every shape)
                        "fuse_x": (0, 1)}
 
     @property
