@@ -18,6 +18,8 @@ sha=${CUTLASS_NM_COMMIT:0:7}
   gpu_tests "${TESTS:-tests/test_gpu_nm_simt.py}" "gpu_tests_nm_simt_fuse_$sha.log" "${TEST_TIMEOUT:-240}"
 budget=${BUDGET_S:-240}
 # FUSE= (empty) times the plain configs only: the acceptance sweep without the fused twins
+tag=fuse && [ -z "${FUSE---fuse}" ] && tag=plain
 timeout $((budget + 60)) python3 benchmarks/bench_nm_simt.py ${FUSE---fuse} --dtypes f32 --reps 10 --budget-s "$budget" \
-  ${PATTERNS:+--patterns "$PATTERNS"} ${BENCH_ARGS:-} --out "$OUT/nm_simt_fuse_${PATTERNS//[:,]/_}_$sha.json" 2>&1 | grep -v '^{' | tail -12
+  ${PATTERNS:+--patterns "$PATTERNS"} ${BENCH_ARGS:-} \
+  --out "$OUT/nm_simt_${tag}_${PATTERNS//[:,]/_}_$sha.json" 2>&1 | grep -v '^{' | tail -12
 gpu_clocks_summary
