@@ -1,8 +1,9 @@
 """Where nm_simt's TMA pipeline waits: the kernel built with CNM_TRACE (codegen/templates/nm_simt.cu) stamps, per CTA
 and k-tile, the SM clock when warp 0 issued the tile's copies, when warp 1 began waiting for the tile and when that
-wait ended. Per config this prints, over the first wave's CTAs, in SM cycles: a tile's latency from issue to ready,
-how long before it was needed it was issued (lookahead), warp 1's wait for it, the compute time of a tile, and the
-share of warp 1's loop spent waiting.
+wait ended, and per CTA its entry and exit. Per config this prints, over the first wave's CTAs, in SM cycles: a
+tile's latency from issue to ready, how long before it was needed it was issued (lookahead), warp 1's wait for it, the
+compute time of a tile, the share of warp 1's loop spent waiting, and a CTA's fixed costs (entry to its first tile
+ready, last tile ready to exit, the whole CTA) with the spread of the wave's start times.
 
     python3 benchmarks/trace_nm_simt.py --mnk 2048x4096x4096 --pattern 4:32 \
         --configs '{"block_rows": 128, "block_tokens": 256, "thread_tokens": 16, "k_cols": 64, "stages": 3, ...}'
@@ -58,12 +59,17 @@ def trace(cfg: Config, m: int, n: int, k: int, pattern: str) -> dict:
     compute = begun[:, 1:] - ready[:, :-1]
     loop = ready[:, -1] - begun[:, 0]
     steady = slice(cfg.stages, None)
+    entry, leave, g_entry = (buf[: wave.shape[0], TRACE_TILES - 1, i] for i in range(3))  # the CTA's own stamps
     out = {"config": cfg.to_record(), "m": m, "n": n, "k": k, "pattern": pattern, "tiles": tiles,
            "ctas": int(wave.shape[0]),
            "latency_first": pct(latency[:, : cfg.stages], 50), "latency_steady_p50": pct(latency[:, steady], 50),
            "latency_steady_p90": pct(latency[:, steady], 90), "lookahead_steady_p50": pct(lookahead[:, steady], 50),
            "wait_steady_p50": pct(wait[:, steady], 50), "wait_steady_p90": pct(wait[:, steady], 90),
-           "compute_p50": pct(compute, 50), "wait_share": float(wait.sum() / max(1, loop.sum()))}
+           "compute_p50": pct(compute, 50), "wait_share": float(wait.sum() / max(1, loop.sum())),
+           # where a CTA's fixed cost goes: entry to its first tile ready, last tile ready to exit (the last tile's
+           # compute and the epilogue), the whole CTA; and how far apart the wave's CTAs started (global timer, µs)
+           "first_ready_p50": pct(ready[:, 0] - entry, 50), "tail_p50": pct(leave - ready[:, -1], 50),
+           "cta_p50": pct(leave - entry, 50), "start_spread_us": float(g_entry.max() - g_entry.min()) / 1e3}
     return out
 
 
