@@ -99,7 +99,8 @@ struct Params {
 
 // CNM_TRACE (benchmarks/trace_nm_simt.py only; never defined by the library): with tma, per CTA and k-tile, the SM
 // clock when warp 0 issued the tile's copies (0), when warp 1 began waiting for it (1) and when the wait ended (2),
-// into cnm_trace_buf[CTA][tile], read back by cnm_trace_read.
+// into cnm_trace_buf[CTA][tile], read back by cnm_trace_read; the last tile slot holds the CTA's entry and exit
+// (warp 1 after its epilogue) on the SM clock and its entry on the global timer (ns).
 #ifdef CNM_TRACE
 constexpr int kTraceCtas = 1024, kTraceTiles = 128;
 __device__ long long cnm_trace_buf[kTraceCtas][kTraceTiles][3];
@@ -107,8 +108,18 @@ __device__ __forceinline__ void trace_mark(int tile, int what) {
   const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   if (cta < kTraceCtas && tile < kTraceTiles) cnm_trace_buf[cta][tile][what] = clock64();
 }
+__device__ __forceinline__ void trace_cta(int what) {  // 0: entry, 1: exit (SM clock); 2: entry (global timer)
+  const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  long long now;
+  if (what == 2)
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  else
+    now = clock64();
+  if (cta < kTraceCtas) cnm_trace_buf[cta][kTraceTiles - 1][what] = now;
+}
 #else
 __device__ __forceinline__ void trace_mark(int, int) {}
+__device__ __forceinline__ void trace_cta(int) {}
 #endif
 
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -442,6 +453,10 @@ nm_simt_kernel(__grid_constant__ const Params p) {
   static_assert(!kUseTma || kMode == 2, "TMA fills mode 2's stages only");
   constexpr bool kFast = kMode != 0;
   extern __shared__ __align__(16) char smem[];
+  if (threadIdx.x == 0) {
+    trace_cta(0);
+    trace_cta(2);
+  }
   const int row0 = blockIdx.x * kBR, tok0 = blockIdx.y * kBT;
   const int vb0 = row0 / p.vector;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -625,6 +640,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
   } else {
     write_tile<kMode>(static_cast<Out*>(p.y), p, p.bias, row0 + rloc, tok0 + tloc, acc);
   }
+  if (warp == 1 && lane == 0) trace_cta(1);
 }
 
 template <class Out>
