@@ -60,8 +60,8 @@ constexpr int kProducerThreads = kOwnProducer ? 128 : 0;
 // chunk by atomics in k order, and warp 0 starts a chunk's TMA box once all its pieces are released (cnm_run
 // falls back to the transpose kernel where x is not fp32, 16-byte aligned, or k or the k-tile not a multiple of 4).
 constexpr bool kFuseX = ${fuse_x} && kOwnProducer;
-// kFuseX: four float4 loads in flight a lane (ptxas: 20 bytes spilled at 56, none at 64; 64 would leave the computing
-// warps 216, below their tile's need)
+// kFuseX: four float4 loads in flight a lane; 56 keeps the computing warps at 224 (ptxas: 12-20 bytes of the
+// producer's registers spilled, none of the computing warps'), where 64 would leave them 216
 constexpr int kProducerRegs = kFuseX ? 56 : 40;
 // setmaxnreg moves registers within the CTA's launch allocation (ptxas's count, a multiple of 8 up to 65536 / threads):
 // the computing warps may take only what the producer group gives back, or setmaxnreg.inc waits forever
@@ -382,7 +382,9 @@ struct TileCopier {
 };
 
 // kFuseX: element `i` of `v` (a lane-dependent index: selects, no local memory).
-__device__ __forceinline__ float pick(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+__device__ __forceinline__ float pick(const float4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
 
 // kFuseX: one warp transposes piece `piece` of chunk (kt, ty): 32 rows of x^T from kt * ktd (not past the chunk or
 // k) by 32 tokens from ty * kBT (tokens m .. m_pad - 1 as zeros, none past m_pad). Lane (q, r) = (lane % 8, lane / 8)
