@@ -23,8 +23,8 @@ hands its registers to the computing warps (setmaxnreg), else computing warp 0. 
 warpgroup; fp32 x) drops the separate transpose kernel: the group's three idle warps transpose x into the xᵀ
 workspace during the GEMM, piece by piece in k order, and the TMA warp waits for each chunk's pieces (H100: correct,
 and 1.00-1.47x slower than the same config with the transpose kernel on every shape timed, results/h100/NOTES.md;
-a tuner option, not in the heuristic). ``split_reduce`` = 1 sums split-K
-partials by atomics into the fp32 output instead of a second kernel.
+a tuner option, not in the heuristic). ``split_reduce`` = 1 sums split-K partials by atomics into the fp32 output
+instead of a second kernel.
 """
 
 from __future__ import annotations

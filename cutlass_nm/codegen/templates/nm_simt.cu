@@ -290,7 +290,7 @@ struct TileCopier {
         const unsigned* done = p.finished + kt * gridDim.y + blockIdx.y;  // sharing this token tile (and split)
         unsigned v;
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(done) : "memory");
-        while (v < unsigned(p.pieces)) {  // rare after the first chunks: the transposing warps run ahead
+        while (v < unsigned(p.pieces)) {  // the chunk's pieces are still being written (how often: not measured)
           __nanosleep(64);
           asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(done) : "memory");
         }
