@@ -81,7 +81,7 @@ def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, 
         for split in (1, 2, 3, 4):  # 3: e.g. 86 CTAs (11008 rows / 128) x 3 = 1.95 waves of 132
             if split > 1 and tiles * split > 4 * SMS:
                 break
-            for reduce in (0, 1) if split > 1 else (0,):  # split sums: second pass, or atomics into fp32 y
+            for reduce in (0, 1, 2) if split > 1 else (0,):  # split sums: second pass, atomics, or in a cluster
                 cfg = Config(**{**base.to_record(), "split_k": split, "split_reduce": reduce})
                 if FAMILY.check(cfg, p) is None and cfg not in out:
                     out.append(cfg)

@@ -166,7 +166,27 @@ def test_split_reduce_rule():
     assert FAMILY.check(atomic, replace(p, types=KernelTypes("f16", "f32", False))) is None
     assert "split_k > 1" in FAMILY.check(replace(atomic, split_k=1), p)
     assert "f32" in FAMILY.check(atomic, replace(p, types=KernelTypes("f16", "f16", False)))
-    assert "constexpr bool kAtomicSplit = kSplit > 1 && 1;" in FAMILY.source(atomic, F32)
+    assert "constexpr bool kAtomicSplit = kSplit > 1 && 1 == 1;" in FAMILY.source(atomic, F32)
+
+
+def test_cluster_split_rule():
+    """split_reduce = 2 sums the splits in a cluster: any output type, needs split-K; the CTA's tile of sums reuses
+    the stages' shared memory after the k loop, so the bound is the larger of the two."""
+    p = Problem(256, 4096, 4096, F32, "8:32", 32)
+    cluster = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, split_k=4, x_transposed=1, tma=1,
+                     split_reduce=2)
+    assert FAMILY.check(cluster, p) is None
+    assert FAMILY.check(cluster, replace(p, types=KernelTypes("f16", "f16", False))) is None
+    assert "split_k > 1" in FAMILY.check(replace(cluster, split_k=1), p)
+    src = FAMILY.source(cluster, F32)
+    assert "constexpr bool kClusterSplit = kSplit > 1 && 2 == 2;" in src
+    # 128 x 256 floats of sums = 131072 B; 8:32's three stages at k_cols 64 are larger (x 65536 + W 8192 + cols)
+    stages = smem_bound(replace(cluster, split_reduce=0), "8:32", 32)
+    assert smem_bound(cluster, "8:32", 32) == stages
+    # two stages of 32-column k-tiles at 1:8 are smaller than the tile: the tile sets the bound
+    small = replace(cluster, k_cols=32, stages=2)
+    assert smem_bound(replace(small, split_reduce=0), "1:8", 32) < 131072 + 32
+    assert smem_bound(small, "1:8", 32) == 131072 + 2 * 16
 
 
 def test_compact_rule():

@@ -24,7 +24,9 @@ warpgroup; fp32 x) drops the separate transpose kernel: the group's three idle w
 workspace during the GEMM, piece by piece in k order, and the TMA warp waits for each chunk's pieces (H100: correct,
 and 1.00-1.47x slower than the same config with the transpose kernel on every shape timed, results/h100/NOTES.md;
 a tuner option, not in the heuristic). ``split_reduce`` = 1 sums split-K partials by atomics into the fp32 output
-instead of a second kernel.
+instead of a second kernel; ``split_reduce`` = 2 (sm_90) launches a split's CTAs as one thread block cluster, each CTA
+parks its tile of sums in its freed stage memory and sums a 1 / split slice of the tile over the cluster's shared
+memories (DSMEM) straight into y: no partials, no memset, deterministic, any output type.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ class Config(FamilyConfig):
     TMA fills the stages (tma, needs x_transposed, not compact; sm_90, cp.async elsewhere). With split_k > 1, how the
     splits are summed (split_reduce): 0 = partial sums in a workspace and a second kernel (deterministic, any output
     type), 1 = each split adds its sums into a zeroed fp32 output by vector atomics (no second pass or partials;
-    the order of the fp32 additions is not fixed)."""
+    the order of the fp32 additions is not fixed), 2 = the split's CTAs form a thread block cluster and sum the tile
+    through distributed shared memory (sm_90; deterministic, any output type; the tile must fit shared memory)."""
 
     block_rows: int = 128
     block_tokens: int = 128
@@ -75,7 +78,7 @@ class Config(FamilyConfig):
                        "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 96, 128),
                        "stages": (2, 3, 4, 5), "split_k": (1, 2, 3, 4, 8),
                        # x_transposed = 1 passed its H100 GPU tests (results/h100/gpu_tests_nm.log); timed by the tuner
-                       "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1), "split_reduce": (0, 1),
+                       "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1), "split_reduce": (0, 1, 2),
                        # 1: x transposed inside the GEMM by the producer warpgroup (H100: slower on every shape)
                        "fuse_x": (0, 1)}
 
@@ -113,8 +116,10 @@ def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     when x is 16-byte aligned, the larger) or the general ceil8(ktd) + 4. The column indices are one row of ktc
     ints per ``vector`` of the CTA's rows: block_rows / vector rows (at least 1), so vector-1 weights stage 32x
     the indices of vector-32 ones. ``vector`` 0 (unknown): the largest over the format's vectors, so an unknown
-    vector never under-counts. Without a pattern: the worst case of density N/M <= 1/2 within k_cols. Exact
-    against sm_90's limit (SMEM_BYTES); the launcher re-checks against the GPU (163 KB on sm_80).
+    vector never under-counts. Without a pattern: the worst case of density N/M <= 1/2 within k_cols. With
+    ``split_reduce`` = 2 the CTA's tile of sums (block_rows x block_tokens floats) reuses the stages' memory after the
+    k loop: the larger of the two. Exact against sm_90's limit (SMEM_BYTES); the launcher re-checks against the GPU
+    (163 KB on sm_80).
 
     The tuning DB's problem key has no vector, so a winner tuned on vector-32 weights is also offered for
     vector-1 weights of the same shape: rather than adding the vector to the key (a migration), this exact
@@ -138,7 +143,9 @@ def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     w = ktc * cfg.block_rows * 4
     index_rows = cfg.block_rows // vector if cfg.block_rows >= vector else 1  # the launcher's p.nvb
     cols = index_rows * ktc * 4
-    return cfg.stages * (-(-(x + w + cols) // 128) * 128 + (16 if cfg.tma else 0))  # tma: 2 mbarriers per stage
+    stages = cfg.stages * -(-(x + w + cols) // 128) * 128
+    tile = cfg.block_rows * cfg.block_tokens * 4 if cfg.split_reduce == 2 and cfg.split_k > 1 else 0
+    return max(stages, tile) + (16 * cfg.stages if cfg.tma else 0)  # tma: 2 mbarriers per stage
 
 
 def kgroups_for(m: int, k_cols: int) -> int:
@@ -303,8 +310,10 @@ class _SimtFamily:
         acc = cfg.thread_rows * cfg.thread_tokens
         if cfg.threads * (acc + cfg.thread_rows + cfg.thread_tokens + 40) > MAX_REGS:
             return f"{cfg.threads} threads x {acc} accumulators exceed the register file"
-        if cfg.split_reduce and (cfg.split_k == 1 or t.out_dtype != "f32"):
-            return "split_reduce=1 adds the splits into an fp32 output: it needs split_k > 1 and out_dtype f32"
+        if cfg.split_reduce and cfg.split_k == 1:
+            return f"split_reduce={cfg.split_reduce} sums the splits of split-K: it needs split_k > 1"
+        if cfg.split_reduce == 1 and t.out_dtype != "f32":
+            return "split_reduce=1 adds the splits into an fp32 output: it needs out_dtype f32"
         if (reason := _compact_rule(cfg, pat, problem.vector) or _fuse_rule(cfg)) is not None:
             return reason
         if (need := smem_bound(cfg, problem.pattern, problem.vector)) > SMEM_BYTES:
@@ -387,6 +396,9 @@ class _Launcher:
         if status == 3:
             raise LaunchError(f"nm_simt: config {self.cfg.to_record()} needs more shared memory than this GPU has "
                               f"for pattern {w.pattern} (k-tile of {kg} groups); use a smaller block or fewer stages")
+        if status == 4:
+            raise LaunchError(f"nm_simt: config {self.cfg.to_record()} sums split-K in a thread block cluster "
+                              "(split_reduce=2), which needs sm_90 or newer; use split_reduce=0 or 1 on this GPU")
         if status == 2:
             raise LaunchError(f"nm_simt: launcher refused the arguments (m, n, k) = ({m}, {n}, {k}), "
                               f"pattern {w.pattern}, vector {w.vector}")

@@ -40,8 +40,12 @@ constexpr int kSplit = ${split_k};
 constexpr bool kTransposed = ${x_transposed};  // mode 2 where the fast path applies
 constexpr bool kCompact = ${compact};  // mode 2 with x^T rows listed per CTA and k-tile
 constexpr bool kTma = ${tma};  // mode 2: stages filled by TMA where the GPU has it (sm_90)
-// split-K sums: false = partials in the workspace + split_reduce; true = every split adds into y (fp32, zeroed first)
-constexpr bool kAtomicSplit = kSplit > 1 && ${split_reduce};
+// split-K sums (split_reduce): 0 = partials in the workspace + the split_reduce kernel; 1 = every split adds into y
+// (fp32, zeroed first); 2 = the split's CTAs run as one thread block cluster and sum the tile through distributed
+// shared memory (sm_90), each storing a 1 / kSplit slice of it
+constexpr bool kAtomicSplit = kSplit > 1 && ${split_reduce} == 1;
+constexpr bool kClusterSplit = kSplit > 1 && ${split_reduce} == 2;
+constexpr bool kPartials = kSplit > 1 && !kAtomicSplit && !kClusterSplit;
 constexpr int kWarpRows = 4 * kTR, kWarpTokens = 8 * kTT;
 constexpr int kWarpsR = kBR / kWarpRows, kWarpsT = kBT / kWarpTokens;
 constexpr int kThreads = 32 * kWarpsR * kWarpsT;
@@ -88,6 +92,7 @@ struct Params {
   void* y;         // m x n (Out) or the split-K partials [kSplit][m][n] float
   int m, n, k, keep, group, vector, kgroups, ktd, ktc, pitch, nvb, n_pad, nnz_pad, ktiles;
   int x_bytes, w_bytes, stage_bytes;
+  int bar_offset;  // kTma: bytes from the start of shared memory to the stages' mbarriers (past kClusterSplit's tile)
   CUtensorMap tma_x, tma_w;  // kTma: x^T (k x m_pad, boxes kBT x ktd) and the kept weights (nnz_pad x n_pad, kBR x ktc)
   // kFuseX (null where cnm_run fell back): row-major fp32 x, and per (k-tile, token tile) chunk a count of claimed
   // and one of finished 32 x 32 pieces ([ktiles][gridDim.y] each, zeroed before the launch); pieces a chunk
@@ -176,6 +181,37 @@ __device__ __forceinline__ void store4(T* p, float a, float b, float c, float d)
   *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(v);
 }
 
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void cluster_sync() {  // every thread of every CTA of the cluster
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+#else
+__device__ __forceinline__ void cluster_sync() {}
+#endif
+
+// kClusterSplit: a CTA's tile of sums in its shared memory, [kBT][kBR] floats, each token's 16-byte chunks of rows
+// XOR-swizzled so that a warp's float4 stores (mode 2: 8 token lanes 4 tokens apart x 4 row groups) cover all 8 bank
+// groups evenly; the float offset of (token t, row r), r a multiple of 4.
+template <int kMode>
+__device__ __forceinline__ int tile_at(int t, int r) {
+  static_assert(kBR % 32 == 0, "the swizzle permutes groups of 8 chunks of a token's rows");
+  const int key = kMode == 2 ? (t >> 2) & 7 : t & 7;
+  return t * kBR + (((r >> 2) ^ key) << 2);
+}
+
+// kClusterSplit: the thread's accumulators into the CTA's tile (token order as write_tile's).
+template <int kMode>
+__device__ __forceinline__ void stash_tile(float* tile, int rloc, int tloc, const float (&acc)[kTR][kTT]) {
+#pragma unroll
+  for (int b = 0; b < kTT; ++b) {
+    const int t = tloc + (kMode == 2 ? (b / 4) * 32 + b % 4 : 8 * b);
+#pragma unroll
+    for (int a = 0; a < kTR; a += 4)
+      *reinterpret_cast<float4*>(tile + tile_at<kMode>(t, rloc + a)) =
+          make_float4(acc[a][b], acc[a + 1][b], acc[a + 2][b], acc[a + 3][b]);
+  }
+}
+
 // The thread's tile to y (m x n, row-major; ``bias`` may be null): for each of its tokens, its kTR consecutive
 // rows are consecutive in y, so they go out as kTR / 4 vector stores when n is a multiple of 4, y is 16-byte
 // aligned and all kTR rows exist (one scalar store per element took a sector per 4 bytes); else element-wise.
@@ -211,6 +247,52 @@ __device__ __forceinline__ void write_tile(T* y, const Params& p, const Element*
       }
     }
   }
+}
+
+// kClusterSplit, after the cluster's tiles are stashed: this CTA (cluster rank = split) sums tokens [rank x per,
+// (rank + 1) x per) of the tile over the kSplit CTAs' shared memories in rank order (deterministic), adds the bias
+// and stores them to y; a warp reads 32 consecutive 16-byte chunks of a token's rows from each CTA.
+template <int kMode, class Out>
+__device__ __forceinline__ void cluster_reduce(const Params& p, const float* tile, int row0, int tok0) {
+#if __CUDA_ARCH__ >= 900
+  constexpr int kChunks = kBR / 4;
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
+  uint32_t peer[kSplit];
+#pragma unroll
+  for (int q = 0; q < kSplit; ++q)
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer[q]) : "r"(local), "r"(q));
+  const int per = (kBT + kSplit - 1) / kSplit;
+  const int t0 = int(rank) * per, t1 = min(kBT, t0 + per);
+  Out* y = static_cast<Out*>(p.y);
+  const bool vec = (p.n & 3) == 0 && (reinterpret_cast<uintptr_t>(y) & (4 * sizeof(Out) - 1)) == 0;
+  for (int u = threadIdx.x; u < (t1 - t0) * kChunks; u += kThreads) {
+    const int t = t0 + u / kChunks, c = u % kChunks;
+    const int tok = tok0 + t, r = row0 + 4 * c;
+    if (tok >= p.m || r >= p.n) continue;
+    const uint32_t off = 4u * tile_at<kMode>(t, 4 * c);
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int q = 0; q < kSplit; ++q) {
+      float v0, v1, v2, v3;
+      asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                   : "=f"(v0), "=f"(v1), "=f"(v2), "=f"(v3) : "r"(peer[q] + off) : "memory");
+      s[0] += v0; s[1] += v1; s[2] += v2; s[3] += v3;
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+      if (p.bias && r + a < p.n) s[a] += to_float(p.bias[r + a]);
+    Out* out = y + static_cast<int64_t>(tok) * p.n + r;
+    if (vec && r + 4 <= p.n) {
+      store4(out, s[0], s[1], s[2], s[3]);
+    } else {
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+        if (r + a < p.n) store(out + a, s[a]);
+    }
+  }
+#endif
 }
 
 // acc += wv ⊗ xv: one k step of the thread's kTR x kTT register tile.
@@ -564,7 +646,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     // refills a stage after every computing warp has released it; no CTA-wide barrier in the loop, so a warp runs
     // ahead of the others by up to kStages - 1 tiles. Measured (trace_nm_simt.py): a computing warp 0 that also
     // fills the stages falls ~2 tiles behind the others, which then wait for its refills.
-    const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + kStages * p.stage_bytes));
+    const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + p.bar_offset));
     auto full = [&](int s) { return bars + 16 * s; };
     auto empty = [&](int s) { return bars + 16 * s + 8; };
     auto wait = [](uint32_t bar, int phase) {
@@ -595,6 +677,10 @@ nm_simt_kernel(__grid_constant__ const Params p) {
           for (int i = 0; i < count; ++i) produce(i);
         else if (kFuseX && p.x_rows != nullptr)
           transpose_chunks(p, kt0, kt1);
+        if constexpr (kClusterSplit) {  // the cluster's two barriers count every thread of its CTAs
+          cluster_sync();
+          cluster_sync();
+        }
         return;  // the copies complete on the full barriers, which the computing warps wait for
       }
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
@@ -631,9 +717,19 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     cutlass::arch::cp_async_wait<0>();
   }
 
-  // epilogue: straight to y (with bias), added into y (kAtomicSplit: the first split adds the bias) or to this
-  // split's partial sums
-  if constexpr (kAtomicSplit) {
+  // epilogue: straight to y (with bias), summed over the cluster (kClusterSplit), added into y (kAtomicSplit: the
+  // first split adds the bias) or to this split's partial sums
+  if constexpr (kClusterSplit) {
+    // every computing warp is done with the stages before the tile overwrites them (the producer warpgroup waits at
+    // the cluster barrier); then the cluster's tiles are complete before any CTA reads them, and no CTA exits (its
+    // shared memory gone) before every CTA has read it
+    asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
+    float* tile = reinterpret_cast<float*>(smem);
+    stash_tile<kMode>(tile, rloc, tloc, acc);
+    cluster_sync();
+    cluster_reduce<kMode, Out>(p, tile, row0, tok0);
+    cluster_sync();
+  } else if constexpr (kAtomicSplit) {
     write_tile<kMode, true>(static_cast<float*>(p.y), p, blockIdx.z == 0 ? p.bias : nullptr, row0 + rloc,
                             tok0 + tloc, acc);
   } else if (kSplit > 1) {
@@ -702,7 +798,23 @@ cudaError_t launch(const Params& p, size_t smem, int limit, cudaStream_t stream)
     allowed = limit;
   }
   dim3 grid((p.n + kBR - 1) / kBR, (p.m + kBT - 1) / kBT, kSplit);
-  kernel<<<grid, kThreads + (kUseTma ? kProducerThreads : 0), smem, stream>>>(p);  // + the producer warpgroup
+  const unsigned threads = kThreads + (kUseTma ? kProducerThreads : 0);  // + the producer warpgroup
+  if constexpr (kClusterSplit) {  // the split's CTAs (blockIdx.z) form one cluster
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = 1;
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = kSplit;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = cluster;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, p);
+  }
+  kernel<<<grid, threads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -757,7 +869,7 @@ long long cnm_workspace(int m, int n, int k) {
   long long bytes = 0;
   if (sizeof(Element) != sizeof(float)) bytes += ((int64_t(m) * k * 4 + 255) / 256) * 256;
   if (kTransposed) bytes += ((int64_t(k) * ((m + 3) / 4 * 4) * 4 + 255) / 256) * 256;
-  if (kSplit > 1 && !kAtomicSplit) bytes += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
+  if (kPartials) bytes += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
   if (kFuseX) bytes += fuse_chunks_bound(m, k) * 8;  // claimed + finished pieces per chunk
   return bytes;
 }
@@ -765,7 +877,8 @@ long long cnm_workspace(int m, int n, int k) {
 // keep:group = N:M; vector: rows sharing an index row; kgroups: groups per k-tile (the layout's); rows: the
 // compact layout's x^T row lists (kCompact only, else null);
 // out_kind: 0 = the input type, 1 = float. x_aligned: x is 16-byte aligned. 0 on success, 2: bad arguments,
-// 3: does not fit in shared memory, else 1000 + cudaError_t.
+// 3: does not fit in shared memory, 4: kClusterSplit on a GPU without thread block clusters (before sm_90),
+// else 1000 + cudaError_t.
 int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, const void* bias, void* y,
             void* workspace, int m, int n, int k, int keep, int group, int vector, int kgroups, int n_pad,
             int nnz_pad, int out_kind, int x_aligned, cudaStream_t stream) {
@@ -831,13 +944,16 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   p.x_bytes = mode == 2 ? p.ktd * kPitchT * 4 : kBT * p.pitch * 4;
   p.w_bytes = p.ktc * kBR * 4;
   p.stage_bytes = ((p.x_bytes + p.w_bytes + p.nvb * p.ktc * 4 + 127) / 128) * 128;
-  const size_t smem = size_t(p.stage_bytes) * kStages + (kTma ? 16 * kStages : 0);  // kTma: + 2 barriers per stage
+  // kClusterSplit: the tile of sums reuses the stages' memory after the k loop (and may need more than they do)
+  p.bar_offset = std::max(p.stage_bytes * kStages, kClusterSplit ? kBR * kBT * 4 : 0);
+  const size_t smem = size_t(p.bar_offset) + (kTma ? 16 * kStages : 0);  // kTma: + 2 barriers per stage
   if (smem > size_t(limit)) return 3;
+  if (kClusterSplit && major < 9) return 4;
   const bool use_tma = kTma && !kCompact && mode == 2 && major >= 9;
   if (use_tma && !encode_maps(p)) return 1000 + int(cudaErrorInvalidValue);
-  float* partials = reinterpret_cast<float*>(ws);  // kSplit > 1, !kAtomicSplit: each split's sums, then summed
-  p.y = kSplit > 1 && !kAtomicSplit ? static_cast<void*>(partials) : y;
-  if (kSplit > 1 && !kAtomicSplit) ws += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
+  float* partials = reinterpret_cast<float*>(ws);  // kPartials: each split's sums, then summed
+  p.y = kPartials ? static_cast<void*>(partials) : y;
+  if (kPartials) ws += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
   // kAtomicSplit: the splits add into zeros
   cudaError_t err = kAtomicSplit ? cudaMemsetAsync(y, 0, size_t(m) * n * 4, stream) : cudaSuccess;
   if (p.x_rows != nullptr && err == cudaSuccess) {  // kFuseX: the chunks' piece counts start at zero every call
@@ -848,9 +964,9 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
     err = cudaMemsetAsync(ws, 0, size_t(chunks) * 8, stream);
   }
   if (err == cudaSuccess)
-    err = kSplit > 1 || out_kind == 1 ? launch_mode<float>(mode, use_tma, p, smem, limit, stream)
+    err = (kSplit > 1 && !kClusterSplit) || out_kind == 1 ? launch_mode<float>(mode, use_tma, p, smem, limit, stream)
                                       : launch_mode<Element>(mode, use_tma, p, smem, limit, stream);
-  if (err == cudaSuccess && kSplit > 1 && !kAtomicSplit) {
+  if (err == cudaSuccess && kPartials) {
     const int64_t total = int64_t(m) * n;
     if (out_kind == 1)
       split_reduce<float><<<grid_for(total), 256, 0, stream>>>(partials, p.bias,
