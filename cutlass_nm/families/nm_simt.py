@@ -24,7 +24,8 @@ warpgroup; fp32 x) drops the separate transpose kernel: the group's three idle w
 workspace during the GEMM, piece by piece in k order, and the TMA warp waits for each chunk's pieces (H100: correct,
 and 1.00-1.47x slower than the same config with the transpose kernel on every shape timed, results/h100/NOTES.md;
 a tuner option, not in the heuristic). ``split_reduce`` = 1 sums split-K partials by atomics into the fp32 output
-instead of a second kernel; ``split_reduce`` = 2 (sm_90) launches a split's CTAs as one thread block cluster, each CTA
+instead of a second kernel; ``split_reduce`` = 2 launches a split's CTAs as one thread block cluster (sm_90; before, it
+runs as 0), each CTA
 parks its tile of sums in its freed stage memory and sums a 1 / split slice of the tile over the cluster's shared
 memories (DSMEM) straight into y: no partials, no memset, deterministic, any output type.
 """
@@ -59,7 +60,7 @@ class Config(FamilyConfig):
     splits are summed (split_reduce): 0 = partial sums in a workspace and a second kernel (deterministic, any output
     type), 1 = each split adds its sums into a zeroed fp32 output by vector atomics (no second pass or partials;
     the order of the fp32 additions is not fixed), 2 = the split's CTAs form a thread block cluster and sum the tile
-    through distributed shared memory (sm_90; deterministic, any output type; the tile must fit shared memory)."""
+    through distributed shared memory (deterministic, any output type; GPUs before sm_90 run it as 0)."""
 
     block_rows: int = 128
     block_tokens: int = 128
@@ -396,9 +397,6 @@ class _Launcher:
         if status == 3:
             raise LaunchError(f"nm_simt: config {self.cfg.to_record()} needs more shared memory than this GPU has "
                               f"for pattern {w.pattern} (k-tile of {kg} groups); use a smaller block or fewer stages")
-        if status == 4:
-            raise LaunchError(f"nm_simt: config {self.cfg.to_record()} sums split-K in a thread block cluster "
-                              "(split_reduce=2), which needs sm_90 or newer; use split_reduce=0 or 1 on this GPU")
         if status == 2:
             raise LaunchError(f"nm_simt: launcher refused the arguments (m, n, k) = ({m}, {n}, {k}), "
                               f"pattern {w.pattern}, vector {w.vector}")

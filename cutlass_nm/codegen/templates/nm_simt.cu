@@ -42,10 +42,9 @@ constexpr bool kCompact = ${compact};  // mode 2 with x^T rows listed per CTA an
 constexpr bool kTma = ${tma};  // mode 2: stages filled by TMA where the GPU has it (sm_90)
 // split-K sums (split_reduce): 0 = partials in the workspace + the split_reduce kernel; 1 = every split adds into y
 // (fp32, zeroed first); 2 = the split's CTAs run as one thread block cluster and sum the tile through distributed
-// shared memory (sm_90), each storing a 1 / kSplit slice of it
+// shared memory (sm_90), each storing a 1 / kSplit slice of it (before sm_90: as 0, Params::cluster false)
 constexpr bool kAtomicSplit = kSplit > 1 && ${split_reduce} == 1;
 constexpr bool kClusterSplit = kSplit > 1 && ${split_reduce} == 2;
-constexpr bool kPartials = kSplit > 1 && !kAtomicSplit && !kClusterSplit;
 constexpr int kWarpRows = 4 * kTR, kWarpTokens = 8 * kTT;
 constexpr int kWarpsR = kBR / kWarpRows, kWarpsT = kBT / kWarpTokens;
 constexpr int kThreads = 32 * kWarpsR * kWarpsT;
@@ -93,6 +92,7 @@ struct Params {
   int m, n, k, keep, group, vector, kgroups, ktd, ktc, pitch, nvb, n_pad, nnz_pad, ktiles;
   int x_bytes, w_bytes, stage_bytes;
   int bar_offset;  // kTma: bytes from the start of shared memory to the stages' mbarriers (past kClusterSplit's tile)
+  bool cluster;    // kClusterSplit on a GPU with clusters (sm_90+): the split's CTAs sum through DSMEM, else partials
   CUtensorMap tma_x, tma_w;  // kTma: x^T (k x m_pad, boxes kBT x ktd) and the kept weights (nnz_pad x n_pad, kBR x ktc)
   // kFuseX (null where cnm_run fell back): row-major fp32 x, and per (k-tile, token tile) chunk a count of claimed
   // and one of finished 32 x 32 pieces ([ktiles][gridDim.y] each, zeroed before the launch); pieces a chunk
@@ -677,7 +677,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
           for (int i = 0; i < count; ++i) produce(i);
         else if (kFuseX && p.x_rows != nullptr)
           transpose_chunks(p, kt0, kt1);
-        if constexpr (kClusterSplit) {  // the cluster's two barriers count every thread of its CTAs
+        if (kClusterSplit && p.cluster) {  // the cluster's two barriers count every thread of its CTAs
           cluster_sync();
           cluster_sync();
         }
@@ -719,7 +719,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
 
   // epilogue: straight to y (with bias), summed over the cluster (kClusterSplit), added into y (kAtomicSplit: the
   // first split adds the bias) or to this split's partial sums
-  if constexpr (kClusterSplit) {
+  if (kClusterSplit && p.cluster) {
     // every computing warp is done with the stages before the tile overwrites them (the producer warpgroup waits at
     // the cluster barrier); then the cluster's tiles are complete before any CTA reads them, and no CTA exits (its
     // shared memory gone) before every CTA has read it
@@ -729,7 +729,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     cluster_sync();
     cluster_reduce<kMode, Out>(p, tile, row0, tok0);
     cluster_sync();
-  } else if constexpr (kAtomicSplit) {
+  } else if (kAtomicSplit) {
     write_tile<kMode, true>(static_cast<float*>(p.y), p, blockIdx.z == 0 ? p.bias : nullptr, row0 + rloc,
                             tok0 + tloc, acc);
   } else if (kSplit > 1) {
@@ -799,7 +799,7 @@ cudaError_t launch(const Params& p, size_t smem, int limit, cudaStream_t stream)
   }
   dim3 grid((p.n + kBR - 1) / kBR, (p.m + kBT - 1) / kBT, kSplit);
   const unsigned threads = kThreads + (kUseTma ? kProducerThreads : 0);  // + the producer warpgroup
-  if constexpr (kClusterSplit) {  // the split's CTAs (blockIdx.z) form one cluster
+  if (kClusterSplit && p.cluster) {  // the split's CTAs (blockIdx.z) form one cluster
     cudaLaunchAttribute cluster[1];
     cluster[0].id = cudaLaunchAttributeClusterDimension;
     cluster[0].val.clusterDim.x = 1;
@@ -847,6 +847,21 @@ bool encode_maps(Params& p) {
   return a == CUDA_SUCCESS && b == CUDA_SUCCESS;
 }
 
+// Compute capability major of the (first) device, read once.
+int device_major() {
+  static int major = 0;
+  if (major == 0) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  }
+  return major;
+}
+
+// Whether split-K sums go through partials in the workspace and the split_reduce kernel: split_reduce 0, and 2 on a
+// GPU without thread block clusters.
+bool partial_sums() { return kSplit > 1 && !kAtomicSplit && (!kClusterSplit || device_major() < 9); }
+
 int grid_for(int64_t total) { return int(std::min<int64_t>((total + 255) / 256, 132 * 16)); }
 
 // kFuseX: chunks (k-tiles x token tiles) the workspace has counters for; a k-tile spans >= 4 columns of k when the
@@ -869,7 +884,7 @@ long long cnm_workspace(int m, int n, int k) {
   long long bytes = 0;
   if (sizeof(Element) != sizeof(float)) bytes += ((int64_t(m) * k * 4 + 255) / 256) * 256;
   if (kTransposed) bytes += ((int64_t(k) * ((m + 3) / 4 * 4) * 4 + 255) / 256) * 256;
-  if (kPartials) bytes += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
+  if (partial_sums()) bytes += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
   if (kFuseX) bytes += fuse_chunks_bound(m, k) * 8;  // claimed + finished pieces per chunk
   return bytes;
 }
@@ -877,8 +892,7 @@ long long cnm_workspace(int m, int n, int k) {
 // keep:group = N:M; vector: rows sharing an index row; kgroups: groups per k-tile (the layout's); rows: the
 // compact layout's x^T row lists (kCompact only, else null);
 // out_kind: 0 = the input type, 1 = float. x_aligned: x is 16-byte aligned. 0 on success, 2: bad arguments,
-// 3: does not fit in shared memory, 4: kClusterSplit on a GPU without thread block clusters (before sm_90),
-// else 1000 + cudaError_t.
+// 3: does not fit in shared memory, else 1000 + cudaError_t.
 int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, const void* bias, void* y,
             void* workspace, int m, int n, int k, int keep, int group, int vector, int kgroups, int n_pad,
             int nnz_pad, int out_kind, int x_aligned, cudaStream_t stream) {
@@ -905,13 +919,13 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   char* transposed = ws;
   p.m_pad = (m + 3) / 4 * 4;
   if (kTransposed) ws += ((int64_t(k) * p.m_pad * 4 + 255) / 256) * 256;
-  static int limit = 0, major = 0;  // opt-in shared memory per block and compute capability of the (first) device
+  static int limit = 0;  // opt-in shared memory per block of the (first) device
   if (limit == 0) {
     int dev = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   }
+  const int major = device_major();
   int mode;
   if (kTransposed && (kCompact || (p.ktd <= kKC && vector >= kTR))) {
     mode = 2;
@@ -948,12 +962,13 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   p.bar_offset = std::max(p.stage_bytes * kStages, kClusterSplit ? kBR * kBT * 4 : 0);
   const size_t smem = size_t(p.bar_offset) + (kTma ? 16 * kStages : 0);  // kTma: + 2 barriers per stage
   if (smem > size_t(limit)) return 3;
-  if (kClusterSplit && major < 9) return 4;
+  p.cluster = kClusterSplit && major >= 9;
+  const bool partials_used = partial_sums();
   const bool use_tma = kTma && !kCompact && mode == 2 && major >= 9;
   if (use_tma && !encode_maps(p)) return 1000 + int(cudaErrorInvalidValue);
-  float* partials = reinterpret_cast<float*>(ws);  // kPartials: each split's sums, then summed
-  p.y = kPartials ? static_cast<void*>(partials) : y;
-  if (kPartials) ws += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
+  float* partials = reinterpret_cast<float*>(ws);  // each split's sums, then summed by split_reduce
+  p.y = partials_used ? static_cast<void*>(partials) : y;
+  if (partials_used) ws += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
   // kAtomicSplit: the splits add into zeros
   cudaError_t err = kAtomicSplit ? cudaMemsetAsync(y, 0, size_t(m) * n * 4, stream) : cudaSuccess;
   if (p.x_rows != nullptr && err == cudaSuccess) {  // kFuseX: the chunks' piece counts start at zero every call
@@ -964,9 +979,9 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
     err = cudaMemsetAsync(ws, 0, size_t(chunks) * 8, stream);
   }
   if (err == cudaSuccess)
-    err = (kSplit > 1 && !kClusterSplit) || out_kind == 1 ? launch_mode<float>(mode, use_tma, p, smem, limit, stream)
+    err = partials_used || out_kind == 1 ? launch_mode<float>(mode, use_tma, p, smem, limit, stream)
                                       : launch_mode<Element>(mode, use_tma, p, smem, limit, stream);
-  if (err == cudaSuccess && kPartials) {
+  if (err == cudaSuccess && partials_used) {
     const int64_t total = int64_t(m) * n;
     if (out_kind == 1)
       split_reduce<float><<<grid_for(total), 256, 0, stream>>>(partials, p.bias,
