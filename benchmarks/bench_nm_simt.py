@@ -53,7 +53,12 @@ _WIDE = (Config(block_rows=256, block_tokens=64, k_cols=128), Config(block_token
 _DEEP = (Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=5),
          Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=4),
          Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=32, stages=4))
-SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (*_BASES, *_WIDE, *_DEEP))
+# longer k-tiles at high sparsity (stop 32): 12-16 kept steps a tile at 87.5 % instead of 8, so the per-tile cost
+# (barrier wait, the first step's index -> x load chain) is spread over more steps
+_LONG = (Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=128, stages=2),
+         Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=96, stages=3),
+         Config(block_tokens=256, thread_tokens=16, k_cols=96, stages=2))
+SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (*_BASES, *_WIDE, *_DEEP, *_LONG))
 # --compact: stages holding only the xᵀ rows a CTA's vectors use (cp.async). With one vector a CTA (vector a
 # multiple of block_rows) a k-tile keeps a step per staged row, so x bytes per FMA stop growing with sparsity.
 COMPACT_SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "compact": 1}) for c in (
