@@ -689,15 +689,89 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     } else if (warp == 0) {
       for (int i = 0; i < kStages && i < count; ++i) produce(i);
     }
-    for (int i = 0; i < count; ++i) {
-      const int s = i % kStages, phase = (i / kStages) & 1;
-      if (warp == 1 && lane == 0) trace_mark(i, 1);
-      wait(full(s), phase);
-      if (warp == 1 && lane == 0) trace_mark(i, 2);
-      compute(smem + s * p.stage_bytes);
+    auto release = [&](int i) {  // tile i's stage read by this warp: the producer may refill it
       __syncwarp();
-      if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty(s)) : "memory");
+      if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty(i % kStages)) : "memory");
       if (!kOwnProducer && warp == 0 && i + kStages < count) produce(i + kStages);
+    };
+    auto await = [&](int i) {  // tile i's stage filled
+      if (warp == 1 && lane == 0) trace_mark(i, 1);
+      wait(full(i % kStages), (i / kStages) & 1);
+      if (warp == 1 && lane == 0) trace_mark(i, 2);
+    };
+    if (p.ktc % 4 == 0) {
+      // Chained tiles (every pattern of the acceptance set): a tile's last four steps also read the next tile's
+      // first x and w fragments and columns from its stage, so the index -> x -> FMA chain a tile starts with runs
+      // under the last FMAs of the tile before (compute() below restarts it every tile), and the next stage's
+      // full barrier is waited for one quad ahead.
+      const int ktc = p.ktc;
+      auto xs_of = [&](int i) {
+        return reinterpret_cast<const float*>(smem + (i % kStages) * p.stage_bytes) + tloc;
+      };
+      auto ws_of = [&](int i) {
+        return reinterpret_cast<const float*>(smem + (i % kStages) * p.stage_bytes + p.x_bytes) + rloc;
+      };
+      auto cp_of = [&](int i) {
+        return reinterpret_cast<const int*>(smem + (i % kStages) * p.stage_bytes + p.x_bytes + p.w_bytes) + vrow[0];
+      };
+      float xa[kTT], wa[kTR], xb[kTT], wb[kTR];  // fragments of even (a) and odd (b) steps
+      int c1 = 0, c2 = 0, c3 = 0;                 // the columns of the quad's steps 1-3
+      if (count > 0) {
+        await(0);
+        const int* cp = cp_of(0);
+        load_x<kMode>(xs_of(0), cp[0], xa);
+        load_w(ws_of(0), wa);
+        c1 = cp[1]; c2 = cp[2]; c3 = cp[3];
+      }
+      for (int i = 0; i < count; ++i) {
+        const float* xs = xs_of(i);
+        const float* ws = ws_of(i);
+        const int* cp = cp_of(i);
+        int j = 0;
+        for (; j + 4 < ktc; j += 4) {  // quads followed by another of this tile
+          const int n0 = cp[j + 4], n1 = cp[j + 5], n2 = cp[j + 6], n3 = cp[j + 7];
+          const float* w = ws + j * kBR;
+          load_x<kMode>(xs, c1, xb);
+          load_w(w + kBR, wb);
+          outer_fma(wa, xa, acc);
+          load_x<kMode>(xs, c2, xa);
+          load_w(w + 2 * kBR, wa);
+          outer_fma(wb, xb, acc);
+          load_x<kMode>(xs, c3, xb);
+          load_w(w + 3 * kBR, wb);
+          outer_fma(wa, xa, acc);
+          load_x<kMode>(xs, n0, xa);
+          load_w(w + 4 * kBR, wa);
+          outer_fma(wb, xb, acc);
+          c1 = n1; c2 = n2; c3 = n3;
+        }
+        const float* w = ws + j * kBR;  // the tile's last quad
+        load_x<kMode>(xs, c1, xb);
+        load_w(w + kBR, wb);
+        outer_fma(wa, xa, acc);
+        load_x<kMode>(xs, c2, xa);
+        load_w(w + 2 * kBR, wa);
+        outer_fma(wb, xb, acc);
+        load_x<kMode>(xs, c3, xb);
+        load_w(w + 3 * kBR, wb);
+        outer_fma(wa, xa, acc);
+        if (i + 1 < count) {  // the next tile's first step, under this quad's last FMAs
+          await(i + 1);
+          const int* ncp = cp_of(i + 1);
+          const int n0 = ncp[0];
+          c1 = ncp[1]; c2 = ncp[2]; c3 = ncp[3];
+          load_x<kMode>(xs_of(i + 1), n0, xa);
+          load_w(ws_of(i + 1), wa);
+        }
+        outer_fma(wb, xb, acc);
+        release(i);
+      }
+    } else {
+      for (int i = 0; i < count; ++i) {
+        await(i);
+        compute(smem + (i % kStages) * p.stage_bytes);
+        release(i);
+      }
     }
 #endif
   } else {
