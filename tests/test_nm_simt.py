@@ -264,13 +264,15 @@ def test_heuristic_fits_every_vector(types, pattern, vector, m):
         p = Problem(m, n, k, types, pattern, vector)
         cfg = FAMILY.heuristic(p)
         assert FAMILY.check(cfg, p) is None
-        assert cfg.x_transposed == 1 and cfg.tma == 1 and cfg.k_cols == 64
         sparse = pattern in ("1:8", "5:16")  # density < 3/8
+        long = sparse and m >= 1024  # 96-column k-tiles of 256 x 128 CTAs
+        assert cfg.x_transposed == 1 and cfg.tma == 1 and cfg.k_cols == (96 if long else 64)
+        assert cfg.split_reduce == (2 if cfg.split_k == 2 else 0)  # two splits: summed in a cluster
         tile = (cfg.block_tokens, cfg.thread_rows, cfg.thread_tokens)
-        assert tile == ((64, 8, 8) if m < 256 else (256, 8, 16) if sparse else (128, 16, 8))
-        if vector in (8, 32) and pattern not in ("31:32", "63:64"):  # the first choice fits
-            assert cfg.block_rows == (128 if sparse and m >= 256 else 256)
-            assert cfg.stages == (3 if sparse and m >= 256 else 2)
+        assert tile == ((64, 8, 8) if m < 256 else (256, 8, 16) if sparse and not long else (128, 16, 8))
+        if vector in (8, 32) and pattern not in ("31:32", "63:64"):  # the first choice fits (5:16: 3 stages do not)
+            assert cfg.block_rows == (128 if sparse and 256 <= m < 1024 else 256)
+            assert cfg.stages == (3 if sparse and m >= 256 and (pattern, long) != ("5:16", True) else 2)
 
 
 def test_heuristic_rows_follow_the_vector():

@@ -74,6 +74,10 @@ constexpr int kConsumerRegs =
 static_assert(!kOwnProducer || kConsumerRegs >= 200, "the computing warps' register tile needs ~210 registers");
 static_assert(!kOwnProducer || kThreads * kConsumerRegs + 128 * kProducerRegs <= kEntryRegs * (kThreads + 128),
               "setmaxnreg cannot hand out more registers than the CTA was launched with");
+// Chained k-tiles in the TMA loop (below) for 16-row thread tiles only. H100 at 4330fbb against the unchained kernel
+// of 7778141 (same configs, 8-20 rows each, cuBLAS within 0.6 % across the runs): 256 x 128 CTAs of 16 x 8 tiles
+// 0.1-1.3 % faster, 128 x 256 CTAs of 8 x 16 tiles 1-4 % slower (results/h100/NOTES.md, stop 32).
+constexpr bool kChain = kTR >= 16;
 constexpr int kPitchFast = kKC + 4;  // floats; = 4 mod 8 words: 8 consecutive tokens hit 8 bank groups
 constexpr int kPitchT = kTma ? kBT : kBT + 4;  // mode 2: floats per column of the x^T tile (TMA boxes: unpadded)
 static_assert(kTT % 4 == 0, "mode 2 reads a thread's tokens as float4s");
@@ -699,7 +703,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
       wait(full(i % kStages), (i / kStages) & 1);
       if (warp == 1 && lane == 0) trace_mark(i, 2);
     };
-    if (p.ktc % 4 == 0) {
+    if (kChain && p.ktc % 4 == 0) {
       // Chained tiles (every pattern of the acceptance set): a tile's last four steps also read the next tile's
       // first x and w fragments and columns from its stage, so the index -> x -> FMA chain a tile starts with runs
       // under the last FMAs of the tile before (compute() below restarts it every tile), and the next stage's
