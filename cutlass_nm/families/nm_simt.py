@@ -339,7 +339,7 @@ class _SimtFamily:
         (16:32, 12:32 won there); below that density 128x256 CTAs of 8x16 tiles, 3 stages of 64 columns up to 1023
         tokens and, from 1024, 256x128 CTAs of 16x8 tiles with 3 stages of 96 columns (H100 at 4330fbb: those won
         all 24 swept 8:32 and 4:32 rows from 1024 tokens, 1-4 % ahead of 64 columns,
-        nm_simt_plain_8_32_2_8_4_32_1_8_4330fbb); below 256 tokens 256x64 CTAs of 8x8 tiles, 2 stages. k is split
+        nm_simt_winners_long_8_32_2_8_4_32_1_8_4330fbb); below 256 tokens 256x64 CTAs of 8x8 tiles, 2 stages. k is split
         to fill the last wave of CTAs (_split_for); two splits are summed in a thread block cluster (split_reduce = 2:
         it won 5 of the 8 swept 512-token rows at 4330fbb; clusters of 3 or 4 whole-SM CTAs ran up to twice as long,
         fewer of them fitting the GPU at once).
