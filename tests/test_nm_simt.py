@@ -264,15 +264,15 @@ def test_heuristic_fits_every_vector(types, pattern, vector, m):
         p = Problem(m, n, k, types, pattern, vector)
         cfg = FAMILY.heuristic(p)
         assert FAMILY.check(cfg, p) is None
+        assert cfg.x_transposed == 1 and cfg.tma == 1 and cfg.k_cols == 64
         sparse = pattern in ("1:8", "5:16")  # density < 3/8
-        long = sparse and m >= 1024  # 96-column k-tiles of 256 x 128 CTAs
-        assert cfg.x_transposed == 1 and cfg.tma == 1 and cfg.k_cols == (96 if long else 64)
-        assert cfg.split_reduce == (2 if cfg.split_k == 2 else 0)  # two splits: summed in a cluster
         tile = (cfg.block_tokens, cfg.thread_rows, cfg.thread_tokens)
-        assert tile == ((64, 8, 8) if m < 256 else (256, 8, 16) if sparse and not long else (128, 16, 8))
-        if vector in (8, 32) and pattern not in ("31:32", "63:64"):  # the first choice fits (5:16: 3 stages do not)
-            assert cfg.block_rows == (128 if sparse and 256 <= m < 1024 else 256)
-            assert cfg.stages == (3 if sparse and m >= 256 and (pattern, long) != ("5:16", True) else 2)
+        assert tile == ((64, 8, 8) if m < 256 else (256, 8, 16) if sparse else (128, 16, 8))
+        # two splits of the sparse tiles are summed in a cluster; other splits by the partials pass
+        assert cfg.split_reduce == (2 if cfg.split_k == 2 and sparse and m >= 256 else 0)
+        if vector in (8, 32) and pattern not in ("31:32", "63:64"):  # the first choice fits
+            assert cfg.block_rows == (128 if sparse and m >= 256 else 256)
+            assert cfg.stages == (3 if sparse and m >= 256 else 2)
 
 
 def test_heuristic_rows_follow_the_vector():
@@ -288,6 +288,10 @@ def test_heuristic_rows_follow_the_vector():
     assert FAMILY.heuristic(Problem(64, 4096, 4096, F32, "2:8", 32)) == Config(
         block_rows=256, block_tokens=64, k_cols=64, stages=2, split_k=4, x_transposed=1, tma=1)
     assert smem_bound(Config(**{**wide.to_record(), "block_rows": 256}), "63:64", 1) > 227 * 1024
+    # 512 tokens: 64 CTAs split 2 ways; the sparse tiles sum the two splits in a cluster, the dense ones by a pass
+    sparse = FAMILY.heuristic(Problem(512, 4096, 4096, F32, "4:32", 32))
+    dense = FAMILY.heuristic(Problem(512, 4096, 4096, F32, "16:32", 32))
+    assert (sparse.split_k, sparse.split_reduce) == (2, 2) and (dense.split_k, dense.split_reduce) == (2, 0)
 
 
 def _nm_key(vector, m=256, n=4096, k=4096, pattern="16:32"):

@@ -336,28 +336,26 @@ class _SimtFamily:
         """TMA-filled stages of transposed x (H100 sweep at f38fb7d, benchmarks/results/h100/nm_simt_pipe_f38fb7d.json:
         tma = 1 was the fastest variant on all 55 swept shapes, by 1-11 %; where the GPU has no TMA the same
         binary runs cp.async). From 256 tokens: 256x128 CTAs of 16x8 thread tiles, 2 stages, for densities >= 3/8
-        (16:32, 12:32 won there); below that density 128x256 CTAs of 8x16 tiles, 3 stages of 64 columns up to 1023
-        tokens and, from 1024, 256x128 CTAs of 16x8 tiles with 3 stages of 96 columns (H100 at 4330fbb: those won
-        all 24 swept 8:32 and 4:32 rows from 1024 tokens, 1-4 % ahead of 64 columns,
-        nm_simt_winners_long_8_32_2_8_4_32_1_8_4330fbb); below 256 tokens 256x64 CTAs of 8x8 tiles, 2 stages. k is split
-        to fill the last wave of CTAs (_split_for); two splits are summed in a thread block cluster (split_reduce = 2:
-        it won 5 of the 8 swept 512-token rows at 4330fbb; clusters of 3 or 4 whole-SM CTAs ran up to twice as long,
-        fewer of them fitting the GPU at once).
-        Where the stages do not fit (vector 1 at dense patterns such as 31:32 or 63:64), first 2 stages, then the
-        CTA's rows are halved: the config fits every N:M with M <= 64."""
+        (16:32, 12:32 won there), else 128x256 CTAs of 8x16 tiles, 3 stages (8:32, 4:32); below 256 tokens 256x64
+        CTAs of 8x8 tiles, 2 stages. k is split to fill the last wave of CTAs (_split_for); for the sparse tiles two
+        splits are summed in a thread block cluster (split_reduce = 2; H100 at 40e8f40: the cluster won the 4:32
+        rows at 512 tokens with split 2 by 2-8 %, nm_simt_plain_8_32_1_4_2_8_4_32_1_8_40e8f40, and lost every
+        16:32 / 12:32 row it was offered; clusters of 3 or 4 whole-SM CTAs ran up to twice as long, fewer of them
+        fitting the GPU at once). 96-column k-tiles of 256x128 CTAs were level with these (0.5 % faster at 4:32,
+        1.1 % slower at 8:32 from 1024 tokens) and are left to the tuner. Where the stages do not fit (vector 1 at
+        dense patterns such as 31:32 or 63:64), first 2 stages, then the CTA's rows are halved: the config fits
+        every N:M with M <= 64."""
         pat = parse_or_none(problem.pattern)
         dense = pat is None or pat.n / pat.m >= 3 / 8
         if problem.m < 256:
             cfg = Config(block_rows=256, block_tokens=64, k_cols=64, stages=2)
         elif dense:
             cfg = Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2)
-        elif problem.m >= 1024:
-            cfg = Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=96, stages=3)
         else:
             cfg = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, stages=3)
         cfg = replace(cfg, x_transposed=1, tma=1)
         split = _split_for(cfg, problem)
-        cfg = replace(cfg, split_k=split, split_reduce=2 if split == 2 else 0)
+        cfg = replace(cfg, split_k=split, split_reduce=2 if split == 2 and not dense and problem.m >= 256 else 0)
 
         def fits(c: Config) -> bool:
             return smem_bound(c, problem.pattern, problem.vector) <= SMEM_BYTES
