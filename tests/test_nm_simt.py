@@ -157,29 +157,26 @@ def test_tma_smem_and_rule():
                                        Problem(2048, 4096, 4096, F32, "4:32", 32))
 
 
-def test_split_reduce_rule():
-    """split_reduce = 1 adds the splits into an fp32 output: refused without split-K or with a 16-bit output."""
+@pytest.mark.parametrize("reduce", [1, 2])
+def test_split_reduce_rules(reduce):
+    """split_reduce = 1 adds the splits into an fp32 output, 2 sums them in a thread block cluster into any output
+    type; both need split-K."""
     p = Problem(256, 4096, 4096, F32, "8:32", 32)
-    atomic = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, split_k=3, x_transposed=1, tma=1,
-                    split_reduce=1)
-    assert FAMILY.check(atomic, p) is None
-    assert FAMILY.check(atomic, replace(p, types=KernelTypes("f16", "f32", False))) is None
-    assert "split_k > 1" in FAMILY.check(replace(atomic, split_k=1), p)
-    assert "f32" in FAMILY.check(atomic, replace(p, types=KernelTypes("f16", "f16", False)))
-    assert "constexpr bool kAtomicSplit = kSplit > 1 && 1 == 1;" in FAMILY.source(atomic, F32)
+    cfg = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, split_k=4, x_transposed=1, tma=1,
+                 split_reduce=reduce)
+    assert FAMILY.check(cfg, p) is None
+    assert FAMILY.check(cfg, replace(p, types=KernelTypes("f16", "f32", False))) is None
+    assert "split_k > 1" in FAMILY.check(replace(cfg, split_k=1), p)
+    half = FAMILY.check(cfg, replace(p, types=KernelTypes("f16", "f16", False)))
+    assert half is None if reduce == 2 else "f32" in half
+    assert f"constexpr bool kClusterSplit = kSplit > 1 && {reduce} == 2;" in FAMILY.source(cfg, F32)
 
 
-def test_cluster_split_rule():
-    """split_reduce = 2 sums the splits in a cluster: any output type, needs split-K; the CTA's tile of sums reuses
-    the stages' shared memory after the k loop, so the bound is the larger of the two."""
-    p = Problem(256, 4096, 4096, F32, "8:32", 32)
+def test_cluster_split_shared_memory():
+    """split_reduce = 2: the CTA's tile of sums reuses the stages' shared memory after the k loop, so the bound is the
+    larger of the two."""
     cluster = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, split_k=4, x_transposed=1, tma=1,
                      split_reduce=2)
-    assert FAMILY.check(cluster, p) is None
-    assert FAMILY.check(cluster, replace(p, types=KernelTypes("f16", "f16", False))) is None
-    assert "split_k > 1" in FAMILY.check(replace(cluster, split_k=1), p)
-    src = FAMILY.source(cluster, F32)
-    assert "constexpr bool kClusterSplit = kSplit > 1 && 2 == 2;" in src
     # 128 x 256 floats of sums = 131072 B; 8:32's three stages at k_cols 64 are larger (x 65536 + W 8192 + cols)
     stages = smem_bound(replace(cluster, split_reduce=0), "8:32", 32)
     assert smem_bound(cluster, "8:32", 32) == stages

@@ -307,6 +307,24 @@ __device__ __forceinline__ void outer_fma(const float (&wv)[kTR], const float (&
     for (int b = 0; b < kTT; ++b) acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
 }
 
+// Steps 0-2 of a quad of kept steps whose step 0 fragments are in (xa, wa): steps 1-3's fragments (columns c1-c3 of
+// the stage, weights from w + kBR) are read under the FMAs of the step before. The caller then reads the next quad's
+// step 0 into (xa, wa) and runs step 3 (outer_fma(wb, xb, acc)).
+template <int kMode>
+__device__ __forceinline__ void quad_head(const float* xs, const float* w, int c1, int c2, int c3, float (&xa)[kTT],
+                                          float (&wa)[kTR], float (&xb)[kTT], float (&wb)[kTR],
+                                          float (&acc)[kTR][kTT]) {
+  load_x<kMode>(xs, c1, xb);
+  load_w(w + kBR, wb);
+  outer_fma(wa, xa, acc);
+  load_x<kMode>(xs, c2, xa);
+  load_w(w + 2 * kBR, wa);
+  outer_fma(wb, xb, acc);
+  load_x<kMode>(xs, c3, xb);
+  load_w(w + 3 * kBR, wb);
+  outer_fma(wa, xa, acc);
+}
+
 // One k-tile into one pipeline stage: x (mode 2: x^T [ktd][kPitchT]; else token-major [kBT][pitch]), W [ktc][kBR],
 // cols [nvb][ktc]; out-of-range tokens and columns are zero-filled. The copy plan is computed once per thread:
 // every source address of k-tile kt is a base pointer moved by kt tiles plus a fixed stride per chunk, so a
@@ -593,15 +611,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
           const int ahead = j + 4 < ktc ? j + 4 : j;  // the last iteration re-reads its own step (unused)
           const int n0 = cp[ahead], n1 = cp[ahead + 1], n2 = cp[ahead + 2], n3 = cp[ahead + 3];
           const float* w = ws + j * kBR;
-          load_x<kMode>(xs, c1, xb);
-          load_w(w + kBR, wb);
-          outer_fma(wa, xa, acc);
-          load_x<kMode>(xs, c2, xa);
-          load_w(w + 2 * kBR, wa);
-          outer_fma(wb, xb, acc);
-          load_x<kMode>(xs, c3, xb);
-          load_w(w + 3 * kBR, wb);
-          outer_fma(wa, xa, acc);
+          quad_head<kMode>(xs, w, c1, c2, c3, xa, wa, xb, wb, acc);
           load_x<kMode>(xs, n0, xa);
           load_w(ws + ahead * kBR, wa);
           outer_fma(wb, xb, acc);
@@ -735,30 +745,14 @@ nm_simt_kernel(__grid_constant__ const Params p) {
         for (; j + 4 < ktc; j += 4) {  // quads followed by another of this tile
           const int n0 = cp[j + 4], n1 = cp[j + 5], n2 = cp[j + 6], n3 = cp[j + 7];
           const float* w = ws + j * kBR;
-          load_x<kMode>(xs, c1, xb);
-          load_w(w + kBR, wb);
-          outer_fma(wa, xa, acc);
-          load_x<kMode>(xs, c2, xa);
-          load_w(w + 2 * kBR, wa);
-          outer_fma(wb, xb, acc);
-          load_x<kMode>(xs, c3, xb);
-          load_w(w + 3 * kBR, wb);
-          outer_fma(wa, xa, acc);
+          quad_head<kMode>(xs, w, c1, c2, c3, xa, wa, xb, wb, acc);
           load_x<kMode>(xs, n0, xa);
           load_w(w + 4 * kBR, wa);
           outer_fma(wb, xb, acc);
           c1 = n1; c2 = n2; c3 = n3;
         }
         const float* w = ws + j * kBR;  // the tile's last quad
-        load_x<kMode>(xs, c1, xb);
-        load_w(w + kBR, wb);
-        outer_fma(wa, xa, acc);
-        load_x<kMode>(xs, c2, xa);
-        load_w(w + 2 * kBR, wa);
-        outer_fma(wb, xb, acc);
-        load_x<kMode>(xs, c3, xb);
-        load_w(w + 3 * kBR, wb);
-        outer_fma(wa, xa, acc);
+        quad_head<kMode>(xs, w, c1, c2, c3, xa, wa, xb, wb, acc);
         if (i + 1 < count) {  // the next tile's first step, under this quad's last FMAs
           await(i + 1);
           const int* ncp = cp_of(i + 1);
