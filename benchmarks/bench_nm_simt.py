@@ -264,8 +264,6 @@ def main() -> None:
     ap.add_argument("--fuse", action="store_true", help="add each TMA config's fuse_x twin to the sweep")
     ap.add_argument("--winners", action="store_true",
                     help="sweep only the TMA configs that won most 87.5 %% and 75 %% rows at f1a17b1 (A/B runs)")
-    ap.add_argument("--staged", action="store_true",
-                    help="add each config's staged_store twin (the tile stored through shared memory; split-1 rows)")
     ap.add_argument("--long", action="store_true", help="add the longer k-tiles (_LONG) to the sweep (with --winners)")
     ap.add_argument("--precompile", action="store_true", help="build the sweep's kernels (no GPU needed) and exit")
     ap.add_argument("--rounds", type=int, default=3,
@@ -285,8 +283,6 @@ def main() -> None:
     sweep = TMA_WINNERS if args.winners else sweep
     if args.long:  # SWEEP ends with _LONG's TMA variants
         sweep += tuple(c for c in SWEEP[-len(_LONG):] if c not in sweep)
-    if args.staged:  # the twins' split-K variants are refused by the family's check: split-1 rows only
-        sweep += tuple(Config(**{**c.to_record(), "staged_store": 1}) for c in sweep)
     if args.fuse:  # beside every config with a producer warpgroup, its fuse_x twin (x transposed inside the GEMM)
         sweep += tuple(Config(**{**c.to_record(), "fuse_x": 1}) for c in sweep if own_producer(c))
     t0 = time.time()

@@ -58,22 +58,16 @@ FUSED = Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, x_transp
 FUSED_CONFIGS = (FUSED, replace(FUSED, split_k=2, split_reduce=1),
                  Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, x_transposed=1, tma=1,
                         fuse_x=1))
-# tiles of sums through shared memory. Split-K summed in a thread block cluster (split_reduce = 2): TMA with the
-# producer warpgroup (split 4; split 3, whose ranks hold uneven token slices), TMA filled by computing warp 0 at two
-# CTAs per SM (the tile of sums outgrows the two stages), and the cp.async path with token-major x. Then the same
-# without split-K, stored a token row at a time (staged_store = 1): chained 16 x 8 tiles, 8 x 16, two CTAs per SM,
-# cp.async
-SMEM_TILE_CONFIGS = (
-    Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, split_k=4, x_transposed=1, tma=1, split_reduce=2),
-    Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3, split_k=3, x_transposed=1, tma=1,
-           split_reduce=2),
-    Config(block_rows=256, block_tokens=64, k_cols=32, stages=2, split_k=2, x_transposed=1, tma=1, split_reduce=2),
-    Config(k_cols=16, stages=2, split_k=2, split_reduce=2),
-    Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3, x_transposed=1, tma=1,
-           staged_store=1),
-    Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, x_transposed=1, tma=1, staged_store=1),
-    Config(block_rows=256, block_tokens=64, k_cols=32, stages=2, x_transposed=1, tma=1, staged_store=1),
-    Config(k_cols=16, stages=2, staged_store=1))
+# split-K summed in a thread block cluster (split_reduce = 2): TMA with the producer warpgroup (split 4; split 3, whose
+# ranks hold uneven token slices), TMA filled by computing warp 0 at two CTAs per SM (the tile of sums outgrows the
+# two stages), and the cp.async path with token-major x
+CLUSTER_CONFIGS = (Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, split_k=4, x_transposed=1, tma=1,
+                          split_reduce=2),
+                   Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3, split_k=3,
+                          x_transposed=1, tma=1, split_reduce=2),
+                   Config(block_rows=256, block_tokens=64, k_cols=32, stages=2, split_k=2, x_transposed=1, tma=1,
+                          split_reduce=2),
+                   Config(k_cols=16, stages=2, split_k=2, split_reduce=2))
 CONFIG_PATTERNS = ["3:7", "16:32", "1:8", "2:4", "13:64"]
 MATMUL_PATTERNS = ["1:4", "2:8", "3:7", "5:16", "16:32", "2:4", "31:64", "1:2"]
 
@@ -103,7 +97,7 @@ def kernel_ids() -> list:
     kids |= {(FAMILY.name, c, KernelTypes("f32", "f32", False)) for c in CONFIGS}
     kids |= {(FAMILY.name, cfg, t) for t in _types() for cfg in (TRANSPOSED, COMPACT, TMA)}
     kids |= {(FAMILY.name, cfg, KernelTypes("f32", "f32", True)) for cfg in COMPACT_ONE_CONFIGS}
-    kids |= {(FAMILY.name, cfg, replace(t, bias=True)) for cfg in SMEM_TILE_CONFIGS for t in _types()}
+    kids |= {(FAMILY.name, cfg, replace(t, bias=True)) for cfg in CLUSTER_CONFIGS for t in _types()}
     kids |= {(FAMILY.name, cfg, t) for cfg in FUSED_CONFIGS for t in (KernelTypes("f32", "f32", True),
                                                                        KernelTypes("f16", "f32", True))}
     return sorted(kids, key=str)
@@ -209,14 +203,12 @@ def test_fused_transpose_matches_reference(shape, pattern, cfg, dtype):
 
 @pytest.mark.parametrize("shape", [*SHAPES, (1000, 2048, 2048)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("pattern", ["8:32", "4:32", "3:7", "16:32"])
-@pytest.mark.parametrize("cfg", SMEM_TILE_CONFIGS, ids=["128x256_split4", "256x128_split3", "256x64_split2",
-                                                        "cp_async_split2", "256x128_staged", "128x256_staged",
-                                                        "256x64_staged", "cp_async_staged"])
+@pytest.mark.parametrize("cfg", CLUSTER_CONFIGS, ids=["128x256_split4", "256x128_split3", "256x64_split2",
+                                                      "cp_async_split2"])
 @pytest.mark.parametrize("types", _types(), ids=lambda t: f"{t.dtype}_{t.out_dtype}")
-def test_tile_through_shared_memory_matches_reference(shape, pattern, cfg, types):
+def test_cluster_split_matches_reference(shape, pattern, cfg, types):
     """split_reduce = 2: the split's CTAs sum their tiles through distributed shared memory and store y in the output
-    type (bias once); staged_store = 1: one CTA's tile out a token row at a time. Tails, splits with no k-tiles
-    (k = 96), a second call on the same output."""
+    type (bias once); tails, splits with no k-tiles (k = 96), a second call on the same output."""
     m, n, k = shape
     types = replace(types, bias=True)
     if (reason := FAMILY.check(cfg, Problem(m, n, k, types, pattern, 32))) is not None:

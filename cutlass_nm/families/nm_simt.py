@@ -60,9 +60,7 @@ class Config(FamilyConfig):
     splits are summed (split_reduce): 0 = partial sums in a workspace and a second kernel (deterministic, any output
     type), 1 = each split adds its sums into a zeroed fp32 output by vector atomics (no second pass or partials;
     the order of the fp32 additions is not fixed), 2 = the split's CTAs form a thread block cluster and sum the tile
-    through distributed shared memory (deterministic, any output type; GPUs before sm_90 run it as 0). Without split-K,
-    ``staged_store`` = 1 parks the tile in the freed stage memory and stores it a token row at a time (a warp's
-    stores cover 512 contiguous bytes instead of half of each 32-byte sector)."""
+    through distributed shared memory (deterministic, any output type; GPUs before sm_90 run it as 0)."""
 
     block_rows: int = 128
     block_tokens: int = 128
@@ -76,7 +74,6 @@ class Config(FamilyConfig):
     tma: int = 0
     split_reduce: int = 0
     fuse_x: int = 0
-    staged_store: int = 0
 
     SPACE: ClassVar = {"block_rows": (32, 64, 128, 256), "block_tokens": (32, 64, 128, 256),
                        "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 96, 128),
@@ -84,9 +81,7 @@ class Config(FamilyConfig):
                        # x_transposed = 1 passed its H100 GPU tests (results/h100/gpu_tests_nm.log); timed by the tuner
                        "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1), "split_reduce": (0, 1, 2),
                        # 1: x transposed inside the GEMM by the producer warpgroup (H100: slower on every shape)
-                       "fuse_x": (0, 1),
-                       # 1: the tile goes out through shared memory, a token row at a time (split_k = 1)
-                       "staged_store": (0, 1)}
+                       "fuse_x": (0, 1)}
 
     @property
     def threads(self) -> int:
@@ -123,9 +118,9 @@ def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     ints per ``vector`` of the CTA's rows: block_rows / vector rows (at least 1), so vector-1 weights stage 32x
     the indices of vector-32 ones. ``vector`` 0 (unknown): the largest over the format's vectors, so an unknown
     vector never under-counts. Without a pattern: the worst case of density N/M <= 1/2 within k_cols. With
-    ``split_reduce`` = 2 (or ``staged_store`` = 1) the CTA's tile of sums (block_rows x block_tokens floats) reuses
-    the stages' memory after the k loop: the larger of the two. Exact against sm_90's limit (SMEM_BYTES); the
-    launcher re-checks against the GPU (163 KB on sm_80).
+    ``split_reduce`` = 2 the CTA's tile of sums (block_rows x block_tokens floats) reuses the stages' memory after the
+    k loop: the larger of the two. Exact against sm_90's limit (SMEM_BYTES); the launcher re-checks against the GPU
+    (163 KB on sm_80).
 
     The tuning DB's problem key has no vector, so a winner tuned on vector-32 weights is also offered for
     vector-1 weights of the same shape: rather than adding the vector to the key (a migration), this exact
@@ -150,8 +145,7 @@ def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     index_rows = cfg.block_rows // vector if cfg.block_rows >= vector else 1  # the launcher's p.nvb
     cols = index_rows * ktc * 4
     stages = cfg.stages * -(-(x + w + cols) // 128) * 128
-    staged = (cfg.split_reduce == 2 and cfg.split_k > 1) or (cfg.staged_store and cfg.split_k == 1)
-    tile = cfg.block_rows * cfg.block_tokens * 4 if staged else 0
+    tile = cfg.block_rows * cfg.block_tokens * 4 if cfg.split_reduce == 2 and cfg.split_k > 1 else 0
     return max(stages, tile) + (16 * cfg.stages if cfg.tma else 0)  # tma: 2 mbarriers per stage
 
 
@@ -319,8 +313,6 @@ class _SimtFamily:
             return f"{cfg.threads} threads x {acc} accumulators exceed the register file"
         if cfg.split_reduce and cfg.split_k == 1:
             return f"split_reduce={cfg.split_reduce} sums the splits of split-K: it needs split_k > 1"
-        if cfg.staged_store and cfg.split_k > 1:
-            return "staged_store=1 stages the tile of a split_k = 1 config (the splits' sums have their own epilogues)"
         if cfg.split_reduce == 1 and t.out_dtype != "f32":
             return "split_reduce=1 adds the splits into an fp32 output: it needs out_dtype f32"
         if (reason := _compact_rule(cfg, pat, problem.vector) or _fuse_rule(cfg)) is not None:

@@ -45,9 +45,6 @@ constexpr bool kTma = ${tma};  // mode 2: stages filled by TMA where the GPU has
 // shared memory (sm_90), each storing a 1 / kSplit slice of it (before sm_90: as 0, Params::cluster false)
 constexpr bool kAtomicSplit = kSplit > 1 && ${split_reduce} == 1;
 constexpr bool kClusterSplit = kSplit > 1 && ${split_reduce} == 2;
-// staged_store (split-1 configs): the tile goes through shared memory and out a token row at a time (a warp's stores
-// cover 512 contiguous bytes) instead of each thread's kTR-row float4s (half of a 32-byte sector per store)
-constexpr bool kStagedStore = ${staged_store} && kSplit == 1;
 constexpr int kWarpRows = 4 * kTR, kWarpTokens = 8 * kTT;
 constexpr int kWarpsR = kBR / kWarpRows, kWarpsT = kBT / kWarpTokens;
 constexpr int kThreads = 32 * kWarpsR * kWarpsT;
@@ -196,9 +193,9 @@ __device__ __forceinline__ void cluster_sync() {  // every thread of every CTA o
 __device__ __forceinline__ void cluster_sync() {}
 #endif
 
-// kClusterSplit, kStagedStore: a CTA's tile of sums in its shared memory, [kBT][kBR] floats, each token's 16-byte
-// chunks of rows XOR-swizzled so that a warp's float4 stores (mode 2: 8 token lanes 4 tokens apart x 4 row groups)
-// cover all 8 bank groups evenly; the float offset of (token t, row r), r a multiple of 4.
+// kClusterSplit: a CTA's tile of sums in its shared memory, [kBT][kBR] floats, each token's 16-byte chunks of rows
+// XOR-swizzled so that a warp's float4 stores (mode 2: 8 token lanes 4 tokens apart x 4 row groups) cover all 8 bank
+// groups evenly; the float offset of (token t, row r), r a multiple of 4.
 template <int kMode>
 __device__ __forceinline__ int tile_at(int t, int r) {
   static_assert(kBR % 32 == 0, "the swizzle permutes groups of 8 chunks of a token's rows");
@@ -206,7 +203,7 @@ __device__ __forceinline__ int tile_at(int t, int r) {
   return t * kBR + (((r >> 2) ^ key) << 2);
 }
 
-// kClusterSplit, kStagedStore: the thread's accumulators into the CTA's tile (token order as write_tile's).
+// kClusterSplit: the thread's accumulators into the CTA's tile (token order as write_tile's).
 template <int kMode>
 __device__ __forceinline__ void stash_tile(float* tile, int rloc, int tloc, const float (&acc)[kTR][kTT]) {
 #pragma unroll
@@ -256,24 +253,21 @@ __device__ __forceinline__ void write_tile(T* y, const Params& p, const Element*
   }
 }
 
-// After the tiles are stashed: this CTA (cluster rank r of kRanks) sums tokens [r x per, (r + 1) x per) of the tile
-// over the kRanks CTAs' shared memories in rank order (deterministic; kRanks = 1: its own tile, kStagedStore),
-// adds the bias and stores them to y; a warp reads 32 consecutive 16-byte chunks of a token's rows from each CTA.
-template <int kMode, class Out, int kRanks>
-__device__ __forceinline__ void store_tile_sum(const Params& p, const float* tile, int row0, int tok0) {
-  constexpr int kChunks = kBR / 4;
-  uint32_t rank = 0;
-  uint32_t peer[kRanks];  // the ranks' tiles in the cluster's shared window (kRanks > 1, sm_90)
+// kClusterSplit, after the cluster's tiles are stashed: this CTA (cluster rank = split) sums tokens [rank x per,
+// (rank + 1) x per) of the tile over the kSplit CTAs' shared memories in rank order (deterministic), adds the bias
+// and stores them to y; a warp reads 32 consecutive 16-byte chunks of a token's rows from each CTA.
+template <int kMode, class Out>
+__device__ __forceinline__ void cluster_reduce(const Params& p, const float* tile, int row0, int tok0) {
 #if __CUDA_ARCH__ >= 900
-  if constexpr (kRanks > 1) {
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
+  constexpr int kChunks = kBR / 4;
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
+  uint32_t peer[kSplit];
 #pragma unroll
-    for (int q = 0; q < kRanks; ++q)
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer[q]) : "r"(local), "r"(q));
-  }
-#endif
-  const int per = (kBT + kRanks - 1) / kRanks;
+  for (int q = 0; q < kSplit; ++q)
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer[q]) : "r"(local), "r"(q));
+  const int per = (kBT + kSplit - 1) / kSplit;
   const int t0 = int(rank) * per, t1 = min(kBT, t0 + per);
   Out* y = static_cast<Out*>(p.y);
   const bool vec = (p.n & 3) == 0 && (reinterpret_cast<uintptr_t>(y) & (4 * sizeof(Out) - 1)) == 0;
@@ -281,22 +275,14 @@ __device__ __forceinline__ void store_tile_sum(const Params& p, const float* til
     const int t = t0 + u / kChunks, c = u % kChunks;
     const int tok = tok0 + t, r = row0 + 4 * c;
     if (tok >= p.m || r >= p.n) continue;
-    const int at = tile_at<kMode>(t, 4 * c);
-    float s[4];
-    if constexpr (kRanks == 1) {
-      const float4 v = *reinterpret_cast<const float4*>(tile + at);
-      s[0] = v.x; s[1] = v.y; s[2] = v.z; s[3] = v.w;
-    } else {
-      s[0] = s[1] = s[2] = s[3] = 0.f;
-#if __CUDA_ARCH__ >= 900
+    const uint32_t off = 4u * tile_at<kMode>(t, 4 * c);
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int q = 0; q < kRanks; ++q) {
-        float v0, v1, v2, v3;
-        asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                     : "=f"(v0), "=f"(v1), "=f"(v2), "=f"(v3) : "r"(peer[q] + 4u * at) : "memory");
-        s[0] += v0; s[1] += v1; s[2] += v2; s[3] += v3;
-      }
-#endif
+    for (int q = 0; q < kSplit; ++q) {
+      float v0, v1, v2, v3;
+      asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                   : "=f"(v0), "=f"(v1), "=f"(v2), "=f"(v3) : "r"(peer[q] + off) : "memory");
+      s[0] += v0; s[1] += v1; s[2] += v2; s[3] += v3;
     }
 #pragma unroll
     for (int a = 0; a < 4; ++a)
@@ -310,6 +296,7 @@ __device__ __forceinline__ void store_tile_sum(const Params& p, const float* til
         if (r + a < p.n) store(out + a, s[a]);
     }
   }
+#endif
 }
 
 // acc += wv ⊗ xv: one k step of the thread's kTR x kTT register tile.
@@ -802,8 +789,8 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     cutlass::arch::cp_async_wait<0>();
   }
 
-  // epilogue: straight to y (with bias; kStagedStore: through shared memory), summed over the cluster
-  // (kClusterSplit), added into y (kAtomicSplit: the first split adds the bias) or to this split's partial sums
+  // epilogue: straight to y (with bias), summed over the cluster (kClusterSplit), added into y (kAtomicSplit: the
+  // first split adds the bias) or to this split's partial sums
   if (kClusterSplit && p.cluster) {
     // every computing warp is done with the stages before the tile overwrites them (the producer warpgroup waits at
     // the cluster barrier); then the cluster's tiles are complete before any CTA reads them, and no CTA exits (its
@@ -812,14 +799,8 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     float* tile = reinterpret_cast<float*>(smem);
     stash_tile<kMode>(tile, rloc, tloc, acc);
     cluster_sync();
-    store_tile_sum<kMode, Out, kSplit>(p, tile, row0, tok0);
+    cluster_reduce<kMode, Out>(p, tile, row0, tok0);
     cluster_sync();
-  } else if (kStagedStore) {  // as above within the CTA: the computing warps' named barrier
-    asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
-    float* tile = reinterpret_cast<float*>(smem);
-    stash_tile<kMode>(tile, rloc, tloc, acc);
-    asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
-    store_tile_sum<kMode, Out, 1>(p, tile, row0, tok0);
   } else if (kAtomicSplit) {
     write_tile<kMode, true>(static_cast<float*>(p.y), p, blockIdx.z == 0 ? p.bias : nullptr, row0 + rloc,
                             tok0 + tloc, acc);
@@ -1049,8 +1030,8 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   p.x_bytes = mode == 2 ? p.ktd * kPitchT * 4 : kBT * p.pitch * 4;
   p.w_bytes = p.ktc * kBR * 4;
   p.stage_bytes = ((p.x_bytes + p.w_bytes + p.nvb * p.ktc * 4 + 127) / 128) * 128;
-  // kClusterSplit, kStagedStore: the tile of sums reuses the stages' memory after the k loop (and may need more)
-  p.bar_offset = std::max(p.stage_bytes * kStages, kClusterSplit || kStagedStore ? kBR * kBT * 4 : 0);
+  // kClusterSplit: the tile of sums reuses the stages' memory after the k loop (and may need more than they do)
+  p.bar_offset = std::max(p.stage_bytes * kStages, kClusterSplit ? kBR * kBT * 4 : 0);
   const size_t smem = size_t(p.bar_offset) + (kTma ? 16 * kStages : 0);  // kTma: + 2 barriers per stage
   if (smem > size_t(limit)) return 3;
   p.cluster = kClusterSplit && major >= 9;
