@@ -692,10 +692,6 @@ nm_simt_kernel(__grid_constant__ const Params p) {
         else if (kFuseX && p.x_rows != nullptr)
           transpose_chunks(p, kt0, kt1);
         if (kClusterSplit && p.cluster) {  // the cluster's two barriers count every thread of its CTAs
-          // parked on a CTA barrier until the computing warps leave the k loop: waiting in barrier.cluster.wait for
-          // the whole loop, the group's warps cut the computing warps' issue rate (H100, 16:32 512 x 4096 x 11008,
-          // 256 x 128 CTAs, split 2: 0.81 -> 0.71 warps issued per scheduler cycle, 496 -> 574 us; NOTES.md)
-          asm volatile("bar.sync 2, %0;" ::"n"(kThreads + 128) : "memory");
           cluster_sync();
           cluster_sync();
         }
@@ -796,8 +792,6 @@ nm_simt_kernel(__grid_constant__ const Params p) {
   // epilogue: straight to y (with bias), summed over the cluster (kClusterSplit), added into y (kAtomicSplit: the
   // first split adds the bias) or to this split's partial sums
   if (kClusterSplit && p.cluster) {
-    if constexpr (kUseTma && kOwnProducer)  // the producer warpgroup may go on to the cluster's barriers
-      asm volatile("bar.arrive 2, %0;" ::"n"(kThreads + 128) : "memory");
     // every computing warp is done with the stages before the tile overwrites them (the producer warpgroup waits at
     // the cluster barrier); then the cluster's tiles are complete before any CTA reads them, and no CTA exits (its
     // shared memory gone) before every CTA has read it
