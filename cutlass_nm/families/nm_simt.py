@@ -338,8 +338,9 @@ class _SimtFamily:
         binary runs cp.async). From 256 tokens: 256x128 CTAs of 16x8 thread tiles, 2 stages, for densities >= 3/8
         (16:32, 12:32 won there), else 128x256 CTAs of 8x16 tiles, 3 stages (8:32, 4:32); below 256 tokens 256x64
         CTAs of 8x8 tiles, 2 stages. k is split to fill the last wave of CTAs (_split_for); for the sparse tiles two
-        splits are summed in a thread block cluster (split_reduce = 2; H100 at 40e8f40: the cluster won the 4:32
-        rows at 512 tokens with split 2 by 2-8 %, nm_simt_plain_8_32_1_4_2_8_4_32_1_8_40e8f40, and lost every
+        splits are summed in a thread block cluster (split_reduce = 2; H100 at 40e8f40, the six 512-token rows where
+        this tile splits in two, nm_simt_plain_8_32_1_4_2_8_4_32_1_8_40e8f40: 0.92-1.06x the time of the better of
+        atomics and the partials pass, geomean 0.99, winning at k = 4096 and losing at k = 11008; it lost every
         16:32 / 12:32 row it was offered; clusters of 3 or 4 whole-SM CTAs ran up to twice as long, fewer of them
         fitting the GPU at once). 96-column k-tiles of 256x128 CTAs were level with these (0.5 % faster at 4:32,
         1.1 % slower at 8:32 from 1024 tokens) and are left to the tuner. Where the stages do not fit (vector 1 at
