@@ -24,10 +24,9 @@ warpgroup; fp32 x) drops the separate transpose kernel: the group's three idle w
 workspace during the GEMM, piece by piece in k order, and the TMA warp waits for each chunk's pieces (H100: correct,
 and 1.00-1.47x slower than the same config with the transpose kernel on every shape timed, results/h100/NOTES.md;
 a tuner option, not in the heuristic). ``split_reduce`` = 1 sums split-K partials by atomics into the fp32 output
-instead of a second kernel; ``split_reduce`` = 2 launches a split's CTAs as one thread block cluster (sm_90; before, it
-runs as 0), each CTA
-parks its tile of sums in its freed stage memory and sums a 1 / split slice of the tile over the cluster's shared
-memories (DSMEM) straight into y: no partials, no memset, deterministic, any output type.
+instead of a second kernel; ``split_reduce`` = 2 launches a split's CTAs as one thread block cluster (sm_90; before,
+it runs as 0): each CTA parks its tile of sums in its freed stage memory and sums a 1 / split slice of the tile over
+the cluster's shared memories (DSMEM) straight into y: no partials, no memset, deterministic, any output type.
 """
 
 from __future__ import annotations
