@@ -53,8 +53,8 @@ _WIDE = (Config(block_rows=256, block_tokens=64, k_cols=128), Config(block_token
 _DEEP = (Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=5),
          Config(block_tokens=256, thread_tokens=16, k_cols=32, stages=4),
          Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=32, stages=4))
-# longer k-tiles at high sparsity (stop 32): 12-16 kept steps a tile at 87.5 % instead of 8, so the per-tile cost
-# (barrier wait, the first step's index -> x load chain) is spread over more steps
+# longer k-tiles at high sparsity (stop 32): 12-16 kept steps a tile at 87.5 % instead of 8. Against the 64-column
+# tiles they were level (geomean 0.995 at 4:32, 1.011 at 8:32 from 1024 tokens, nm_simt_plain_8_32_*_40e8f40)
 _LONG = (Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=128, stages=2),
          Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=96, stages=3),
          Config(block_tokens=256, thread_tokens=16, k_cols=96, stages=2))

@@ -214,7 +214,7 @@ def test_cluster_split_matches_reference(shape, pattern, cfg, types):
     if (reason := FAMILY.check(cfg, Problem(m, n, k, types, pattern, 32))) is not None:
         assert "shared memory" in reason
         pytest.skip(reason)
-    dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+    dtype = {name: dt for dt, name in NAMES.items()}
     x, w, b, ref = _case(m, n, k, pattern, dtype[types.dtype], 32, seed=29)
     y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype[types.out_dtype])
     kern = get_kernel((FAMILY.name, cfg, types))
