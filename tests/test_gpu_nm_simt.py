@@ -54,6 +54,12 @@ COMPACT_ONE = Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=2, sp
                      split_reduce=1)
 COMPACT_ONE_CONFIGS = (COMPACT_ONE, replace(COMPACT_ONE, k_cols=32, stages=4, split_k=1, split_reduce=0))
 TMA = Config(block_rows=128, block_tokens=128, k_cols=64, stages=3, split_k=2, x_transposed=1, tma=1)
+# split sums and the kernel before the GEMM: atomics into y zeroed by the transpose (transposed x) or the widening
+# (fp16 x, untransposed) kernel, else by a memset; partials summed by split_reduce (launched under PDL on sm_90)
+SPLIT_CONFIGS = (Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, split_k=2, x_transposed=1, tma=1,
+                        split_reduce=1),
+                 Config(k_cols=16, stages=2, split_k=3, split_reduce=1),
+                 Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, split_k=3, x_transposed=1, tma=1))
 FUSED = Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, x_transposed=1, tma=1, fuse_x=1)
 FUSED_CONFIGS = (FUSED, replace(FUSED, split_k=2, split_reduce=1),
                  Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, x_transposed=1, tma=1,
@@ -98,8 +104,8 @@ def kernel_ids() -> list:
     kids |= {(FAMILY.name, cfg, t) for t in _types() for cfg in (TRANSPOSED, COMPACT, TMA)}
     kids |= {(FAMILY.name, cfg, KernelTypes("f32", "f32", True)) for cfg in COMPACT_ONE_CONFIGS}
     kids |= {(FAMILY.name, cfg, replace(t, bias=True)) for cfg in CLUSTER_CONFIGS for t in _types()}
-    kids |= {(FAMILY.name, cfg, t) for cfg in FUSED_CONFIGS for t in (KernelTypes("f32", "f32", True),
-                                                                       KernelTypes("f16", "f32", True))}
+    kids |= {(FAMILY.name, cfg, t) for cfg in (*FUSED_CONFIGS, *SPLIT_CONFIGS)
+             for t in (KernelTypes("f32", "f32", True), KernelTypes("f16", "f32", True))}
     return sorted(kids, key=str)
 
 
@@ -224,6 +230,29 @@ def test_cluster_split_matches_reference(shape, pattern, cfg, types):
     torch.cuda.synchronize()
     assert torch.isfinite(y).all()
     assert _err(y, ref) < TOL[dtype[types.out_dtype]]
+
+
+@pytest.mark.parametrize("shape", [*SHAPES, (1000, 2048, 2048)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("pattern", ["4:32", "3:7", "16:32"])
+@pytest.mark.parametrize("cfg", SPLIT_CONFIGS, ids=["tma_atomics", "cp_async_atomics", "tma_partials"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=NAMES.get)
+def test_split_sums_after_prep_kernel(shape, pattern, cfg, dtype):
+    """Split-K sums where the kernel before the GEMM also zeroes y (atomics) or the reduction follows it under PDL;
+    three calls on one NaN-poisoned output with new x each time (stale zeros or sums would show), tails."""
+    m, n, k = shape
+    types = KernelTypes(NAMES[dtype], "f32", True)
+    if (reason := FAMILY.check(cfg, Problem(m, n, k, types, pattern, 32))) is not None:
+        assert "shared memory" in reason
+        pytest.skip(reason)
+    kern = get_kernel((FAMILY.name, cfg, types))
+    y = torch.empty((m, n), device="cuda", dtype=torch.float32)
+    for seed in (31, 32, 33):
+        x, w, b, ref = _case(m, n, k, pattern, dtype, 32, seed=seed)
+        y.fill_(float("nan"))
+        kern(x, w, b, y)
+        torch.cuda.synchronize()
+        assert torch.isfinite(y).all()
+        assert _err(y, ref) < TOL[torch.float32]
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))

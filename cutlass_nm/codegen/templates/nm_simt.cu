@@ -193,6 +193,17 @@ __device__ __forceinline__ void cluster_sync() {  // every thread of every CTA o
 __device__ __forceinline__ void cluster_sync() {}
 #endif
 
+// Programmatic dependent launch (sm_90+): cnm_run launches the GEMM (and split_reduce) with it after a kernel of its
+// own, so the next grid's launch and prologue overlap this grid's tail. A kernel lets the next one launch at entry
+// (its CTAs then take the SMs this grid leaves) and waits, before reading or writing global memory, until the previous
+// grid finished and its writes are visible. Both are no-ops in a kernel launched without the attribute.
+__device__ __forceinline__ void pdl_enter() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // kClusterSplit: a CTA's tile of sums in its shared memory, [kBT][kBR] floats, each token's 16-byte chunks of rows
 // XOR-swizzled so that a warp's float4 stores (mode 2: 8 token lanes 4 tokens apart x 4 row groups) cover all 8 bank
 // groups evenly; the float offset of (token t, row r), r a multiple of 4.
@@ -563,6 +574,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     trace_cta(0);
     trace_cta(2);
   }
+  pdl_enter();  // x^T (or widened x) and the zeroed y come from the kernel before
   const int row0 = blockIdx.x * kBR, tok0 = blockIdx.y * kBT;
   const int vb0 = row0 / p.vector;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -815,6 +827,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
 
 template <class Out>
 __global__ void split_reduce(const float* part, const Element* bias, Out* y, int m, int n) {
+  pdl_enter();
   const int64_t total = static_cast<int64_t>(m) * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     float s = bias ? to_float(bias[i % n]) : 0.f;
@@ -824,14 +837,30 @@ __global__ void split_reduce(const float* part, const Element* bias, Out* y, int
   }
 }
 
-__global__ void widen(const Element* x, float* out, int64_t count) {
+// The prep kernels below also zero the fp32 output that kAtomicSplit's splits add into (zero: y or null, count
+// floats), so that no memset sits between them and the GEMM: the whole grid's threads stride over it.
+__device__ __forceinline__ void zero_output(float* y, int64_t count) {
+  if (y == nullptr) return;
+  const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x * blockDim.y;
+  const int64_t first = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x * blockDim.y +
+                        threadIdx.y * blockDim.x + threadIdx.x;
+  const int64_t vecs = (reinterpret_cast<uintptr_t>(y) & 15) == 0 ? count / 4 : 0;
+  for (int64_t i = first; i < vecs; i += threads) reinterpret_cast<float4*>(y)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int64_t i = 4 * vecs + first; i < count; i += threads) y[i] = 0.f;
+}
+
+__global__ void widen(const Element* x, float* out, int64_t count, float* zero, int64_t zero_count) {
+  pdl_enter();
+  zero_output(zero, zero_count);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = to_float(x[i]);
 }
 
 // x (m x k, Element) -> x^T (k x m_pad, float), 32 x 32 tiles through shared memory
-__global__ void transpose_widen(const Element* x, float* xt, int m, int k, int m_pad) {
+__global__ void transpose_widen(const Element* x, float* xt, int m, int k, int m_pad, float* zero, int64_t zero_count) {
   __shared__ float tile[32][33];
+  pdl_enter();
+  zero_output(zero, zero_count);
   const int k0 = blockIdx.x * 32, t0 = blockIdx.y * 32;
   for (int r = threadIdx.y; r < 32; r += 8) {
     const int t = t0 + r, c = k0 + threadIdx.x;
@@ -847,8 +876,10 @@ __global__ void transpose_widen(const Element* x, float* xt, int m, int k, int m
 // fp32 x with 16-byte aligned rows (k % 4 == 0) -> x^T: 32 x 32 tiles as in transpose_widen, one 16-byte load and
 // one 16-byte store per thread (256 threads); the bank of tile[c + i][r] is 4 (c / 4) + r + i: conflict-free both
 // ways. Tokens m .. m_pad - 1 of x^T are written as zeros.
-__global__ void transpose4(const float* x, float* xt, int m, int k, int m_pad) {
+__global__ void transpose4(const float* x, float* xt, int m, int k, int m_pad, float* zero, int64_t zero_count) {
   __shared__ float tile[32][33];
+  pdl_enter();
+  zero_output(zero, zero_count);
   const int k0 = blockIdx.x * 32, t0 = blockIdx.y * 32;
   const int r = threadIdx.x / 8, c = (threadIdx.x % 8) * 4;
   float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -860,8 +891,33 @@ __global__ void transpose4(const float* x, float* xt, int m, int k, int m_pad) {
         make_float4(tile[r][c], tile[r][c + 1], tile[r][c + 2], tile[r][c + 3]);
 }
 
+// A launch configuration with, in attrs (two entries), the split's cluster (cluster_z > 1) and programmatic dependent
+// launch (pdl: a kernel of cnm_run's own runs before this one on the stream; sm_90+ only).
+cudaLaunchConfig_t launch_config(dim3 grid, unsigned threads, size_t smem, int cluster_z, bool pdl, cudaStream_t stream,
+                                 cudaLaunchAttribute* attrs) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attrs;
+  if (cluster_z > 1) {
+    attrs[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[config.numAttrs].val.clusterDim.x = 1;
+    attrs[config.numAttrs].val.clusterDim.y = 1;
+    attrs[config.numAttrs].val.clusterDim.z = cluster_z;
+    ++config.numAttrs;
+  }
+  if (pdl) {
+    attrs[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[config.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    ++config.numAttrs;
+  }
+  return config;
+}
+
 template <int kMode, class Out, bool kUseTma = false>
-cudaError_t launch(const Params& p, size_t smem, int limit, cudaStream_t stream) {
+cudaError_t launch(const Params& p, size_t smem, int limit, bool pdl, cudaStream_t stream) {
   auto kernel = nm_simt_kernel<kMode, Out, kUseTma>;
   static int allowed = 0;  // dynamic shared memory opted in so far (once per process and variant)
   if (int(smem) > allowed) {
@@ -871,34 +927,24 @@ cudaError_t launch(const Params& p, size_t smem, int limit, cudaStream_t stream)
   }
   dim3 grid((p.n + kBR - 1) / kBR, (p.m + kBT - 1) / kBT, kSplit);
   const unsigned threads = kThreads + (kUseTma ? kProducerThreads : 0);  // + the producer warpgroup
-  if (kClusterSplit && p.cluster) {  // the split's CTAs (blockIdx.z) form one cluster
-    cudaLaunchAttribute cluster[1];
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = 1;
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = kSplit;
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = dim3(threads);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    config.attrs = cluster;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, kernel, p);
-  }
-  kernel<<<grid, threads, smem, stream>>>(p);
-  return cudaGetLastError();
+  cudaLaunchAttribute attrs[2];
+  // kClusterSplit: the split's CTAs (blockIdx.z) form one cluster
+  const cudaLaunchConfig_t config =
+      launch_config(grid, threads, smem, kClusterSplit && p.cluster ? kSplit : 1, pdl, stream, attrs);
+  return cudaLaunchKernelEx(&config, kernel, p);
 }
 
 // mode 2's launch: the TMA-filled kernel where the binary has it and the GPU runs it, else cp.async.
 template <class Out>
-cudaError_t launch_mode(int mode, bool use_tma, const Params& p, size_t smem, int limit, cudaStream_t stream) {
+cudaError_t launch_mode(int mode, bool use_tma, const Params& p, size_t smem, int limit, bool pdl,
+                        cudaStream_t stream) {
   if constexpr (kTma) {
-    if (use_tma) return launch<2, Out, true>(p, smem, limit, stream);
+    if (use_tma) return launch<2, Out, true>(p, smem, limit, pdl, stream);
   }
-  return mode == 2 ? launch<2, Out>(p, smem, limit, stream)
-       : mode == 1 ? launch<1, Out>(p, smem, limit, stream) : launch<0, Out>(p, smem, limit, stream);
+  return mode == 2 ? launch<2, Out>(p, smem, limit, pdl, stream)
+       : mode == 1 ? launch<1, Out>(p, smem, limit, pdl, stream) : launch<0, Out>(p, smem, limit, pdl, stream);
 }
+
 
 // kTma's two tensor maps: x^T (k rows of m_pad tokens; boxes of kBT tokens x ktd rows, zeros past k and m_pad) and
 // the kept weights (nnz_pad steps of n_pad rows; boxes of kBR rows x ktc steps). False if the driver refuses.
@@ -935,6 +981,15 @@ int device_major() {
 bool partial_sums() { return kSplit > 1 && !kAtomicSplit && (!kClusterSplit || device_major() < 9); }
 
 int grid_for(int64_t total) { return int(std::min<int64_t>((total + 255) / 256, 132 * 16)); }
+
+// split_reduce after the GEMM (programmatic dependent launch on sm_90+).
+template <class Out>
+cudaError_t launch_reduce(const float* partials, const Element* bias, Out* y, int m, int n, cudaStream_t stream) {
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t config =
+      launch_config(dim3(grid_for(int64_t(m) * n)), 256, 0, 1, device_major() >= 9, stream, attrs);
+  return cudaLaunchKernelEx(&config, split_reduce<Out>, partials, bias, y, m, n);
+}
 
 // kFuseX: chunks (k-tiles x token tiles) the workspace has counters for; a k-tile spans >= 4 columns of k when the
 // fused transpose runs (its column count is a multiple of 4), so k / 4 + 2 bounds the k-tiles
@@ -998,6 +1053,10 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
     cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   }
   const int major = device_major();
+  // kAtomicSplit adds into a zeroed fp32 y: the prep kernel (transpose or widen) zeroes it where one runs, else a memset
+  float* zero = kAtomicSplit ? static_cast<float*>(y) : nullptr;
+  const int64_t zero_count = int64_t(m) * n;
+  bool prep = false;  // a prep kernel runs just before the GEMM: the GEMM launches under PDL (sm_90+)
   int mode;
   if (kTransposed && (kCompact || (p.ktd <= kKC && vector >= kTR))) {
     mode = 2;
@@ -1009,16 +1068,19 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
       p.x_rows = static_cast<const float*>(x);  // transposed inside the GEMM by its producer warps
     else if (!half && x_aligned && k % 4 == 0)
       transpose4<<<grid, 256, 0, stream>>>(static_cast<const float*>(x), reinterpret_cast<float*>(transposed), m, k,
-                                           p.m_pad);
+                                           p.m_pad, zero, zero_count);
     else
       transpose_widen<<<grid, dim3(32, 8), 0, stream>>>(static_cast<const Element*>(x),
-                                                        reinterpret_cast<float*>(transposed), m, k, p.m_pad);
+                                                        reinterpret_cast<float*>(transposed), m, k, p.m_pad, zero,
+                                                        zero_count);
+    prep = !fuse;
     p.x = reinterpret_cast<const float*>(transposed);
   } else {
     if (half) {
       const int64_t count = int64_t(m) * k;
       widen<<<grid_for(count), 256, 0, stream>>>(static_cast<const Element*>(x), reinterpret_cast<float*>(widened),
-                                                 count);
+                                                 count, zero, zero_count);
+      prep = true;
       p.x = reinterpret_cast<const float*>(widened);
       x_aligned = 1;
     } else {
@@ -1041,8 +1103,9 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   float* partials = reinterpret_cast<float*>(ws);  // each split's sums, then summed by split_reduce
   p.y = partials_used ? static_cast<void*>(partials) : y;
   if (partials_used) ws += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
-  // kAtomicSplit: the splits add into zeros
-  cudaError_t err = kAtomicSplit ? cudaMemsetAsync(y, 0, size_t(m) * n * 4, stream) : cudaSuccess;
+  // kAtomicSplit: the splits add into zeros (zeroed by the prep kernel, if one ran)
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess && kAtomicSplit && !prep) err = cudaMemsetAsync(y, 0, size_t(m) * n * 4, stream);
   if (p.x_rows != nullptr && err == cudaSuccess) {  // kFuseX: the chunks' piece counts start at zero every call
     const int64_t chunks = int64_t(p.ktiles) * ((m + kBT - 1) / kBT);
     p.claimed = reinterpret_cast<unsigned*>(ws);
@@ -1050,19 +1113,13 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
     p.pieces = (p.ktd + 31) / 32 * (kBT / 32);
     err = cudaMemsetAsync(ws, 0, size_t(chunks) * 8, stream);
   }
+  const bool pdl = prep && p.x_rows == nullptr && major >= 9;
   if (err == cudaSuccess)
-    err = partials_used || out_kind == 1 ? launch_mode<float>(mode, use_tma, p, smem, limit, stream)
-                                      : launch_mode<Element>(mode, use_tma, p, smem, limit, stream);
-  if (err == cudaSuccess && partials_used) {
-    const int64_t total = int64_t(m) * n;
-    if (out_kind == 1)
-      split_reduce<float><<<grid_for(total), 256, 0, stream>>>(partials, p.bias,
-                                                               static_cast<float*>(y), m, n);
-    else
-      split_reduce<Element><<<grid_for(total), 256, 0, stream>>>(partials, p.bias,
-                                                                 static_cast<Element*>(y), m, n);
-    err = cudaGetLastError();
-  }
+    err = partials_used || out_kind == 1 ? launch_mode<float>(mode, use_tma, p, smem, limit, pdl, stream)
+                                      : launch_mode<Element>(mode, use_tma, p, smem, limit, pdl, stream);
+  if (err == cudaSuccess && partials_used)
+    err = out_kind == 1 ? launch_reduce<float>(partials, p.bias, static_cast<float*>(y), m, n, stream)
+                        : launch_reduce<Element>(partials, p.bias, static_cast<Element*>(y), m, n, stream);
   return err == cudaSuccess ? 0 : 1000 + int(err);
 }
 

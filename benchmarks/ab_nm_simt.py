@@ -1,0 +1,119 @@
+"""nm_simt's template against an earlier version of it, same configs, alternating rounds (issue 6).
+
+    git show 40e8f40:cutlass_nm/codegen/templates/nm_simt.cu > /tmp/base.cu
+    python3 benchmarks/ab_nm_simt.py --base-template /tmp/base.cu \
+        --winners benchmarks/results/h100/nm_simt_plain_8_32_1_4_2_8_4_32_1_8_40e8f40.json --tokens 256,512 \
+        --out benchmarks/results/h100/ab_nm_simt.json
+
+For each fp32 row of the winners file(s) (shape, pattern and the config that won it), the kernel built from the
+current template and the one built from ``--base-template`` (the same config fields substituted) are timed in turn
+with cuBLAS SGEMM (TF32 off), ``--rounds`` times, each a CUDA graph of calls over inputs rotated past L2. Both are
+checked against an fp64 reference first. Reported per row: the medians, ``new / base`` (the median of the rounds'
+ratios) and each side's % of ideal (M/N) against the same rounds' SGEMM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+from pathlib import Path
+from string import Template
+
+import torch
+from bench_nm_simt import TYPES, VECTOR, _dense_call, _kernel_call, reference, rel_err
+
+from cutlass_nm.bench.env import environment
+from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
+from cutlass_nm.build import build_many
+from cutlass_nm.families.nm_simt import ELEMENTS, FAMILY, Config
+from cutlass_nm.formats.nm import compress_nm
+from cutlass_nm.kernels import get_kernel, kernel_name, precompile
+from cutlass_nm.patterns import Pattern
+
+
+def base_source(text: str, cfg: Config, dtype: str) -> str:
+    """The base template with this config's validated integer fields, as the family's source() fills it."""
+    fields = {name: int(getattr(cfg, name)) for name in Config.SPACE}
+    return Template(text).substitute(element=ELEMENTS[dtype], **fields)
+
+
+def winner_rows(paths: list[str], patterns: set[str] | None, tokens: set[int] | None) -> list[dict]:
+    rows = []
+    for path in paths:
+        for r in json.loads(Path(path).read_text())["rows"]:
+            if r.get("impl") != "nm_simt_tuned" or r["dtype"] != "f32":
+                continue
+            if (patterns and r["pattern"] not in patterns) or (tokens and r["m"] not in tokens):
+                continue
+            rows.append(r)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base-template", required=True, help="the earlier nm_simt.cu (e.g. from git show)")
+    ap.add_argument("--winners", required=True, help="comma-separated bench_nm_simt.py result files")
+    ap.add_argument("--patterns", default="", help="only these patterns (comma-separated; default all)")
+    ap.add_argument("--tokens", default="", help="only these token counts (default all)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+
+    text = Path(args.base_template).read_text()
+    types = TYPES["f32"]
+    rows = winner_rows(args.winners.split(","), set(filter(None, args.patterns.split(","))),
+                       {int(t) for t in args.tokens.split(",") if t})
+    cfgs = list(dict.fromkeys(Config.from_record(r["config"]) for r in rows))
+    kids = [(FAMILY.name, c, types) for c in cfgs]
+    jobs = [(base_source(text, c, "f32"), FAMILY.arch, kernel_name(kid) + "_base")
+            for c, kid in zip(cfgs, kids, strict=True)]
+    built = build_many(jobs)
+    failed = [b for b in [*built, *precompile(kids)] if isinstance(b, Exception)]
+    if failed:
+        raise SystemExit(f"build failed: {failed[0]}")
+    base = {c: FAMILY.bind(ctypes.CDLL(str(a.path)), c, types) for c, a in zip(cfgs, built, strict=True)}
+
+    out = []
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for r in rows:
+        m, n, k, pat = r["m"], r["n"], r["k"], Pattern.parse(r["pattern"])
+        cfg = Config.from_record(r["config"])
+        wd = [torch.randn(n, k, device="cuda", generator=g) for _ in range(copies_to_rotate(n * k * 4))]
+        ws = [compress_nm(w, pat, VECTOR, prune=True) for w in wd]
+        copies = copies_to_rotate(m * k * 4 + n * k * 4)
+        xs = [torch.randn(m, k, device="cuda", generator=g) for _ in range(copies)]
+        ys = [torch.empty(m, n, device="cuda") for _ in range(copies)]
+        new_k, base_k = get_kernel((FAMILY.name, cfg, types)), base[cfg]
+        ref = reference(xs[0], ws[0])
+        errs = {"new": rel_err(new_k, xs[0], ws[0], ys[0], ref), "base": rel_err(base_k, xs[0], ws[0], ys[0], ref)}
+        if not all(e < 1e-5 for e in errs.values()):
+            raise SystemExit(f"wrong result {m}x{n}x{k} {r['pattern']} {cfg}: {errs}")
+        calls = {"dense": _dense_call(xs, wd, ys), "new": _kernel_call(new_k, xs, ws, ys),
+                 "base": _kernel_call(base_k, xs, ws, ys)}
+        rounds = [{name: time_rotating(fn, copies, reps=args.reps, warmup_ms=20).p50_ms for name, fn in calls.items()}
+                  for _ in range(args.rounds)]
+        ideal = pat.m / pat.n
+        row = {"m": m, "n": n, "k": k, "pattern": r["pattern"], "config": cfg.to_record(), "rel_err": errs,
+               **{f"{name}_ms": statistics.median(x[name] for x in rounds) for name in calls},
+               "new_over_base": statistics.median(x["new"] / x["base"] for x in rounds),
+               "pct_of_ideal_new": 100 * statistics.median(x["dense"] / x["new"] for x in rounds) / ideal,
+               "pct_of_ideal_base": 100 * statistics.median(x["dense"] / x["base"] for x in rounds) / ideal,
+               "rounds": rounds}
+        out.append(row)
+        print(json.dumps({key: v for key, v in row.items() if key != "rounds"}), flush=True)
+        del xs, ys, ws, wd
+    command = " ".join(["benchmarks/ab_nm_simt.py", *sys.argv[1:]])
+    result = {"environment": environment(), "command": command, "rows": out}
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    ratios = [r["new_over_base"] for r in out]
+    if ratios:
+        print(f"geomean new / base over {len(ratios)} rows: "
+              f"{statistics.geometric_mean(ratios):.4f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
+
+
+if __name__ == "__main__":
+    main()
