@@ -74,6 +74,15 @@ CLUSTER_CONFIGS = (Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=
                    Config(block_rows=256, block_tokens=64, k_cols=32, stages=2, split_k=2, x_transposed=1, tma=1,
                           split_reduce=2),
                    Config(k_cols=16, stages=2, split_k=2, split_reduce=2))
+# k_warps = 2: two warp groups split every k-tile's steps and sum the tile in shared memory (TMA with the producer
+# warpgroup, 16-row tiles, cluster and atomic split sums; cp.async at two CTAs per SM)
+KWARPS_CONFIGS = (Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=64, stages=3, x_transposed=1,
+                         tma=1, k_warps=2),
+                  Config(block_rows=128, block_tokens=128, thread_rows=16, k_cols=96, stages=3, x_transposed=1, tma=1,
+                         split_k=2, split_reduce=2, k_warps=2),
+                  Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=2, x_transposed=1,
+                         tma=1, split_k=3, split_reduce=1, k_warps=2),
+                  Config(block_tokens=64, k_cols=32, stages=3, split_k=2, k_warps=2))
 CONFIG_PATTERNS = ["3:7", "16:32", "1:8", "2:4", "13:64"]
 MATMUL_PATTERNS = ["1:4", "2:8", "3:7", "5:16", "16:32", "2:4", "31:64", "1:2"]
 
@@ -104,6 +113,7 @@ def kernel_ids() -> list:
     kids |= {(FAMILY.name, cfg, t) for t in _types() for cfg in (TRANSPOSED, COMPACT, TMA)}
     kids |= {(FAMILY.name, cfg, KernelTypes("f32", "f32", True)) for cfg in COMPACT_ONE_CONFIGS}
     kids |= {(FAMILY.name, cfg, replace(t, bias=True)) for cfg in CLUSTER_CONFIGS for t in _types()}
+    kids |= {(FAMILY.name, cfg, replace(t, bias=True)) for cfg in KWARPS_CONFIGS for t in _types()}
     kids |= {(FAMILY.name, cfg, t) for cfg in (*FUSED_CONFIGS, *SPLIT_CONFIGS)
              for t in (KernelTypes("f32", "f32", True), KernelTypes("f16", "f32", True))}
     return sorted(kids, key=str)
@@ -222,6 +232,32 @@ def test_cluster_split_matches_reference(shape, pattern, cfg, types):
         pytest.skip(reason)
     dtype = {name: dt for dt, name in NAMES.items()}
     x, w, b, ref = _case(m, n, k, pattern, dtype[types.dtype], 32, seed=29)
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype[types.out_dtype])
+    kern = get_kernel((FAMILY.name, cfg, types))
+    for _ in range(2):
+        y.fill_(float("nan"))
+        kern(x, w, b, y)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all()
+    assert _err(y, ref) < TOL[dtype[types.out_dtype]]
+
+
+@pytest.mark.parametrize("shape", [*SHAPES, (1000, 2048, 2048)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("pattern", ["4:32", "1:8", "3:7", "5:16", "16:32"])
+@pytest.mark.parametrize("cfg", KWARPS_CONFIGS, ids=["tma_8x16", "tma_16x8_cluster2", "tma_8x16_atomics3",
+                                                     "cp_async_split2"])
+@pytest.mark.parametrize("types", _types(), ids=lambda t: f"{t.dtype}_{t.out_dtype}")
+def test_k_warps_match_reference(shape, pattern, cfg, types):
+    """k_warps = 2: each warp group takes a run of every k-tile's steps (uneven where the steps are not a multiple of
+    8: 3:7, 5:16; the general path at k = 1003), then group 1's sums reach group 0 through shared memory; with
+    split-K by cluster, atomics or partials; tails; two calls on one NaN-poisoned output."""
+    m, n, k = shape
+    types = replace(types, bias=True)
+    if (reason := FAMILY.check(cfg, Problem(m, n, k, types, pattern, 32))) is not None:
+        assert "shared memory" in reason or "split_reduce=1" in reason
+        pytest.skip(reason)
+    dtype = {name: dt for dt, name in NAMES.items()}
+    x, w, b, ref = _case(m, n, k, pattern, dtype[types.dtype], 32, seed=37)
     y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype[types.out_dtype])
     kern = get_kernel((FAMILY.name, cfg, types))
     for _ in range(2):

@@ -56,7 +56,19 @@ def test_check_rejects_impossible_configs():
     assert smem_bound(long_k, "1:8") < smem_bound(long_k, "2:4") <= smem_bound(long_k)
     assert "output" in FAMILY.check(Config(), Problem(256, 64, 64, KernelTypes("f32", "f16", False)))
     valid = all_configs(FAMILY, p)
-    assert Config() in valid and 100 < len(valid) < 60000
+    assert Config() in valid and 100 < len(valid) < 150000
+
+
+def test_k_warps_doubles_threads_and_keeps_the_tile_in_shared_memory():
+    """k_warps = 2: twice the warps for the same CTA tile, and room for the tile of sums after the k loop."""
+    one = Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=32, stages=2, x_transposed=1, tma=1)
+    two = replace(one, k_warps=2)
+    assert two.threads == 2 * one.threads == 256
+    assert smem_bound(one, "4:32") < 128 * 128 * 4 <= smem_bound(two, "4:32")
+    assert Config.from_record({k: v for k, v in two.to_record().items() if k != "k_warps"}).k_warps == 1
+    p = Problem(256, 4096, 4096, F32, "4:32")
+    assert FAMILY.check(two, p) is None
+    assert "threads" in FAMILY.check(replace(two, block_rows=256, thread_rows=4, thread_tokens=8), p)
 
 
 def test_from_record_is_strict():

@@ -73,6 +73,7 @@ class Config(FamilyConfig):
     tma: int = 0
     split_reduce: int = 0
     fuse_x: int = 0
+    k_warps: int = 1
 
     SPACE: ClassVar = {"block_rows": (32, 64, 128, 256), "block_tokens": (32, 64, 128, 256),
                        "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 96, 128),
@@ -80,11 +81,13 @@ class Config(FamilyConfig):
                        # x_transposed = 1 passed its H100 GPU tests (results/h100/gpu_tests_nm.log); timed by the tuner
                        "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1), "split_reduce": (0, 1, 2),
                        # 1: x transposed inside the GEMM by the producer warpgroup (H100: slower on every shape)
-                       "fuse_x": (0, 1)}
+                       "fuse_x": (0, 1),
+                       # 2: two groups of warps split each k-tile's steps and sum the tile in shared memory
+                       "k_warps": (1, 2)}
 
     @property
     def threads(self) -> int:
-        return (self.block_rows // self.thread_rows) * (self.block_tokens // self.thread_tokens)
+        return (self.block_rows // self.thread_rows) * (self.block_tokens // self.thread_tokens) * self.k_warps
 
     def estimate_ms(self, problem: Problem, sm_count: int = 132, density: float = 0.5) -> float:
         """Roofline-style estimate for ranking (tune.perfmodel): CTA waves x FMA time at the CUDA-core rate,
@@ -118,8 +121,8 @@ def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     the indices of vector-32 ones. ``vector`` 0 (unknown): the largest over the format's vectors, so an unknown
     vector never under-counts. Without a pattern: the worst case of density N/M <= 1/2 within k_cols. With
     ``split_reduce`` = 2 the CTA's tile of sums (block_rows x block_tokens floats) reuses the stages' memory after the
-    k loop: the larger of the two. Exact against sm_90's limit (SMEM_BYTES); the launcher re-checks against the GPU
-    (163 KB on sm_80).
+    k loop (as with ``k_warps`` > 1, whose groups sum there): the larger of the two. Exact against sm_90's limit
+    (SMEM_BYTES); the launcher re-checks against the GPU (163 KB on sm_80).
 
     The tuning DB's problem key has no vector, so a winner tuned on vector-32 weights is also offered for
     vector-1 weights of the same shape: rather than adding the vector to the key (a migration), this exact
@@ -144,7 +147,8 @@ def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     index_rows = cfg.block_rows // vector if cfg.block_rows >= vector else 1  # the launcher's p.nvb
     cols = index_rows * ktc * 4
     stages = cfg.stages * -(-(x + w + cols) // 128) * 128
-    tile = cfg.block_rows * cfg.block_tokens * 4 if cfg.split_reduce == 2 and cfg.split_k > 1 else 0
+    summed = (cfg.split_reduce == 2 and cfg.split_k > 1) or cfg.k_warps > 1
+    tile = cfg.block_rows * cfg.block_tokens * 4 if summed else 0
     return max(stages, tile) + (16 * cfg.stages if cfg.tma else 0)  # tma: 2 mbarriers per stage
 
 

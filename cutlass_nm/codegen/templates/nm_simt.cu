@@ -45,9 +45,15 @@ constexpr bool kTma = ${tma};  // mode 2: stages filled by TMA where the GPU has
 // shared memory (sm_90), each storing a 1 / kSplit slice of it (before sm_90: as 0, Params::cluster false)
 constexpr bool kAtomicSplit = kSplit > 1 && ${split_reduce} == 1;
 constexpr bool kClusterSplit = kSplit > 1 && ${split_reduce} == 2;
+// k_warps: groups of warps that each cover the whole CTA tile and split every k-tile's kept steps between them (group
+// g takes the g-th run of steps, a multiple of 4 long); after the k loop the groups' sums meet in shared memory and
+// group 0 writes the tile. The same CTA tile and thread tile with k_warps x the warps: fewer outputs a CTA (more
+// CTAs at small m without split-K across CTAs), at the cost of a shared-memory sum of the tile.
+constexpr int kKWarps = ${k_warps};
 constexpr int kWarpRows = 4 * kTR, kWarpTokens = 8 * kTT;
 constexpr int kWarpsR = kBR / kWarpRows, kWarpsT = kBT / kWarpTokens;
-constexpr int kThreads = 32 * kWarpsR * kWarpsT;
+constexpr int kGroupWarps = kWarpsR * kWarpsT;  // the warps of one k group
+constexpr int kThreads = 32 * kGroupWarps * kKWarps;
 // two CTAs per SM where 128 registers per thread hold the tile (the compiler may otherwise take more and
 // halve the resident warps)
 constexpr int kMinBlocks = kTR * kTT <= 64 && kThreads <= 256 ? 2 : 1;
@@ -77,7 +83,7 @@ static_assert(!kOwnProducer || kThreads * kConsumerRegs + 128 * kProducerRegs <=
 // Chained k-tiles in the TMA loop (below) for 16-row thread tiles only. H100 at 4330fbb against the unchained kernel
 // of 7778141 (same configs, 8-20 rows each, cuBLAS within 0.6 % across the runs): 256 x 128 CTAs of 16 x 8 tiles
 // 0.1-1.3 % faster, 128 x 256 CTAs of 8 x 16 tiles 1-4 % slower (results/h100/NOTES.md, stop 32).
-constexpr bool kChain = kTR >= 16;
+constexpr bool kChain = kTR >= 16 && kKWarps == 1;
 constexpr int kPitchFast = kKC + 4;  // floats; = 4 mod 8 words: 8 consecutive tokens hit 8 bank groups
 constexpr int kPitchT = kTma ? kBT : kBT + 4;  // mode 2: floats per column of the x^T tile (TMA boxes: unpadded)
 static_assert(kTT % 4 == 0, "mode 2 reads a thread's tokens as float4s");
@@ -224,6 +230,20 @@ __device__ __forceinline__ void stash_tile(float* tile, int rloc, int tloc, cons
     for (int a = 0; a < kTR; a += 4)
       *reinterpret_cast<float4*>(tile + tile_at<kMode>(t, rloc + a)) =
           make_float4(acc[a][b], acc[a + 1][b], acc[a + 2][b], acc[a + 3][b]);
+  }
+}
+
+// kKWarps > 1: group 1's sums (stashed as stash_tile does) added into this group-0 thread's accumulators.
+template <int kMode>
+__device__ __forceinline__ void add_tile(const float* tile, int rloc, int tloc, float (&acc)[kTR][kTT]) {
+#pragma unroll
+  for (int b = 0; b < kTT; ++b) {
+    const int t = tloc + (kMode == 2 ? (b / 4) * 32 + b % 4 : 8 * b);
+#pragma unroll
+    for (int a = 0; a < kTR; a += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(tile + tile_at<kMode>(t, rloc + a));
+      acc[a][b] += v.x; acc[a + 1][b] += v.y; acc[a + 2][b] += v.z; acc[a + 3][b] += v.w;
+    }
   }
 }
 
@@ -578,9 +598,10 @@ nm_simt_kernel(__grid_constant__ const Params p) {
   const int row0 = blockIdx.x * kBR, tok0 = blockIdx.y * kBT;
   const int vb0 = row0 / p.vector;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int rloc = (warp % kWarpsR) * kWarpRows + (lane >> 3) * kTR;  // first of kTR consecutive rows
+  const int group = warp / kGroupWarps, gwarp = warp % kGroupWarps;  // k group (kKWarps) and warp within it
+  const int rloc = (gwarp % kWarpsR) * kWarpRows + (lane >> 3) * kTR;  // first of kTR consecutive rows
   // tokens: modes 0/1 tloc + 8 b; mode 2 tloc + 32 (b / 4) + b % 4 (4 consecutive tokens per float4)
-  const int tloc = (warp / kWarpsR) * kWarpTokens + (lane & 7) * (kMode == 2 ? 4 : 1);
+  const int tloc = (gwarp / kWarpsR) * kWarpTokens + (lane & 7) * (kMode == 2 ? 4 : 1);
   const int pitch = kFast ? kPitchFast : p.pitch;
 
   // this thread's column-index row(s) within the stage
@@ -601,16 +622,21 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     for (int b = 0; b < kTT; ++b) acc[a][b] = 0.f;
 
   const TileCopier<kMode> copier(p, row0, tok0, vb0);
-  // One k-tile from its stage into the accumulators.
+  // this thread's k group's steps of every k-tile: [step0, step0 + steps)
+  const int group_steps = kKWarps == 1 ? p.ktc : min(p.ktc, (p.ktc + 4 * kKWarps - 1) / (4 * kKWarps) * 4);
+  const int step0 = min(p.ktc, group * group_steps);
+  const int steps = kKWarps == 1 ? p.ktc : min(p.ktc - step0, group_steps);
+  // One k-tile from its stage into the accumulators (this group's steps of it).
   auto compute = [&](const char* stage) {
+    if (steps <= 0) return;
     const float* xs = reinterpret_cast<const float*>(stage) + (kMode == 2 ? tloc : tloc * pitch);
-    const float* ws = reinterpret_cast<const float*>(stage + p.x_bytes) + rloc;
-    const int* cs = reinterpret_cast<const int*>(stage + p.x_bytes + p.w_bytes);
+    const float* ws = reinterpret_cast<const float*>(stage + p.x_bytes) + rloc + step0 * kBR;
+    const int* cs = reinterpret_cast<const int*>(stage + p.x_bytes + p.w_bytes) + step0;
     if (kFast) {
       // Register double buffering: step j + 1's x and w fragments, and step j + 2's column, are read from
       // shared memory while step j's FMAs run, so no step waits on the index -> address -> load chain.
       const int* cp = cs + vrow[0];
-      const int ktc = p.ktc;
+      const int ktc = steps;
       float xa[kTT], wa[kTR], xb[kTT], wb[kTR];  // fragments of even (a) and odd (b) steps
       load_x<kMode>(xs, cp[0], xa);
       load_w(ws, wa);
@@ -652,7 +678,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
         outer_fma(wa, xa, acc);
       }
     } else {
-      for (int j = 0; j < p.ktc; ++j) {
+      for (int j = 0; j < steps; ++j) {
         float wv[kTR];
         load_w(ws + j * kBR, wv);
 #pragma unroll
@@ -801,6 +827,14 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     cutlass::arch::cp_async_wait<0>();
   }
 
+  if constexpr (kKWarps > 1) {  // group 1's sums into group 0's accumulators through the (now free) stage memory
+    asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");  // every computing warp is done with the stages
+    float* tile = reinterpret_cast<float*>(smem);
+    if (group == 1) stash_tile<kMode>(tile, rloc, tloc, acc);
+    asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
+    if (group == 0) add_tile<kMode>(tile, rloc, tloc, acc);  // each thread reads only what it overwrites below
+  }
+  const bool writer = kKWarps == 1 || group == 0;  // the threads holding the CTA's sums
   // epilogue: straight to y (with bias), summed over the cluster (kClusterSplit), added into y (kAtomicSplit: the
   // first split adds the bias) or to this split's partial sums
   if (kClusterSplit && p.cluster) {
@@ -809,18 +843,19 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     // shared memory gone) before every CTA has read it
     asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
     float* tile = reinterpret_cast<float*>(smem);
-    stash_tile<kMode>(tile, rloc, tloc, acc);
+    if (writer) stash_tile<kMode>(tile, rloc, tloc, acc);
     cluster_sync();
     cluster_reduce<kMode, Out>(p, tile, row0, tok0);
     cluster_sync();
-  } else if (kAtomicSplit) {
-    write_tile<kMode, true>(static_cast<float*>(p.y), p, blockIdx.z == 0 ? p.bias : nullptr, row0 + rloc,
-                            tok0 + tloc, acc);
-  } else if (kSplit > 1) {
-    write_tile<kMode>(static_cast<float*>(p.y) + static_cast<int64_t>(blockIdx.z) * p.m * p.n, p, nullptr,
-                      row0 + rloc, tok0 + tloc, acc);
-  } else {
-    write_tile<kMode>(static_cast<Out*>(p.y), p, p.bias, row0 + rloc, tok0 + tloc, acc);
+  } else if (writer) {
+    if (kAtomicSplit)
+      write_tile<kMode, true>(static_cast<float*>(p.y), p, blockIdx.z == 0 ? p.bias : nullptr, row0 + rloc,
+                              tok0 + tloc, acc);
+    else if (kSplit > 1)
+      write_tile<kMode>(static_cast<float*>(p.y) + static_cast<int64_t>(blockIdx.z) * p.m * p.n, p, nullptr,
+                        row0 + rloc, tok0 + tloc, acc);
+    else
+      write_tile<kMode>(static_cast<Out*>(p.y), p, p.bias, row0 + rloc, tok0 + tloc, acc);
   }
   if (warp == 1 && lane == 0) trace_cta(1);
 }
@@ -1092,8 +1127,8 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   p.x_bytes = mode == 2 ? p.ktd * kPitchT * 4 : kBT * p.pitch * 4;
   p.w_bytes = p.ktc * kBR * 4;
   p.stage_bytes = ((p.x_bytes + p.w_bytes + p.nvb * p.ktc * 4 + 127) / 128) * 128;
-  // kClusterSplit: the tile of sums reuses the stages' memory after the k loop (and may need more than they do)
-  p.bar_offset = std::max(p.stage_bytes * kStages, kClusterSplit ? kBR * kBT * 4 : 0);
+  // kClusterSplit and kKWarps > 1: the tile of sums reuses the stages' memory after the k loop (may need more)
+  p.bar_offset = std::max(p.stage_bytes * kStages, kClusterSplit || kKWarps > 1 ? kBR * kBT * 4 : 0);
   const size_t smem = size_t(p.bar_offset) + (kTma ? 16 * kStages : 0);  // kTma: + 2 barriers per stage
   if (smem > size_t(limit)) return 3;
   p.cluster = kClusterSplit && major >= 9;
