@@ -21,6 +21,7 @@ import argparse
 import json
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -93,6 +94,11 @@ def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, 
                 break
             for reduce in (0, 1, 2) if split > 1 else (0,):  # split sums: second pass, atomics, or in a cluster
                 cfg = Config(**{**base.to_record(), "split_k": split, "split_reduce": reduce})
+                if FAMILY.check(cfg, p) is None and cfg not in out:
+                    out.append(cfg)
+    if m <= 256 and sweep is SWEEP:  # k_warps tiles won only there (ab_nm_simt_kwarps_e52fed1.json), split 2 by cluster
+        for base in KWARPS:
+            for cfg in (base, replace(base, split_k=2, split_reduce=2)):
                 if FAMILY.check(cfg, p) is None and cfg not in out:
                     out.append(cfg)
     heur = FAMILY.heuristic(p)

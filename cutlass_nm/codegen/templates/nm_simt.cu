@@ -330,18 +330,29 @@ __device__ __forceinline__ void cluster_reduce(const Params& p, const float* til
 #endif
 }
 
-// acc += wv ⊗ xv: one k step of the thread's kTR x kTT register tile, row by row with every other row's tokens
-// reversed, so each row starts on the x register the row before ended on. H100 (results/h100/NOTES.md, stop 33):
-// 2.2-4.1 % faster than plain row-by-row order on all 16 rows timed (2048 tokens, 16:32 to 4:32, 8 x 16 and 16 x 8
-// tiles); token by token was level (-1.8 to +2.1 %).
+// acc += wv ⊗ xv: one k step of the thread's kTR x kTT register tile, along the longer side of the tile with every
+// other line reversed, so consecutive FMAs always share one operand register (the reuse cache's) and each line starts
+// on the register the line before ended on. H100 (results/h100/NOTES.md, stop 33), against plain row-by-row order:
+// 2.2-4.1 % faster on all 16 rows timed (2048 tokens, 16:32 to 4:32); along the longer side rather than always by
+// rows: 16 x 8 tiles another 1.0-2.6 % at 2048 tokens, level at 256.
 __device__ __forceinline__ void outer_fma(const float (&wv)[kTR], const float (&xv)[kTT], float (&acc)[kTR][kTT]) {
+  if constexpr (kTR > kTT) {  // token by token, rows alternately up and down
 #pragma unroll
-  for (int a = 0; a < kTR; ++a)
+    for (int b = 0; b < kTT; ++b)
 #pragma unroll
-    for (int bb = 0; bb < kTT; ++bb) {
-      const int b = (a & 1) ? kTT - 1 - bb : bb;
-      acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
-    }
+      for (int aa = 0; aa < kTR; ++aa) {
+        const int a = (b & 1) ? kTR - 1 - aa : aa;
+        acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
+      }
+  } else {  // row by row, tokens alternately forward and back
+#pragma unroll
+    for (int a = 0; a < kTR; ++a)
+#pragma unroll
+      for (int bb = 0; bb < kTT; ++bb) {
+        const int b = (a & 1) ? kTT - 1 - bb : bb;
+        acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
+      }
+  }
 }
 
 // Steps 0-2 of a quad of kept steps whose step 0 fragments are in (xa, wa): steps 1-3's fragments (columns c1-c3 of
