@@ -12,7 +12,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 R=benchmarks/results/h100
 timeout "${AB_TIMEOUT:-420}" python3 benchmarks/ab_nm_simt.py ${AB_ARGS:---base-template .device/base_nm_simt.cu} \
-  --winners "$R/nm_simt_plain_16_32_2_4_12_32_40e8f40.json,$R/nm_simt_plain_8_32_1_4_2_8_4_32_1_8_40e8f40.json" \
+  --winners "${WINNERS:-$R/nm_simt_plain_16_32_2_4_12_32_40e8f40.json,$R/nm_simt_plain_8_32_1_4_2_8_4_32_1_8_40e8f40.json}" \
   --patterns "${PATTERNS:-16:32,12:32,8:32,4:32}" --tokens "${TOKENS:-256,512,2048}" --rounds "${ROUNDS:-3}" \
   --out "$OUT/ab_nm_simt_$TAG.json"
 gpu_clocks_summary
