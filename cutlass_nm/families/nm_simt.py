@@ -27,6 +27,10 @@ a tuner option, not in the heuristic). ``split_reduce`` = 1 sums split-K partial
 instead of a second kernel; ``split_reduce`` = 2 launches a split's CTAs as one thread block cluster (sm_90; before,
 it runs as 0): each CTA parks its tile of sums in its freed stage memory and sums a 1 / split slice of the tile over
 the cluster's shared memories (DSMEM) straight into y: no partials, no memset, deterministic, any output type.
+``k_warps`` = 2 puts two groups of warps on one CTA tile, each taking half of every k-tile's kept steps; group 1's
+sums reach group 0 through the freed stage memory after the k loop (half the outputs a CTA at the same thread tile:
+small calls fill the GPU with fewer splits of k across CTAs; H100: faster on some 256-token rows, slower elsewhere,
+results/h100/NOTES.md stop 33; a tuner option, not in the heuristic).
 """
 
 from __future__ import annotations
@@ -59,7 +63,8 @@ class Config(FamilyConfig):
     splits are summed (split_reduce): 0 = partial sums in a workspace and a second kernel (deterministic, any output
     type), 1 = each split adds its sums into a zeroed fp32 output by vector atomics (no second pass or partials;
     the order of the fp32 additions is not fixed), 2 = the split's CTAs form a thread block cluster and sum the tile
-    through distributed shared memory (deterministic, any output type; GPUs before sm_90 run it as 0)."""
+    through distributed shared memory (deterministic, any output type; GPUs before sm_90 run it as 0). k_warps: groups
+    of warps that split every k-tile's steps over the same CTA tile (summed in shared memory after the k loop)."""
 
     block_rows: int = 128
     block_tokens: int = 128
