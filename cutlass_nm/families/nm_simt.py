@@ -343,23 +343,36 @@ class _SimtFamily:
     def heuristic(self, problem: Problem) -> Config:
         """TMA-filled stages of transposed x (H100 sweep at f38fb7d, benchmarks/results/h100/nm_simt_pipe_f38fb7d.json:
         tma = 1 was the fastest variant on all 55 swept shapes, by 1-11 %; where the GPU has no TMA the same
-        binary runs cp.async). From 256 tokens: 256x128 CTAs of 16x8 thread tiles, 2 stages, for densities >= 3/8
-        (16:32, 12:32 won there), else 128x256 CTAs of 8x16 tiles, 3 stages (8:32, 4:32); below 256 tokens 256x64
-        CTAs of 8x8 tiles, 2 stages. k is split to fill the last wave of CTAs (_split_for); for the sparse tiles two
-        splits are summed in a thread block cluster (split_reduce = 2; H100 at 40e8f40, the six 512-token rows where
-        this tile splits in two, nm_simt_plain_8_32_1_4_2_8_4_32_1_8_40e8f40: 0.92-1.06x the time of the better of
-        atomics and the partials pass, geomean 0.99, winning at k = 4096 and losing at k = 11008; it lost every
-        16:32 / 12:32 row it was offered; clusters of 3 or 4 whole-SM CTAs ran up to twice as long, fewer of them
-        fitting the GPU at once). 96-column k-tiles of 256x128 CTAs were level with these (0.5 % faster at 4:32,
-        1.1 % slower at 8:32 from 1024 tokens) and are left to the tuner. Where the stages do not fit (vector 1 at
-        dense patterns such as 31:32 or 63:64), first 2 stages, then the CTA's rows are halved: the config fits
-        every N:M with M <= 64."""
+        binary runs cp.async). From 256 tokens: 256x128 CTAs of 16x8 thread tiles, 3 stages, for densities >= 3/8
+        (16:32, 12:32), else 128x256 CTAs of 8x16 tiles, 3 stages of 64 columns (8:32) or, at densities <= 1/8
+        from 1024 tokens, 2 stages of 96 (4:32); below 256 tokens 256x64 CTAs of 8x8 tiles, 2 stages. From 256 to
+        511 tokens with k <= 4096, where 128x128 CTAs split in two fill their waves to >= 95 %, two warp groups split
+        each k-tile of 128x128 CTAs of 8x16 tiles (k_warps = 2, 128 columns, 2 stages), the two splits summed in a
+        cluster. H100 at 842990c (the acceptance sweep, nm_simt_plain_*_842990c.json, every one of these timed beside
+        the older choices in the same run): the 3 dense stages 5-7 % faster than 2 from 1024 tokens (level below), the
+        96-column sparse tiles 0.5-3 % at 4:32, k_warps 8-22 % at 256 tokens with n = 4096 / 12288. k is split to
+        fill the last wave of CTAs (_split_for); for the sparse tiles two splits are summed in a thread block cluster
+        (split_reduce = 2; H100 at 40e8f40: 0.92-1.06x the time of the better of atomics and the partials pass,
+        geomean 0.99; it lost every 16:32 / 12:32 row it was offered; clusters of 3 or 4 whole-SM CTAs ran up to
+        twice as long, fewer of them fitting the GPU at once). Where the stages do not fit (vector 1 at dense
+        patterns such as 31:32 or 63:64), first 2 stages, then the CTA's rows are halved: the config fits every N:M
+        with M <= 64."""
         pat = parse_or_none(problem.pattern)
         dense = pat is None or pat.n / pat.m >= 3 / 8
+        halves = -(-problem.n // 128) * -(-problem.m // 128) * 2  # 128x128 CTAs split in two
         if problem.m < 256:
             cfg = Config(block_rows=256, block_tokens=64, k_cols=64, stages=2)
+        elif problem.m < 512 and problem.k <= 4096 and halves / (-(-halves // 132) * 132) >= 0.95:
+            cfg = Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=2, k_warps=2,
+                         x_transposed=1, tma=1, split_k=2, split_reduce=2)
+            if self.check(cfg, problem) is None:
+                return cfg
+            cfg = Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3) if dense else \
+                Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, stages=3)
         elif dense:
-            cfg = Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2)
+            cfg = Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3)
+        elif pat is not None and pat.n / pat.m <= 1 / 8 and problem.m >= 1024:
+            cfg = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=96, stages=2)
         else:
             cfg = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, stages=3)
         cfg = replace(cfg, x_transposed=1, tma=1)
