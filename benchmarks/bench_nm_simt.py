@@ -276,6 +276,7 @@ def main() -> None:
     ap.add_argument("--winners", action="store_true",
                     help="sweep only the TMA configs that won most 87.5 %% and 75 %% rows at f1a17b1 (A/B runs)")
     ap.add_argument("--long", action="store_true", help="add the longer k-tiles (_LONG) to the sweep (with --winners)")
+    ap.add_argument("--heuristic", action="store_true", help="no sweep: time the family's heuristic config only")
     ap.add_argument("--precompile", action="store_true", help="build the sweep's kernels (no GPU needed) and exit")
     ap.add_argument("--rounds", type=int, default=3,
                     help="alternating cuBLAS / winner timings behind each reported ratio (median of the rounds)")
@@ -291,7 +292,7 @@ def main() -> None:
         tokens = tokens if args.tokens else (256, 2048)
         nks, dtypes = (LLAMA_NK[0], LLAMA_NK[2]), ("f32",)
     sweep = COMPACT_SWEEP + TMA_WINNERS if args.compact else SWEEP[: args.sweep] if args.sweep else SWEEP
-    sweep = TMA_WINNERS if args.winners else sweep
+    sweep = TMA_WINNERS if args.winners else () if args.heuristic else sweep
     if args.long:  # SWEEP ends with _LONG's TMA variants
         sweep += tuple(c for c in SWEEP[-len(_LONG):] if c not in sweep)
     if args.fuse:  # beside every config with a producer warpgroup, its fuse_x twin (x transposed inside the GEMM)
