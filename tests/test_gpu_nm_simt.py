@@ -137,6 +137,26 @@ def _err(y, ref) -> float:
     return ((y.double() - ref).norm() / ref.norm()).item()
 
 
+def _two_calls_match(shape, pattern, cfg, types, seed, refusals):
+    """cfg with bias on weights of vector 32, called twice on one NaN-poisoned output, against the fp64 reference in
+    the output type's tolerance; a config the family refuses for one of ``refusals`` is skipped."""
+    m, n, k = shape
+    types = replace(types, bias=True)
+    if (reason := FAMILY.check(cfg, Problem(m, n, k, types, pattern, 32))) is not None:
+        assert any(r in reason for r in refusals)
+        pytest.skip(reason)
+    dtype = {name: dt for dt, name in NAMES.items()}
+    x, w, b, ref = _case(m, n, k, pattern, dtype[types.dtype], 32, seed=seed)
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype[types.out_dtype])
+    kern = get_kernel((FAMILY.name, cfg, types))
+    for _ in range(2):
+        y.fill_(float("nan"))
+        kern(x, w, b, y)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all()
+    assert _err(y, ref) < TOL[dtype[types.out_dtype]]
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("pattern", MATMUL_PATTERNS)
 @pytest.mark.parametrize("vector", [1, 8, 32, 64])
@@ -228,21 +248,7 @@ def test_fused_transpose_matches_reference(shape, pattern, cfg, dtype):
 def test_cluster_split_matches_reference(shape, pattern, cfg, types):
     """split_reduce = 2: the split's CTAs sum their tiles through distributed shared memory and store y in the output
     type (bias once); tails, splits with no k-tiles (k = 96), a second call on the same output."""
-    m, n, k = shape
-    types = replace(types, bias=True)
-    if (reason := FAMILY.check(cfg, Problem(m, n, k, types, pattern, 32))) is not None:
-        assert "shared memory" in reason
-        pytest.skip(reason)
-    dtype = {name: dt for dt, name in NAMES.items()}
-    x, w, b, ref = _case(m, n, k, pattern, dtype[types.dtype], 32, seed=29)
-    y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype[types.out_dtype])
-    kern = get_kernel((FAMILY.name, cfg, types))
-    for _ in range(2):
-        y.fill_(float("nan"))
-        kern(x, w, b, y)
-    torch.cuda.synchronize()
-    assert torch.isfinite(y).all()
-    assert _err(y, ref) < TOL[dtype[types.out_dtype]]
+    _two_calls_match(shape, pattern, cfg, types, seed=29, refusals=("shared memory",))
 
 
 @pytest.mark.parametrize("shape", [*SHAPES, (1000, 2048, 2048)], ids=lambda s: "x".join(map(str, s)))
@@ -254,21 +260,7 @@ def test_k_warps_match_reference(shape, pattern, cfg, types):
     """k_warps = 2: each warp group takes a run of every k-tile's steps (uneven where the steps are not a multiple of
     8: 3:7, 5:16; the general path at k = 1003), then group 1's sums reach group 0 through shared memory; with
     split-K by cluster, atomics or partials; tails; two calls on one NaN-poisoned output."""
-    m, n, k = shape
-    types = replace(types, bias=True)
-    if (reason := FAMILY.check(cfg, Problem(m, n, k, types, pattern, 32))) is not None:
-        assert "shared memory" in reason or "split_reduce=1" in reason
-        pytest.skip(reason)
-    dtype = {name: dt for dt, name in NAMES.items()}
-    x, w, b, ref = _case(m, n, k, pattern, dtype[types.dtype], 32, seed=37)
-    y = torch.full((m, n), float("nan"), device="cuda", dtype=dtype[types.out_dtype])
-    kern = get_kernel((FAMILY.name, cfg, types))
-    for _ in range(2):
-        y.fill_(float("nan"))
-        kern(x, w, b, y)
-    torch.cuda.synchronize()
-    assert torch.isfinite(y).all()
-    assert _err(y, ref) < TOL[dtype[types.out_dtype]]
+    _two_calls_match(shape, pattern, cfg, types, seed=37, refusals=("shared memory", "split_reduce=1"))
 
 
 @pytest.mark.parametrize("shape", [*SHAPES, (1000, 2048, 2048)], ids=lambda s: "x".join(map(str, s)))
