@@ -80,9 +80,9 @@ constexpr int kConsumerRegs =
 static_assert(!kOwnProducer || kConsumerRegs >= 200, "the computing warps' register tile needs ~210 registers");
 static_assert(!kOwnProducer || kThreads * kConsumerRegs + 128 * kProducerRegs <= kEntryRegs * (kThreads + 128),
               "setmaxnreg cannot hand out more registers than the CTA was launched with");
-// Chained k-tiles in the TMA loop (below) for 16-row thread tiles only. H100 at 4330fbb against the unchained kernel
-// of 7778141 (same configs, 8-20 rows each, cuBLAS within 0.6 % across the runs): 256 x 128 CTAs of 16 x 8 tiles
-// 0.1-1.3 % faster, 128 x 256 CTAs of 8 x 16 tiles 1-4 % slower (results/h100/NOTES.md, stop 32).
+// Chained k-tiles in the TMA loop (below) for 16-row thread tiles only (and one k group). H100 with outer_fma's
+// order of stop 33 (results/h100/NOTES.md), same-run A/Bs: unchained 16 x 8 tiles 6-9 % slower (48 rows), chained
+// 8 x 16 tiles 0-8 % slower (16 rows); at stop 32, with row-by-row FMAs, chaining gained 16 x 8 tiles only 0.1-1.3 %.
 constexpr bool kChain = kTR >= 16 && kKWarps == 1;
 constexpr int kPitchFast = kKC + 4;  // floats; = 4 mod 8 words: 8 consecutive tokens hit 8 bank groups
 constexpr int kPitchT = kTma ? kBT : kBT + 4;  // mode 2: floats per column of the x^T tile (TMA boxes: unpadded)
@@ -996,7 +996,6 @@ cudaError_t launch_mode(int mode, bool use_tma, const Params& p, size_t smem, in
   return mode == 2 ? launch<2, Out>(p, smem, limit, pdl, stream)
        : mode == 1 ? launch<1, Out>(p, smem, limit, pdl, stream) : launch<0, Out>(p, smem, limit, pdl, stream);
 }
-
 
 // kTma's two tensor maps: x^T (k rows of m_pad tokens; boxes of kBT tokens x ktd rows, zeros past k and m_pad) and
 // the kept weights (nnz_pad steps of n_pad rows; boxes of kBR rows x ktc steps). False if the driver refuses.
