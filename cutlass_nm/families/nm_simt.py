@@ -29,8 +29,8 @@ it runs as 0): each CTA parks its tile of sums in its freed stage memory and sum
 the cluster's shared memories (DSMEM) straight into y: no partials, no memset, deterministic, any output type.
 ``k_warps`` = 2 puts two groups of warps on one CTA tile, each taking half of every k-tile's kept steps; group 1's
 sums reach group 0 through the freed stage memory after the k loop (half the outputs a CTA at the same thread tile:
-small calls fill the GPU with fewer splits of k across CTAs; H100: faster on some 256-token rows, slower elsewhere,
-results/h100/NOTES.md stop 33; a tuner option, not in the heuristic).
+small calls fill the GPU with fewer splits of k across CTAs; H100: faster on 256-token rows where 128 x 128 tiles in
+two splits fill the GPU, slower elsewhere, results/h100/NOTES.md stop 33; the heuristic takes it only there).
 """
 
 from __future__ import annotations
