@@ -360,15 +360,13 @@ class _SimtFamily:
         pat = parse_or_none(problem.pattern)
         dense = pat is None or pat.n / pat.m >= 3 / 8
         halves = -(-problem.n // 128) * -(-problem.m // 128) * 2  # 128x128 CTAs split in two
+        if 256 <= problem.m < 512 and problem.k <= 4096 and halves / (-(-halves // 132) * 132) >= 0.95:
+            kw = Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=2, k_warps=2,
+                        x_transposed=1, tma=1, split_k=2, split_reduce=2)
+            if self.check(kw, problem) is None:
+                return kw  # else (its stages do not fit this vector) the choice below
         if problem.m < 256:
             cfg = Config(block_rows=256, block_tokens=64, k_cols=64, stages=2)
-        elif problem.m < 512 and problem.k <= 4096 and halves / (-(-halves // 132) * 132) >= 0.95:
-            cfg = Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=2, k_warps=2,
-                         x_transposed=1, tma=1, split_k=2, split_reduce=2)
-            if self.check(cfg, problem) is None:
-                return cfg
-            cfg = Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3) if dense else \
-                Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, stages=3)
         elif dense:
             cfg = Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3)
         elif pat is not None and pat.n / pat.m <= 1 / 8 and problem.m >= 1024:
