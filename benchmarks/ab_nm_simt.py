@@ -6,11 +6,13 @@ against the winners of an acceptance sweep.
         --winners benchmarks/results/h100/nm_simt_plain_8_32_1_4_2_8_4_32_1_8_40e8f40.json --tokens 256,512 \
         --out benchmarks/results/h100/ab_nm_simt.json
     python3 benchmarks/ab_nm_simt.py --challengers kwarps --winners ... --out ...
+    python3 benchmarks/ab_nm_simt.py --challengers tail --winners ... --out ...
 
 For each fp32 row of the winners file(s) (shape, pattern and the config that won it), "base" is that config built
 from ``--base-template`` (the same config fields substituted) or, with ``--challengers``, from the current template;
 "new" is the config built from the current template, or the fastest of the named challenger set (bench_nm_simt.py's
-candidates(): split-K and split-sum variants included, each timed once). Then base, new and cuBLAS SGEMM (TF32 off)
+candidates(): split-K and split-sum variants included, each timed once; ``tail``: the winner with split_reduce = 3 and
+split 2, 3 or 4, on rows whose tiles leave a last partial wave of CTAs). Then base, new and cuBLAS SGEMM (TF32 off)
 are timed in turn, ``--rounds`` times, each a CUDA graph of calls over inputs rotated past L2, after a check of both
 against an fp64 reference. Reported per row: the medians, ``new / base`` (the median of the rounds' ratios) and each
 side's % of ideal (M/N) against the same rounds' SGEMM.
@@ -33,12 +35,26 @@ from bench_nm_simt import KWARPS, TYPES, VECTOR, _dense_call, _kernel_call, cand
 from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.build import build_many
+from cutlass_nm.families import Problem
 from cutlass_nm.families.nm_simt import ELEMENTS, FAMILY, Config
 from cutlass_nm.formats.nm import compress_nm
 from cutlass_nm.kernels import get_kernel, kernel_name, precompile
 from cutlass_nm.patterns import Pattern
 
-CHALLENGERS = {"kwarps": KWARPS}
+CHALLENGERS = {"kwarps": KWARPS, "tail": None}
+
+
+def tail_rivals(r: dict, sms: int) -> list[Config]:
+    """The row's winner with split_reduce = 3 and split 2-4, where its CTA tiles overfill the GPU by a partial wave
+    (one CTA per SM, two for tiles of <= 64 accumulators, as the heuristic counts); none elsewhere."""
+    cfg = Config.from_record(r["config"])
+    tiles = -(-r["n"] // cfg.block_rows) * -(-r["m"] // cfg.block_tokens)
+    slots = sms * (2 if cfg.thread_rows * cfg.thread_tokens <= 64 else 1)
+    if tiles <= slots or tiles % slots == 0:
+        return []
+    problem = Problem(r["m"], r["n"], r["k"], TYPES["f32"], r["pattern"], VECTOR)
+    tails = [replace(cfg, split_k=s, split_reduce=3) for s in (2, 3, 4)]
+    return [c for c in tails if FAMILY.check(c, problem) is None]
 
 
 def base_source(text: str, cfg: Config, dtype: str) -> str:
@@ -78,7 +94,10 @@ def main() -> None:
     cfgs = list(dict.fromkeys(Config.from_record(r["config"]) for r in rows))
     kids = [(FAMILY.name, c, types) for c in cfgs]
     rivals: dict[int, list[Config]] = {}
-    if args.challengers:
+    if args.challengers == "tail":
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        rivals = {i: tail_rivals(r, sms) for i, r in enumerate(rows)}
+    elif args.challengers:
         sweep = CHALLENGERS[args.challengers]
         rivals = {i: [c for c in candidates(r["m"], r["n"], r["k"], types, sweep, r["pattern"])  # not the heuristic
                       if c.split_k <= 2 and replace(c, split_k=1, split_reduce=0) in sweep] for i, r in enumerate(rows)}

@@ -3,7 +3,9 @@
 # name, driver and clocks at the start of the log.
 set -uo pipefail
 export CUTLASS_NM_CACHE="$PWD/.kcache" CUTLASS_NM_DB=off
-mkdir -p "$CUTLASS_NM_CACHE"
+mkdir -p "$CUTLASS_NM_CACHE/kernels"
+# kernels built off the GPU (same nvcc; the cache key is source, flags, nvcc version and arch), carried in .device
+[ -f .device/kcache.tar.xz ] && tar -xJf .device/kcache.tar.xz -C "$CUTLASS_NM_CACHE/kernels"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader
 # gpu_tests FILE LOG [SECONDS]: the GPU tests of FILE into $OUT/LOG; ends the calling script unless all passed.
 gpu_tests() {

@@ -86,6 +86,18 @@ KWARPS_CONFIGS = (Config(block_rows=128, block_tokens=128, thread_tokens=16, k_c
                   # the heuristic's choice at 256-511 tokens where it fills the GPU
                   Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=2, x_transposed=1,
                          tma=1, split_k=2, split_reduce=2, k_warps=2))
+# split_reduce = 3: the full waves' tiles whole, the last partial wave's split by atomics (TMA 8 x 16 and chained
+# 16 x 8 tiles at one CTA per SM, k_warps, cp.async at two CTAs per SM: untransposed x, y zeroed by a memset or
+# the widening kernel)
+TAIL_CONFIGS = (Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, split_k=3, x_transposed=1, tma=1,
+                       split_reduce=3),
+                Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=96, stages=3, split_k=4,
+                       x_transposed=1, tma=1, split_reduce=3),
+                Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=2, x_transposed=1, tma=1,
+                       split_k=2, split_reduce=3, k_warps=2),
+                Config(k_cols=16, stages=2, split_k=2, split_reduce=3))
+# more CTA tiles than an H100 (132 SMs) holds at once, so that some run whole: 195 tiles of 128 x 256, 520 of 128 x 128
+TAIL_SHAPES = [*SHAPES, (520, 8200, 1000), (1000, 8200, 600)]
 CONFIG_PATTERNS = ["3:7", "16:32", "1:8", "2:4", "13:64"]
 MATMUL_PATTERNS = ["1:4", "2:8", "3:7", "5:16", "16:32", "2:4", "31:64", "1:2"]
 
@@ -117,7 +129,7 @@ def kernel_ids() -> list:
     kids |= {(FAMILY.name, cfg, KernelTypes("f32", "f32", True)) for cfg in COMPACT_ONE_CONFIGS}
     kids |= {(FAMILY.name, cfg, replace(t, bias=True)) for cfg in CLUSTER_CONFIGS for t in _types()}
     kids |= {(FAMILY.name, cfg, replace(t, bias=True)) for cfg in KWARPS_CONFIGS for t in _types()}
-    kids |= {(FAMILY.name, cfg, t) for cfg in (*FUSED_CONFIGS, *SPLIT_CONFIGS)
+    kids |= {(FAMILY.name, cfg, t) for cfg in (*FUSED_CONFIGS, *SPLIT_CONFIGS, *TAIL_CONFIGS)
              for t in (KernelTypes("f32", "f32", True), KernelTypes("f16", "f32", True))}
     return sorted(kids, key=str)
 
@@ -270,6 +282,12 @@ def test_k_warps_match_reference(shape, pattern, cfg, types):
 def test_split_sums_after_prep_kernel(shape, pattern, cfg, dtype):
     """Split-K sums where the kernel before the GEMM also zeroes y (atomics) or the reduction follows it under PDL;
     three calls on one NaN-poisoned output with new x each time (stale zeros or sums would show), tails."""
+    _fresh_inputs_match(shape, pattern, cfg, dtype, seeds=(31, 32, 33))
+
+
+def _fresh_inputs_match(shape, pattern, cfg, dtype, seeds):
+    """cfg (fp32 output, bias, vector 32) on one NaN-poisoned output, a call per seed with new inputs, each against
+    the fp64 reference; a config refused for shared memory is skipped."""
     m, n, k = shape
     types = KernelTypes(NAMES[dtype], "f32", True)
     if (reason := FAMILY.check(cfg, Problem(m, n, k, types, pattern, 32))) is not None:
@@ -277,13 +295,25 @@ def test_split_sums_after_prep_kernel(shape, pattern, cfg, dtype):
         pytest.skip(reason)
     kern = get_kernel((FAMILY.name, cfg, types))
     y = torch.empty((m, n), device="cuda", dtype=torch.float32)
-    for seed in (31, 32, 33):
+    for seed in seeds:
         x, w, b, ref = _case(m, n, k, pattern, dtype, 32, seed=seed)
         y.fill_(float("nan"))
         kern(x, w, b, y)
         torch.cuda.synchronize()
         assert torch.isfinite(y).all()
         assert _err(y, ref) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("shape", TAIL_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("pattern", ["8:32", "3:7", "16:32"])
+@pytest.mark.parametrize("cfg", TAIL_CONFIGS, ids=["tma_8x16_split3", "tma_16x8_split4", "k_warps_split2",
+                                                   "cp_async_split2"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=NAMES.get)
+def test_tail_split_matches_reference(shape, pattern, cfg, dtype):
+    """split_reduce = 3: tiles of the GPU's full waves run whole k and store, the rest add k splits into y, of which
+    only their token rows are zeroed; the large shapes have both kinds of tile. Three calls on one NaN-poisoned output
+    with new x each time (an unzeroed row or a stale sum would show), tails, bias, fp16 x widened first."""
+    _fresh_inputs_match(shape, pattern, cfg, dtype, seeds=(41, 42, 43))
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))

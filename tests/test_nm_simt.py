@@ -169,10 +169,10 @@ def test_tma_smem_and_rule():
                                        Problem(2048, 4096, 4096, F32, "4:32", 32))
 
 
-@pytest.mark.parametrize("reduce", [1, 2])
+@pytest.mark.parametrize("reduce", [1, 2, 3])
 def test_split_reduce_rules(reduce):
     """split_reduce = 1 adds the splits into an fp32 output, 2 sums them in a thread block cluster into any output
-    type; both need split-K."""
+    type, 3 adds the last partial wave's splits (fp32 output); all need split-K."""
     p = Problem(256, 4096, 4096, F32, "8:32", 32)
     cfg = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, split_k=4, x_transposed=1, tma=1,
                  split_reduce=reduce)
@@ -182,6 +182,8 @@ def test_split_reduce_rules(reduce):
     half = FAMILY.check(cfg, replace(p, types=KernelTypes("f16", "f16", False)))
     assert half is None if reduce == 2 else "f32" in half
     assert f"constexpr bool kClusterSplit = kSplit > 1 && {reduce} == 2;" in FAMILY.source(cfg, F32)
+    fused = FAMILY.check(replace(cfg, fuse_x=1), p)
+    assert fused is None if reduce != 3 else "fuse_x=0" in fused
 
 
 def test_cluster_split_shared_memory():
@@ -476,3 +478,18 @@ def test_fused_transpose_pieces_write_each_tma_box(m, k, ktd, block_tokens):
                 want[rows, ty * block_tokens:t_hi] = x[ty * block_tokens:t_hi, rows].T
             assert torch.equal(xt.isnan(), want.isnan())
             assert torch.equal(xt.nan_to_num(), want.nan_to_num())
+
+
+def test_tail_split_estimate_counts_waves():
+    """split_reduce = 3 splits only the last partial wave: at 2048 x 11008 (688 tiles of 128 x 256, 5.2 waves on 132
+    SMs) four tail splits run 5 + 1/4 waves, split_reduce = 1 at split 4 nearly the same waves with 4x the tiles' sums,
+    no split 6 waves; where the tiles fill whole waves (n = 4224: 33 x 8 = 264 tiles) split_reduce = 3 changes
+    nothing."""
+    p = Problem(2048, 11008, 4096, F32, "8:32", 32)
+    whole = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, x_transposed=1, tma=1)
+    tail = replace(whole, split_k=4, split_reduce=3)
+    assert FAMILY.check(tail, p) is None
+    assert tail.estimate_ms(p) < whole.estimate_ms(p) * 5.3 / 6
+    assert tail.estimate_ms(p) < replace(tail, split_reduce=1).estimate_ms(p)
+    even = replace(p, n=4224)
+    assert tail.estimate_ms(even) == pytest.approx(whole.estimate_ms(even))

@@ -27,6 +27,10 @@ a tuner option, not in the heuristic). ``split_reduce`` = 1 sums split-K partial
 instead of a second kernel; ``split_reduce`` = 2 launches a split's CTAs as one thread block cluster (sm_90; before,
 it runs as 0): each CTA parks its tile of sums in its freed stage memory and sums a 1 / split slice of the tile over
 the cluster's shared memories (DSMEM) straight into y: no partials, no memset, deterministic, any output type.
+``split_reduce`` = 3 splits only the last partial wave: with T CTA tiles and S CTAs resident at once, the first
+floor(T / S) x S tiles run their whole k and store, the remaining tiles split k ``split_k`` ways and add by atomics
+as with 1 (only their token rows of y are zeroed); T <= S: as 1. A wave-quantized shape (2048 x 11008 at 128 x 256
+tiles: 688 tiles, 5.2 waves run as 6) then runs 5 + 1/4 waves instead of 6, with a fraction of split 1's atomics.
 ``k_warps`` = 2 puts two groups of warps on one CTA tile, each taking half of every k-tile's kept steps; group 1's
 sums reach group 0 through the freed stage memory after the k loop (half the outputs a CTA at the same thread tile:
 small calls fill the GPU with fewer splits of k across CTAs; H100: faster on 256-token rows where 128 x 128 tiles in
@@ -63,7 +67,8 @@ class Config(FamilyConfig):
     splits are summed (split_reduce): 0 = partial sums in a workspace and a second kernel (deterministic, any output
     type), 1 = each split adds its sums into a zeroed fp32 output by vector atomics (no second pass or partials;
     the order of the fp32 additions is not fixed), 2 = the split's CTAs form a thread block cluster and sum the tile
-    through distributed shared memory (deterministic, any output type; GPUs before sm_90 run it as 0). k_warps: groups
+    through distributed shared memory (deterministic, any output type; GPUs before sm_90 run it as 0), 3 = as 1 for the
+tiles of the last partial wave of CTAs only, the full waves' tiles unsplit (fp32 output). k_warps: groups
     of warps that split every k-tile's steps over the same CTA tile (summed in shared memory after the k loop)."""
 
     block_rows: int = 128
@@ -84,7 +89,7 @@ class Config(FamilyConfig):
                        "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 96, 128),
                        "stages": (2, 3, 4, 5), "split_k": (1, 2, 3, 4, 8),
                        # x_transposed = 1 passed its H100 GPU tests (results/h100/gpu_tests_nm.log); timed by the tuner
-                       "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1), "split_reduce": (0, 1, 2),
+                       "x_transposed": (0, 1), "compact": (0, 1), "tma": (0, 1), "split_reduce": (0, 1, 2, 3),
                        # 1: x transposed inside the GEMM by the producer warpgroup (H100: slower on every shape)
                        "fuse_x": (0, 1),
                        # 2: two groups of warps split each k-tile's steps and sum the tile in shared memory
@@ -102,13 +107,16 @@ class Config(FamilyConfig):
         m, n, k = problem.m, problem.n, problem.k
         resident = max(1, min(SMEM_BYTES // max(1, smem_bound(self, problem.pattern, problem.vector)),
                                2048 // self.threads))
-        tiles = -(-n // self.block_rows) * -(-m // self.block_tokens) * self.split_k
-        waves = -(-tiles // (sm_count * resident)) * resident
+        slots = sm_count * resident
+        base = -(-n // self.block_rows) * -(-m // self.block_tokens)
+        whole = base // slots * slots if self.split_reduce == 3 and self.split_k > 1 and base > slots else 0
+        tiles = (base - whole) * self.split_k  # split_reduce 3: only the last partial wave's tiles split
+        waves = (whole // slots * self.split_k + -(-tiles // slots)) * resident  # in split tiles' times
         acc = self.thread_rows * self.thread_tokens
         issue = acc / (acc + self.thread_tokens + self.thread_rows / 4 + 3)
         per_tile = 2.0 * self.block_rows * self.block_tokens * k / self.split_k * density / (SIMT_FLOPS / sm_count)
         l2 = (m * k * 4 * -(-n // self.block_rows) + n * k * density * 4 * -(-m // self.block_tokens)) / 7e12
-        reduce = m * n * 4 * (self.split_k + 1) / 3e12 if self.split_k > 1 else 0.0  # partials out and back
+        reduce = m * n * 4 * (self.split_k + 1) / 3e12 * (base - whole) / base if self.split_k > 1 else 0.0
         return (max(waves * per_tile / issue, l2) * (1 + 1 / self.stages) + reduce) * 1e3
 
 
@@ -321,8 +329,10 @@ class _SimtFamily:
             return f"{cfg.threads} threads x {acc} accumulators exceed the register file"
         if cfg.split_reduce and cfg.split_k == 1:
             return f"split_reduce={cfg.split_reduce} sums the splits of split-K: it needs split_k > 1"
-        if cfg.split_reduce == 1 and t.out_dtype != "f32":
-            return "split_reduce=1 adds the splits into an fp32 output: it needs out_dtype f32"
+        if cfg.split_reduce in (1, 3) and t.out_dtype != "f32":
+            return f"split_reduce={cfg.split_reduce} adds the splits into an fp32 output: it needs out_dtype f32"
+        if cfg.split_reduce == 3 and cfg.fuse_x:
+            return "split_reduce=3 runs a 1-D grid of tiles; fuse_x=1 needs the 3-D one: use fuse_x=0"
         if (reason := _compact_rule(cfg, pat, problem.vector) or _fuse_rule(cfg)) is not None:
             return reason
         if (need := smem_bound(cfg, problem.pattern, problem.vector)) > SMEM_BYTES:

@@ -42,8 +42,11 @@ constexpr bool kCompact = ${compact};  // mode 2 with x^T rows listed per CTA an
 constexpr bool kTma = ${tma};  // mode 2: stages filled by TMA where the GPU has it (sm_90)
 // split-K sums (split_reduce): 0 = partials in the workspace + the split_reduce kernel; 1 = every split adds into y
 // (fp32, zeroed first); 2 = the split's CTAs run as one thread block cluster and sum the tile through distributed
-// shared memory (sm_90), each storing a 1 / kSplit slice of it (before sm_90: as 0, Params::cluster false)
-constexpr bool kAtomicSplit = kSplit > 1 && ${split_reduce} == 1;
+// shared memory (sm_90), each storing a 1 / kSplit slice of it (before sm_90: as 0, Params::cluster false);
+// 3 = only the last partial wave splits: with T tiles and S CTAs resident at once, the first floor(T / S) x S tiles
+// (Params::dp) run their whole k and store, the rest split k kSplit ways and add into y as with 1 (T <= S: all split)
+constexpr bool kTailSplit = kSplit > 1 && ${split_reduce} == 3;
+constexpr bool kAtomicSplit = kSplit > 1 && (${split_reduce} == 1 || kTailSplit);
 constexpr bool kClusterSplit = kSplit > 1 && ${split_reduce} == 2;
 // k_warps: groups of warps that each cover the whole CTA tile and split every k-tile's kept steps between them (group
 // g takes the g-th run of steps, a multiple of 4 long); after the k loop the groups' sums meet in shared memory and
@@ -69,6 +72,7 @@ constexpr int kProducerThreads = kOwnProducer ? 128 : 0;
 // chunk by atomics in k order, and warp 0 starts a chunk's TMA box once all its pieces are released (cnm_run
 // falls back to the transpose kernel where x is not fp32, 16-byte aligned, or k or the k-tile not a multiple of 4).
 constexpr bool kFuseX = ${fuse_x} && kOwnProducer;
+static_assert(!(kFuseX && kTailSplit), "fuse_x counts chunks per blockIdx.y: not with a 1-D tail-split grid");
 // kFuseX: four float4 loads in flight a lane; 56 keeps the computing warps at 224 (ptxas: 12-20 bytes of the
 // producer's registers spilled, none of the computing warps'), where 64 would leave them 216
 constexpr int kProducerRegs = kFuseX ? 56 : 40;
@@ -103,6 +107,8 @@ struct Params {
   int x_bytes, w_bytes, stage_bytes;
   int bar_offset;  // kTma: bytes from the start of shared memory to the stages' mbarriers (past kClusterSplit's tile)
   bool cluster;    // kClusterSplit on a GPU with clusters (sm_90+): the split's CTAs sum through DSMEM, else partials
+  int tiles_x;     // kTailSplit: row tiles (CTA b's tile is b, or dp + (b - dp) / kSplit, row tile first)
+  int dp;          // kTailSplit: tiles run whole (a multiple of the resident CTAs)
   CUtensorMap tma_x, tma_w;  // kTma: x^T (k x m_pad, boxes kBT x ktd) and the kept weights (nnz_pad x n_pad, kBR x ktc)
   // kFuseX (null where cnm_run fell back): row-major fp32 x, and per (k-tile, token tile) chunk a count of claimed
   // and one of finished 32 x 32 pieces ([ktiles][gridDim.y] each, zeroed before the launch); pieces a chunk
@@ -427,7 +433,7 @@ struct TileCopier {
     w_step = static_cast<int64_t>(kWStep) * p.n_pad;
     w_dst = w_first * kBR + r;
     c0 = p.cols + static_cast<int64_t>(vb0) * p.nnz_pad;
-    r0 = kCompact ? p.rows + static_cast<int64_t>(blockIdx.x) * p.ktiles * kKC : nullptr;
+    r0 = kCompact ? p.rows + static_cast<int64_t>(row0 / kBR) * p.ktiles * kKC : nullptr;
     row0_ = row0;
   }
 
@@ -612,7 +618,18 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     trace_cta(2);
   }
   pdl_enter();  // x^T (or widened x) and the zeroed y come from the kernel before
-  const int row0 = blockIdx.x * kBR, tok0 = blockIdx.y * kBT;
+  // the CTA's tile and split of k; kTailSplit: a 1-D grid, `whole` tiles first
+  int tile_x = blockIdx.x, tile_y = blockIdx.y, split = blockIdx.z;
+  bool whole = kSplit == 1;
+  if constexpr (kTailSplit) {
+    const int b = blockIdx.x;
+    whole = b < p.dp;
+    const int tile = whole ? b : p.dp + (b - p.dp) / kSplit;
+    split = whole ? 0 : (b - p.dp) % kSplit;
+    tile_x = tile % p.tiles_x;
+    tile_y = tile / p.tiles_x;
+  }
+  const int row0 = tile_x * kBR, tok0 = tile_y * kBT;
   const int vb0 = row0 / p.vector;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group = warp / kGroupWarps, gwarp = warp % kGroupWarps;  // k group (kKWarps) and warp within it
@@ -627,8 +644,8 @@ nm_simt_kernel(__grid_constant__ const Params p) {
   for (int a = 0; a < kTR; ++a) vrow[a] = ((row0 + rloc + a) / p.vector - vb0) * p.ktc;
 
   // k-tiles of this split
-  const int per = (p.ktiles + kSplit - 1) / kSplit;
-  const int kt0 = blockIdx.z * per;
+  const int per = whole ? p.ktiles : (p.ktiles + kSplit - 1) / kSplit;
+  const int kt0 = split * per;
   const int kt1 = min(p.ktiles, kt0 + per);
   const int count = max(0, kt1 - kt0);
 
@@ -865,11 +882,11 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     cluster_reduce<kMode, Out>(p, tile, row0, tok0);
     cluster_sync();
   } else if (writer) {
-    if (kAtomicSplit)
-      write_tile<kMode, true>(static_cast<float*>(p.y), p, blockIdx.z == 0 ? p.bias : nullptr, row0 + rloc,
-                              tok0 + tloc, acc);
-    else if (kSplit > 1)
-      write_tile<kMode>(static_cast<float*>(p.y) + static_cast<int64_t>(blockIdx.z) * p.m * p.n, p, nullptr,
+    if (kAtomicSplit && !whole)
+      write_tile<kMode, true>(static_cast<float*>(p.y), p, split == 0 ? p.bias : nullptr, row0 + rloc, tok0 + tloc,
+                              acc);
+    else if (kSplit > 1 && !kAtomicSplit)
+      write_tile<kMode>(static_cast<float*>(p.y) + static_cast<int64_t>(split) * p.m * p.n, p, nullptr,
                         row0 + rloc, tok0 + tloc, acc);
     else
       write_tile<kMode>(static_cast<Out*>(p.y), p, p.bias, row0 + rloc, tok0 + tloc, acc);
@@ -889,8 +906,8 @@ __global__ void split_reduce(const float* part, const Element* bias, Out* y, int
   }
 }
 
-// The prep kernels below also zero the fp32 output that kAtomicSplit's splits add into (zero: y or null, count
-// floats), so that no memset sits between them and the GEMM: the whole grid's threads stride over it.
+// The prep kernels below also zero the fp32 output that kAtomicSplit's splits add into (zero: the first float of y
+// to zero, or null; count floats), so that no memset sits between them and the GEMM: the whole grid's threads stride over it.
 __device__ __forceinline__ void zero_output(float* y, int64_t count) {
   if (y == nullptr) return;
   const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x * blockDim.y;
@@ -968,17 +985,50 @@ cudaLaunchConfig_t launch_config(dim3 grid, unsigned threads, size_t smem, int c
   return config;
 }
 
-template <int kMode, class Out, bool kUseTma = false>
-cudaError_t launch(const Params& p, size_t smem, int limit, bool pdl, cudaStream_t stream) {
-  auto kernel = nm_simt_kernel<kMode, Out, kUseTma>;
-  static int allowed = 0;  // dynamic shared memory opted in so far (once per process and variant)
+// Threads a CTA of the variant launches: the computing warps (+ the producer warpgroup).
+constexpr unsigned cta_threads(bool use_tma) { return kThreads + (use_tma ? kProducerThreads : 0); }
+
+// The variant's dynamic shared memory opted in up to the device's limit (once per process and variant).
+template <int kMode, class Out, bool kUseTma>
+cudaError_t opt_in(size_t smem, int limit) {
+  static int allowed = 0;
   if (int(smem) > allowed) {
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+    cudaError_t err =
+        cudaFuncSetAttribute(nm_simt_kernel<kMode, Out, kUseTma>, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
     if (err != cudaSuccess) return err;
     allowed = limit;
   }
-  dim3 grid((p.n + kBR - 1) / kBR, (p.m + kBT - 1) / kBT, kSplit);
-  const unsigned threads = kThreads + (kUseTma ? kProducerThreads : 0);  // + the producer warpgroup
+  return cudaSuccess;
+}
+
+// kTailSplit: CTAs of the (fp32-output) variant resident on the GPU at once with `smem` bytes each (SMs x the
+// occupancy calculator's blocks per SM; at least one per SM), cached per shared-memory size.
+template <int kMode, bool kUseTma>
+int resident_ctas(size_t smem, int limit) {
+  static size_t cached_smem = 0;
+  static int cached = 0;
+  if (smem != cached_smem) {
+    int blocks = 0, sms = 0, dev = 0;
+    if (opt_in<kMode, float, kUseTma>(smem, limit) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, nm_simt_kernel<kMode, float, kUseTma>,
+                                                      cta_threads(kUseTma), smem) != cudaSuccess)
+      blocks = 1;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cached = std::max(1, blocks) * std::max(1, sms);
+    cached_smem = smem;
+  }
+  return cached;
+}
+
+template <int kMode, class Out, bool kUseTma = false>
+cudaError_t launch(const Params& p, size_t smem, int limit, bool pdl, cudaStream_t stream) {
+  auto kernel = nm_simt_kernel<kMode, Out, kUseTma>;
+  cudaError_t err = opt_in<kMode, Out, kUseTma>(smem, limit);
+  if (err != cudaSuccess) return err;
+  const int tiles_y = (p.m + kBT - 1) / kBT, tiles = p.tiles_x * tiles_y;
+  const dim3 grid = kTailSplit ? dim3(p.dp + (tiles - p.dp) * kSplit) : dim3(p.tiles_x, tiles_y, kSplit);
+  const unsigned threads = cta_threads(kUseTma);
   cudaLaunchAttribute attrs[2];
   // kClusterSplit: the split's CTAs (blockIdx.z) form one cluster
   const cudaLaunchConfig_t config =
@@ -995,6 +1045,15 @@ cudaError_t launch_mode(int mode, bool use_tma, const Params& p, size_t smem, in
   }
   return mode == 2 ? launch<2, Out>(p, smem, limit, pdl, stream)
        : mode == 1 ? launch<1, Out>(p, smem, limit, pdl, stream) : launch<0, Out>(p, smem, limit, pdl, stream);
+}
+
+// kTailSplit: resident_ctas of the variant launch_mode would launch.
+int resident_for(int mode, bool use_tma, size_t smem, int limit) {
+  if constexpr (kTma) {
+    if (use_tma) return resident_ctas<2, true>(smem, limit);
+  }
+  return mode == 2 ? resident_ctas<2, false>(smem, limit)
+       : mode == 1 ? resident_ctas<1, false>(smem, limit) : resident_ctas<0, false>(smem, limit);
 }
 
 // kTma's two tensor maps: x^T (k rows of m_pad tokens; boxes of kBT tokens x ktd rows, zeros past k and m_pad) and
@@ -1104,34 +1163,22 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
     cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   }
   const int major = device_major();
-  // kAtomicSplit adds into a zeroed fp32 y: the prep kernel (transpose or widen) zeroes it where one runs, else memset
-  float* zero = kAtomicSplit ? static_cast<float*>(y) : nullptr;
-  const int64_t zero_count = int64_t(m) * n;
-  bool prep = false;  // a prep kernel runs just before the GEMM: the GEMM launches under PDL (sm_90+)
+  enum Prep { kNone, kTranspose4, kTransposeWiden, kWiden };
+  Prep prep = kNone;  // the prep kernel that runs just before the GEMM (launched below): the GEMM runs under PDL
   int mode;
   if (kTransposed && (kCompact || (p.ktd <= kKC && vector >= kTR))) {
     mode = 2;
     if (kCompact) p.ktd = kKC;  // the stage holds the listed rows
-    dim3 grid((k + 31) / 32, (m + 31) / 32);
     const bool fuse = kFuseX && !kCompact && !half && x_aligned && k % 4 == 0 && p.ktd % 4 == 0 && major >= 9 &&
                       int64_t(p.ktiles) * ((m + kBT - 1) / kBT) <= fuse_chunks_bound(m, k);
     if (fuse)
       p.x_rows = static_cast<const float*>(x);  // transposed inside the GEMM by its producer warps
-    else if (!half && x_aligned && k % 4 == 0)
-      transpose4<<<grid, 256, 0, stream>>>(static_cast<const float*>(x), reinterpret_cast<float*>(transposed), m, k,
-                                           p.m_pad, zero, zero_count);
     else
-      transpose_widen<<<grid, dim3(32, 8), 0, stream>>>(static_cast<const Element*>(x),
-                                                        reinterpret_cast<float*>(transposed), m, k, p.m_pad, zero,
-                                                        zero_count);
-    prep = !fuse;
+      prep = !half && x_aligned && k % 4 == 0 ? kTranspose4 : kTransposeWiden;
     p.x = reinterpret_cast<const float*>(transposed);
   } else {
     if (half) {
-      const int64_t count = int64_t(m) * k;
-      widen<<<grid_for(count), 256, 0, stream>>>(static_cast<const Element*>(x), reinterpret_cast<float*>(widened),
-                                                 count, zero, zero_count);
-      prep = true;
+      prep = kWiden;
       p.x = reinterpret_cast<const float*>(widened);
       x_aligned = 1;
     } else {
@@ -1151,12 +1198,38 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   const bool partials_used = partial_sums();
   const bool use_tma = kTma && !kCompact && mode == 2 && major >= 9;
   if (use_tma && !encode_maps(p)) return 1000 + int(cudaErrorInvalidValue);
+  // kTailSplit: whole waves of tiles unsplit (CTA order: row tiles first, then token tiles)
+  p.tiles_x = (n + kBR - 1) / kBR;
+  const int tiles = p.tiles_x * ((m + kBT - 1) / kBT);
+  if (kTailSplit) {
+    const int slots = resident_for(mode, use_tma, smem, limit);
+    p.dp = tiles > slots ? tiles / slots * slots : 0;
+  }
+  // kAtomicSplit adds into a zeroed fp32 y (kTailSplit: from the first token row of the split tiles): the prep kernel
+  // zeroes it where one runs, else a memset
+  const int64_t zero_from = kTailSplit ? std::min(int64_t(m) * n, int64_t(p.dp / p.tiles_x) * kBT * n) : 0;
+  const int64_t zero_count = int64_t(m) * n - zero_from;
+  float* zero = kAtomicSplit && zero_count > 0 ? static_cast<float*>(y) + zero_from : nullptr;
+  if (prep == kTranspose4 || prep == kTransposeWiden) {
+    const dim3 grid((k + 31) / 32, (m + 31) / 32);
+    if (prep == kTranspose4)
+      transpose4<<<grid, 256, 0, stream>>>(static_cast<const float*>(x), const_cast<float*>(p.x), m, k, p.m_pad, zero,
+                                           zero_count);
+    else
+      transpose_widen<<<grid, dim3(32, 8), 0, stream>>>(static_cast<const Element*>(x), const_cast<float*>(p.x), m,
+                                                        k, p.m_pad, zero, zero_count);
+  } else if (prep == kWiden) {
+    const int64_t count = int64_t(m) * k;
+    widen<<<grid_for(count), 256, 0, stream>>>(static_cast<const Element*>(x), const_cast<float*>(p.x), count, zero,
+                                               zero_count);
+  }
   float* partials = reinterpret_cast<float*>(ws);  // each split's sums, then summed by split_reduce
   p.y = partials_used ? static_cast<void*>(partials) : y;
   if (partials_used) ws += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
   // kAtomicSplit: the splits add into zeros (zeroed by the prep kernel, if one ran)
   cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess && kAtomicSplit && !prep) err = cudaMemsetAsync(y, 0, size_t(m) * n * 4, stream);
+  if (err == cudaSuccess && zero != nullptr && prep == kNone)
+    err = cudaMemsetAsync(zero, 0, size_t(zero_count) * 4, stream);
   if (p.x_rows != nullptr && err == cudaSuccess) {  // kFuseX: the chunks' piece counts start at zero every call
     const int64_t chunks = int64_t(p.ktiles) * ((m + kBT - 1) / kBT);
     p.claimed = reinterpret_cast<unsigned*>(ws);
@@ -1164,7 +1237,7 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
     p.pieces = (p.ktd + 31) / 32 * (kBT / 32);
     err = cudaMemsetAsync(ws, 0, size_t(chunks) * 8, stream);
   }
-  const bool pdl = prep && p.x_rows == nullptr && major >= 9;
+  const bool pdl = prep != kNone && major >= 9;
   if (err == cudaSuccess)
     err = partials_used || out_kind == 1 ? launch_mode<float>(mode, use_tma, p, smem, limit, pdl, stream)
                                       : launch_mode<Element>(mode, use_tma, p, smem, limit, pdl, stream);
