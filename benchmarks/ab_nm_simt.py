@@ -91,18 +91,21 @@ def main() -> None:
     types = TYPES["f32"]
     rows = winner_rows(args.winners.split(","), set(filter(None, args.patterns.split(","))),
                        {int(t) for t in args.tokens.split(",") if t})
+    if args.challengers == "tail":  # only the rows it can change
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        rows = [r for r in rows if tail_rivals(r, sms)]
     cfgs = list(dict.fromkeys(Config.from_record(r["config"]) for r in rows))
     kids = [(FAMILY.name, c, types) for c in cfgs]
     rivals: dict[int, list[Config]] = {}
+    built: list = []  # the base template's kernels (--base-template)
     if args.challengers == "tail":
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
         rivals = {i: tail_rivals(r, sms) for i, r in enumerate(rows)}
     elif args.challengers:
         sweep = CHALLENGERS[args.challengers]
         rivals = {i: [c for c in candidates(r["m"], r["n"], r["k"], types, sweep, r["pattern"])  # not the heuristic
                       if c.split_k <= 2 and replace(c, split_k=1, split_reduce=0) in sweep] for i, r in enumerate(rows)}
+    if args.challengers:
         kids += [(FAMILY.name, c, types) for c in dict.fromkeys(c for cs in rivals.values() for c in cs)]
-        built = []
     else:
         text = Path(args.base_template).read_text()
         jobs = [(base_source(text, c, "f32"), FAMILY.arch, kernel_name(kid) + "_base")
