@@ -36,7 +36,7 @@ from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.build import build_many
 from cutlass_nm.families import Problem
-from cutlass_nm.families.nm_simt import ELEMENTS, FAMILY, Config
+from cutlass_nm.families.nm_simt import ELEMENTS, FAMILY, Config, resident_slots
 from cutlass_nm.formats.nm import compress_nm
 from cutlass_nm.kernels import get_kernel, kernel_name, precompile
 from cutlass_nm.patterns import Pattern
@@ -46,10 +46,10 @@ CHALLENGERS = {"kwarps": KWARPS, "tail": None}
 
 def tail_rivals(r: dict, sms: int) -> list[Config]:
     """The row's winner with split_reduce = 3 and split 2-4, where its CTA tiles overfill the GPU by a partial wave
-    (one CTA per SM, two for tiles of <= 64 accumulators, as the heuristic counts); none elsewhere."""
+    (resident_slots, as the heuristic counts); none elsewhere."""
     cfg = Config.from_record(r["config"])
     tiles = -(-r["n"] // cfg.block_rows) * -(-r["m"] // cfg.block_tokens)
-    slots = sms * (2 if cfg.thread_rows * cfg.thread_tokens <= 64 else 1)
+    slots = resident_slots(cfg, sms)
     if tiles <= slots or tiles % slots == 0:
         return []
     problem = Problem(r["m"], r["n"], r["k"], TYPES["f32"], r["pattern"], VECTOR)

@@ -29,7 +29,7 @@ import torch
 from cutlass_nm.bench.env import environment
 from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.families import KernelTypes, Problem
-from cutlass_nm.families.nm_simt import FAMILY, Config, own_producer
+from cutlass_nm.families.nm_simt import FAMILY, Config, own_producer, tail_split_for
 from cutlass_nm.formats.nm import compress_nm
 from cutlass_nm.kernels import get_kernel, precompile
 from cutlass_nm.patterns import Pattern
@@ -96,9 +96,15 @@ def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, 
                 cfg = Config(**{**base.to_record(), "split_k": split, "split_reduce": reduce})
                 if FAMILY.check(cfg, p) is None and cfg not in out:
                     out.append(cfg)
+        if (tail := tail_split_for(base, p)) is not None:  # only the last partial wave split
+            cfg = replace(base, split_k=tail, split_reduce=3)
+            if FAMILY.check(cfg, p) is None and cfg not in out:
+                out.append(cfg)
     if m <= 256 and sweep is SWEEP:  # k_warps tiles won only there (ab_nm_simt_kwarps_e52fed1.json), split 2 by cluster
         for base in KWARPS:
-            for cfg in (base, replace(base, split_k=2, split_reduce=2)):
+            tail = tail_split_for(base, p)
+            tailed = [replace(base, split_k=tail, split_reduce=3)] if tail is not None else []
+            for cfg in (base, replace(base, split_k=2, split_reduce=2), *tailed):
                 if FAMILY.check(cfg, p) is None and cfg not in out:
                     out.append(cfg)
     heur = FAMILY.heuristic(p)

@@ -12,7 +12,6 @@
 #   (cd .kcache/kernels && tar -cf - *.so | xz -T2 > ../../.device/kcache.tar.xz)
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/simt_sweep_h100.sh   (carry .device)
 source benchmarks/device_env.sh
-mkdir -p "$CUTLASS_NM_CACHE/kernels" && tar -xJf .device/kcache.tar.xz -C "$CUTLASS_NM_CACHE/kernels"
 sha=${CUTLASS_NM_COMMIT:0:7}
 # TESTS (default: the whole module) and TEST_TIMEOUT (default 240 s) narrow the test step
 [ "${SKIP_TESTS:-0}" = 1 ] ||

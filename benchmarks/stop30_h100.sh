@@ -10,7 +10,6 @@
 #   (cd .kcache/kernels && tar -cf - *.so | xz -T2 > ../../.device/kcache.tar.xz)
 #   CUTLASS_NM_COMMIT=<sha> bash .device/on-device.sh bash benchmarks/stop30_h100.sh   (carry .device)
 source benchmarks/device_env.sh
-mkdir -p "$CUTLASS_NM_CACHE/kernels" && tar -xJf .device/kcache.tar.xz -C "$CUTLASS_NM_CACHE/kernels"
 sha=${CUTLASS_NM_COMMIT:0:7}
 gpu_tests tests/test_gpu_nm_decode.py "gpu_tests_nm_decode_$sha.log" 200
 timeout 170 python3 benchmarks/bench_nm_decode.py --vector 32 --shapes 8192x8192 --tokens 1,4,16 \

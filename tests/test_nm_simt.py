@@ -20,6 +20,8 @@ from cutlass_nm.families.nm_simt import (
     kgroups_for,
     simt_layout,
     smem_bound,
+    tail_split_for,
+    tail_waves,
 )
 from cutlass_nm.formats.nm import NMWeight, compress_nm
 from cutlass_nm.tune.space import all_configs
@@ -493,3 +495,19 @@ def test_tail_split_estimate_counts_waves():
     assert tail.estimate_ms(p) < replace(tail, split_reduce=1).estimate_ms(p)
     even = replace(p, n=4224)
     assert tail.estimate_ms(even) == pytest.approx(whole.estimate_ms(even))
+
+
+def test_heuristic_splits_the_last_wave_where_it_saves_waves():
+    """split_reduce = 3 where the tiles leave a partial last wave and splitting it saves >= 5 % of the waves (fp32
+    output only): n = 11008 from 512 to 2048 tokens; not at 4096 tokens (10.5 of 11 waves) or n = 4096."""
+    for m, split in ((512, 3), (1024, 3), (2048, 4)):
+        for pattern in ("16:32", "8:32", "4:32"):
+            cfg = FAMILY.heuristic(Problem(m, 11008, 4096, F32, pattern, 32))
+            assert (cfg.split_k, cfg.split_reduce) == (split, 3)
+            assert tail_split_for(cfg, Problem(m, 11008, 4096, F32, pattern, 32)) == split
+    assert tail_waves(688, 132, 4) == 5.25 and tail_waves(100, 132, 3) == 1.0
+    half = FAMILY.heuristic(Problem(2048, 11008, 4096, KernelTypes("f16", "f16", False), "8:32", 32))
+    assert half.split_reduce != 3  # atomics add into fp32 only
+    assert FAMILY.heuristic(Problem(2048, 11008, 4096, KernelTypes("bf16", "f32", False), "8:32", 32)).split_reduce == 3
+    for m, n in ((4096, 11008), (2048, 4096), (4096, 12288), (256, 11008)):
+        assert FAMILY.heuristic(Problem(m, n, 4096, F32, "8:32", 32)).split_reduce != 3

@@ -254,13 +254,38 @@ def simt_layout(w: NMWeight, kgroups: int) -> tuple[torch.Tensor, torch.Tensor, 
     return wt.contiguous(), cols.contiguous(), n_pad, gpad * n
 
 
+def resident_slots(cfg: Config, sm_count: int = 132) -> int:
+    """CTAs the heuristic counts as resident at once: one per SM, two for tiles of <= 64 accumulators a thread."""
+    return sm_count * (2 if cfg.thread_rows * cfg.thread_tokens <= 64 else 1)
+
+
+def tail_waves(tiles: int, slots: int, split: int) -> float:
+    """Waves of CTAs, in whole tiles' times, of ``tiles`` CTA tiles with split_reduce = 3: the full waves whole, the
+    last partial wave's tiles split ``split`` ways (ceil(tiles / slots) unsplit)."""
+    whole = tiles // slots if tiles > slots else 0
+    return whole + -(-(tiles - whole * slots) * split // slots) / split
+
+
+def tail_split_for(cfg: Config, problem: Problem, sm_count: int = 132) -> int | None:
+    """The split (2-4) with which split_reduce = 3 runs the config's tiles in the fewest waves, where that is at least
+    5 % fewer than unsplit (None elsewhere: fewer tiles than slots, or a last wave nearly full). H100 (results/h100/
+    NOTES.md, stop 34): the tail split won every n = 11008 row from 512 to 2048 tokens (7-13 % fewer waves predicted,
+    0.89-0.99x the time) and lost 0-10 % where it saved < 5 % of the waves (its atomics, zeroing and shorter tiles)."""
+    tiles = -(-problem.n // cfg.block_rows) * -(-problem.m // cfg.block_tokens)
+    slots = resident_slots(cfg, sm_count)
+    if tiles <= slots:
+        return None
+    waves, split = min((tail_waves(tiles, slots, s), s) for s in (2, 3, 4))
+    return split if waves <= 0.95 * -(-tiles // slots) else None
+
+
 def _split_for(cfg: Config, problem: Problem, sm_count: int = 132) -> int:
     """Split-K for the heuristic: the smallest split of 1-4 (at least 1024 columns of k each) whose CTAs fill their
     last wave to >= 85 %, else the one that fills it best. The heuristic's CTAs run one per SM (two for 8x8 tiles).
     H100 at 0d70abb: 86 CTAs (256 x 11008, 128-row tiles) ran 1.3 waves with split 2 and 1.95 with split 3, which
     took 16:32 there from 74.5 to 85.1 % of ideal (results/h100/NOTES.md)."""
     tiles = -(-problem.n // cfg.block_rows) * -(-problem.m // cfg.block_tokens)
-    slots = sm_count * (2 if cfg.thread_rows * cfg.thread_tokens <= 64 else 1)
+    slots = resident_slots(cfg, sm_count)
     splits = [s for s in (1, 2, 3, 4) if s == 1 or problem.k >= 1024 * s]
 
     def fill(s: int) -> float:
@@ -364,7 +389,10 @@ class _SimtFamily:
         fill the last wave of CTAs (_split_for); for the sparse tiles two splits are summed in a thread block cluster
         (split_reduce = 2; H100 at 40e8f40: 0.92-1.06x the time of the better of atomics and the partials pass,
         geomean 0.99; it lost every 16:32 / 12:32 row it was offered; clusters of 3 or 4 whole-SM CTAs ran up to
-        twice as long, fewer of them fitting the GPU at once). Where the stages do not fit (vector 1 at dense
+        twice as long, fewer of them fitting the GPU at once). Where the tiles overfill the GPU by a partial wave
+        and splitting only that wave saves >= 5 % of the waves (tail_split_for; fp32 output), split_reduce = 3 with
+        that split instead (H100 at 9d50b99: 0.89-0.99x the time on the n = 11008 rows of 512-2048 tokens, results/
+        h100/ab_nm_simt_tail_9d50b99.json). Where the stages do not fit (vector 1 at dense
         patterns such as 31:32 or 63:64), first 2 stages, then the CTA's rows are halved: the config fits every N:M
         with M <= 64."""
         pat = parse_or_none(problem.pattern)
@@ -385,6 +413,12 @@ class _SimtFamily:
             cfg = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, stages=3)
         cfg = replace(cfg, x_transposed=1, tma=1)
         split = _split_for(cfg, problem)
+        tiles, slots = -(-problem.n // cfg.block_rows) * -(-problem.m // cfg.block_tokens), resident_slots(cfg)
+        tail = tail_split_for(cfg, problem)
+        if tail is not None and tail_waves(tiles, slots, tail) <= 0.95 * -(-tiles * split // slots) / split:
+            tailed = replace(cfg, split_k=tail, split_reduce=3)  # fp32 output only (check), else the split below
+            if self.check(tailed, problem) is None:
+                return tailed
         cfg = replace(cfg, split_k=split, split_reduce=2 if split == 2 and not dense and problem.m >= 256 else 0)
 
         def fits(c: Config) -> bool:
