@@ -907,7 +907,8 @@ __global__ void split_reduce(const float* part, const Element* bias, Out* y, int
 }
 
 // The prep kernels below also zero the fp32 output that kAtomicSplit's splits add into (zero: the first float of y
-// to zero, or null; count floats), so that no memset sits between them and the GEMM: the whole grid's threads stride over it.
+// to zero, or null; count floats), so that no memset sits between them and the GEMM: the whole grid's threads
+// stride over it.
 __device__ __forceinline__ void zero_output(float* y, int64_t count) {
   if (y == nullptr) return;
   const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x * blockDim.y;
@@ -1002,7 +1003,8 @@ cudaError_t opt_in(size_t smem, int limit) {
 }
 
 // kTailSplit: CTAs of the (fp32-output) variant resident on the GPU at once with `smem` bytes each (SMs x the
-// occupancy calculator's blocks per SM; at least one per SM), cached per shared-memory size.
+// occupancy calculator's blocks per SM; at least one per SM), cached per shared-memory size (the current device at
+// the first call, as cnm_run's shared-memory limit).
 template <int kMode, bool kUseTma>
 int resident_ctas(size_t smem, int limit) {
   static size_t cached_smem = 0;
