@@ -7,12 +7,14 @@ against the winners of an acceptance sweep.
         --out benchmarks/results/h100/ab_nm_simt.json
     python3 benchmarks/ab_nm_simt.py --challengers kwarps --winners ... --out ...
     python3 benchmarks/ab_nm_simt.py --challengers tail --winners ... --out ...
+    python3 benchmarks/ab_nm_simt.py --challengers cluster --winners ... --out ...
 
 For each fp32 row of the winners file(s) (shape, pattern and the config that won it), "base" is that config built
 from ``--base-template`` (the same config fields substituted) or, with ``--challengers``, from the current template;
 "new" is the config built from the current template, or the fastest of the named challenger set (bench_nm_simt.py's
 candidates(): split-K and split-sum variants included, each timed once; ``tail``: the winner with split_reduce = 3 and
-split 2, 3 or 4, on rows whose tiles leave a last partial wave of CTAs). Then base, new and cuBLAS SGEMM (TF32 off)
+split 2, 3 or 4, on rows whose tiles leave a last partial wave of CTAs; ``cluster``: a two-way split winner with its
+splits summed in a cluster). Then base, new and cuBLAS SGEMM (TF32 off)
 are timed in turn, ``--rounds`` times, each a CUDA graph of calls over inputs rotated past L2, after a check of both
 against an fp64 reference. Reported per row: the medians, ``new / base`` (the median of the rounds' ratios) and each
 side's % of ideal (M/N) against the same rounds' SGEMM.
@@ -41,7 +43,18 @@ from cutlass_nm.formats.nm import compress_nm
 from cutlass_nm.kernels import get_kernel, kernel_name, precompile
 from cutlass_nm.patterns import Pattern
 
-CHALLENGERS = {"kwarps": KWARPS, "tail": None}
+CHALLENGERS = {"kwarps": KWARPS, "tail": None, "cluster": None}
+
+
+def cluster_rivals(r: dict) -> list[Config]:
+    """The row's winner with its two splits summed in a thread block cluster (split_reduce = 2), where it splits k
+    in two otherwise."""
+    cfg = Config.from_record(r["config"])
+    if cfg.split_k != 2 or cfg.split_reduce == 2:
+        return []
+    problem = Problem(r["m"], r["n"], r["k"], TYPES["f32"], r["pattern"], VECTOR)
+    cluster = replace(cfg, split_reduce=2)
+    return [cluster] if FAMILY.check(cluster, problem) is None else []
 
 
 def tail_rivals(r: dict, sms: int) -> list[Config]:
@@ -91,15 +104,16 @@ def main() -> None:
     types = TYPES["f32"]
     rows = winner_rows(args.winners.split(","), set(filter(None, args.patterns.split(","))),
                        {int(t) for t in args.tokens.split(",") if t})
-    if args.challengers == "tail":  # only the rows it can change
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        rows = [r for r in rows if tail_rivals(r, sms)]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    own = {"tail": lambda r: tail_rivals(r, sms), "cluster": cluster_rivals}.get(args.challengers or "")
+    if own is not None:  # only the rows the challenger set can change
+        rows = [r for r in rows if own(r)]
     cfgs = list(dict.fromkeys(Config.from_record(r["config"]) for r in rows))
     kids = [(FAMILY.name, c, types) for c in cfgs]
     rivals: dict[int, list[Config]] = {}
     built: list = []  # the base template's kernels (--base-template)
-    if args.challengers == "tail":
-        rivals = {i: tail_rivals(r, sms) for i, r in enumerate(rows)}
+    if own is not None:
+        rivals = {i: own(r) for i, r in enumerate(rows)}
     elif args.challengers:
         sweep = CHALLENGERS[args.challengers]
         rivals = {i: [c for c in candidates(r["m"], r["n"], r["k"], types, sweep, r["pattern"])  # not the heuristic
