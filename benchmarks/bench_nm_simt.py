@@ -60,6 +60,8 @@ _LONG = (Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=128, st
          Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=96, stages=3),
          Config(block_tokens=256, thread_tokens=16, k_cols=96, stages=2))
 SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "tma": 1}) for c in (*_BASES, *_WIDE, *_DEEP, *_LONG))
+# each 8 x 16 base also with chained k-tiles (chain = 1, stop 34)
+SWEEP += tuple(replace(c, chain=1) for c in SWEEP if (c.thread_rows, c.thread_tokens) == (8, 16))
 # two warp groups splitting each k-tile's steps (k_warps = 2) on 128 x 128 CTAs: half the outputs a CTA of the 8 x 16 /
 # 16 x 8 tiles above at the same thread tile, so small calls fill the GPU with fewer (or no) splits of k across CTAs
 KWARPS = tuple(Config(block_rows=128, block_tokens=128, x_transposed=1, tma=1, k_warps=2, **c) for c in (

@@ -96,6 +96,10 @@ TAIL_CONFIGS = (Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, 
                 Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=2, x_transposed=1, tma=1,
                        split_k=2, split_reduce=3, k_warps=2),
                 Config(k_cols=16, stages=2, split_k=2, split_reduce=3))
+# chain = 1: 8 x 16 tiles chaining their k-tiles (whole, summed in a cluster, last-wave split; 96-column tiles)
+CHAIN = Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, x_transposed=1, tma=1, chain=1)
+CHAIN_CONFIGS = (CHAIN, replace(CHAIN, split_k=2, split_reduce=2), replace(CHAIN, split_k=3, split_reduce=3),
+                 replace(CHAIN, k_cols=96, stages=2))
 # more CTA tiles than an H100 (132 SMs) holds at once, so that some run whole: 195 tiles of 128 x 256, 520 of 128 x 128
 TAIL_SHAPES = [*SHAPES, (520, 8200, 1000), (1000, 8200, 600)]
 CONFIG_PATTERNS = ["3:7", "16:32", "1:8", "2:4", "13:64"]
@@ -129,7 +133,7 @@ def kernel_ids() -> list:
     kids |= {(FAMILY.name, cfg, KernelTypes("f32", "f32", True)) for cfg in COMPACT_ONE_CONFIGS}
     kids |= {(FAMILY.name, cfg, replace(t, bias=True)) for cfg in CLUSTER_CONFIGS for t in _types()}
     kids |= {(FAMILY.name, cfg, replace(t, bias=True)) for cfg in KWARPS_CONFIGS for t in _types()}
-    kids |= {(FAMILY.name, cfg, t) for cfg in (*FUSED_CONFIGS, *SPLIT_CONFIGS, *TAIL_CONFIGS)
+    kids |= {(FAMILY.name, cfg, t) for cfg in (*FUSED_CONFIGS, *SPLIT_CONFIGS, *TAIL_CONFIGS, *CHAIN_CONFIGS)
              for t in (KernelTypes("f32", "f32", True), KernelTypes("f16", "f32", True))}
     return sorted(kids, key=str)
 
@@ -314,6 +318,17 @@ def test_tail_split_matches_reference(shape, pattern, cfg, dtype):
     only their token rows are zeroed; the large shapes have both kinds of tile. Three calls on one NaN-poisoned output
     with new x each time (an unzeroed row or a stale sum would show), tails, bias, fp16 x widened first."""
     _fresh_inputs_match(shape, pattern, cfg, dtype, seeds=(41, 42, 43))
+
+
+@pytest.mark.parametrize("shape", TAIL_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("pattern", ["8:32", "1:4", "3:7", "5:16"])
+@pytest.mark.parametrize("cfg", CHAIN_CONFIGS, ids=["whole", "cluster2", "tail3", "k96"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=NAMES.get)
+def test_chained_8x16_matches_reference(shape, pattern, cfg, dtype):
+    """chain = 1: a tile's last quad of steps reads the next tile's first fragments (3:7 and 5:16 with k-tiles of 24
+    and 20 kept steps; k = 1003 runs the general path, unchained), with every split-sum kind; tails, three calls with
+    new x on one NaN-poisoned output."""
+    _fresh_inputs_match(shape, pattern, cfg, dtype, seeds=(51, 52, 53))
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))

@@ -288,8 +288,10 @@ def test_heuristic_fits_every_vector(types, pattern, vector, m):
         sparse = pattern in ("1:8", "5:16")  # density < 3/8
         tile = (cfg.block_tokens, cfg.thread_rows, cfg.thread_tokens)
         assert tile == ((64, 8, 8) if m < 256 else (256, 8, 16) if sparse else (128, 16, 8))
-        # two splits of the sparse tiles are summed in a cluster; other splits by the partials pass
-        assert cfg.split_reduce == (2 if cfg.split_k == 2 and sparse and m >= 256 else 0)
+        # two splits are summed in a cluster from 256 tokens; other splits by the partials pass
+        assert cfg.split_reduce == (2 if cfg.split_k == 2 and m >= 256 else 0)
+        # 8 x 16 tiles chain their k-tiles from density 1/4 (5:16, not 1:8)
+        assert cfg.chain == int(pattern == "5:16" and m >= 256)
         if fits:
             assert cfg.block_rows == (128 if sparse and m >= 256 else 256)
             # 96-column k-tiles at densities <= 1/8 from 1024 tokens; 3 stages from 256 tokens, else 2
@@ -314,10 +316,10 @@ def test_heuristic_rows_follow_the_vector():
     assert FAMILY.heuristic(Problem(64, 4096, 4096, F32, "2:8", 32)) == Config(
         block_rows=256, block_tokens=64, k_cols=64, stages=2, split_k=4, x_transposed=1, tma=1)
     assert smem_bound(Config(**{**wide.to_record(), "block_rows": 256}), "63:64", 1) > 227 * 1024
-    # 512 tokens: 64 CTAs split 2 ways; the sparse tiles sum the two splits in a cluster, the dense ones by a pass
+    # 512 tokens: 64 CTAs split 2 ways, the two splits summed in a cluster (the sparse and the dense tiles)
     sparse = FAMILY.heuristic(Problem(512, 4096, 4096, F32, "4:32", 32))
     dense = FAMILY.heuristic(Problem(512, 4096, 4096, F32, "16:32", 32))
-    assert (sparse.split_k, sparse.split_reduce) == (2, 2) and (dense.split_k, dense.split_reduce) == (2, 0)
+    assert (sparse.split_k, sparse.split_reduce) == (2, 2) and (dense.split_k, dense.split_reduce) == (2, 2)
 
 
 def _nm_key(vector, m=256, n=4096, k=4096, pattern="16:32"):
@@ -511,3 +513,18 @@ def test_heuristic_splits_the_last_wave_where_it_saves_waves():
     assert FAMILY.heuristic(Problem(2048, 11008, 4096, KernelTypes("bf16", "f32", False), "8:32", 32)).split_reduce == 3
     for m, n in ((4096, 11008), (2048, 4096), (4096, 12288), (256, 11008)):
         assert FAMILY.heuristic(Problem(m, n, 4096, F32, "8:32", 32)).split_reduce != 3
+
+
+def test_chain_rule_and_heuristic():
+    """chain = 1 is a distinct kernel only for 8 x 16 thread tiles in the TMA loop of one k group (16-row tiles always
+    chain); the heuristic takes it for its 8 x 16 tiles from density 1/4."""
+    p = Problem(2048, 4096, 4096, F32, "8:32", 32)
+    tile = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, x_transposed=1, tma=1, chain=1)
+    assert FAMILY.check(tile, p) is None
+    assert "kTR * kTT == 128" in FAMILY.source(tile, F32) and "&& (kTR >= 16 || (1 &&" in FAMILY.source(tile, F32)
+    for other in (replace(tile, tma=0), replace(tile, k_warps=2, block_tokens=128),
+                  replace(tile, block_rows=256, block_tokens=128, thread_rows=16, thread_tokens=8)):
+        assert "chain=1 applies to 8 x 16" in FAMILY.check(other, p)
+    assert FAMILY.heuristic(p).chain == 1
+    assert FAMILY.heuristic(replace(p, pattern="4:32")).chain == 0
+    assert FAMILY.heuristic(replace(p, pattern="16:32")).chain == 0  # 16 x 8 tiles: chained without the flag

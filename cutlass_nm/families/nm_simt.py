@@ -69,7 +69,8 @@ class Config(FamilyConfig):
     the order of the fp32 additions is not fixed), 2 = the split's CTAs form a thread block cluster and sum the tile
     through distributed shared memory (deterministic, any output type; GPUs before sm_90 run it as 0), 3 = as 1 for the
 tiles of the last partial wave of CTAs only, the full waves' tiles unsplit (fp32 output). k_warps: groups
-    of warps that split every k-tile's steps over the same CTA tile (summed in shared memory after the k loop)."""
+    of warps that split every k-tile's steps over the same CTA tile (summed in shared memory after the k loop). chain:
+8 x 16 thread tiles (tma, one k group) also chain their k-tiles (a tile's last steps read the next tile's first)."""
 
     block_rows: int = 128
     block_tokens: int = 128
@@ -84,6 +85,7 @@ tiles of the last partial wave of CTAs only, the full waves' tiles unsplit (fp32
     split_reduce: int = 0
     fuse_x: int = 0
     k_warps: int = 1
+    chain: int = 0
 
     SPACE: ClassVar = {"block_rows": (32, 64, 128, 256), "block_tokens": (32, 64, 128, 256),
                        "thread_rows": (4, 8, 16), "thread_tokens": (4, 8, 16), "k_cols": (16, 32, 64, 96, 128),
@@ -93,7 +95,9 @@ tiles of the last partial wave of CTAs only, the full waves' tiles unsplit (fp32
                        # 1: x transposed inside the GEMM by the producer warpgroup (H100: slower on every shape)
                        "fuse_x": (0, 1),
                        # 2: two groups of warps split each k-tile's steps and sum the tile in shared memory
-                       "k_warps": (1, 2)}
+                       "k_warps": (1, 2),
+                       # 1: 8 x 16 thread tiles chain their k-tiles as 16 x 8 ones always do (tma, one k group)
+                       "chain": (0, 1)}
 
     @property
     def threads(self) -> int:
@@ -318,6 +322,14 @@ def own_producer(cfg: Config) -> bool:
     return bool(cfg.tma) and one_cta and cfg.threads in (128, 256)
 
 
+def _chain_rule(cfg: Config) -> str | None:
+    """The reason ``chain`` = 1 changes nothing (None: it applies, or it is off): only the TMA loop of one k group
+    chains, and 16-row tiles always do, so it is a distinct kernel for 8 x 16 thread tiles only."""
+    if cfg.chain and not (cfg.tma and cfg.k_warps == 1 and (cfg.thread_rows, cfg.thread_tokens) == (8, 16)):
+        return "chain=1 applies to 8 x 16 thread tiles with tma=1 and k_warps=1 (16-row tiles always chain)"
+    return None
+
+
 def _fuse_rule(cfg: Config) -> str | None:
     """The reason ``fuse_x`` = 1 cannot build (None: it can, or it is off). fp32 x that is 16-byte aligned with k and
     the k-tile multiples of 4 is transposed in the GEMM; other inputs fall back to the transpose kernel."""
@@ -358,7 +370,7 @@ class _SimtFamily:
             return f"split_reduce={cfg.split_reduce} adds the splits into an fp32 output: it needs out_dtype f32"
         if cfg.split_reduce == 3 and cfg.fuse_x:
             return "split_reduce=3 runs a 1-D grid of tiles; fuse_x=1 needs the 3-D one: use fuse_x=0"
-        if (reason := _compact_rule(cfg, pat, problem.vector) or _fuse_rule(cfg)) is not None:
+        if (reason := _compact_rule(cfg, pat, problem.vector) or _fuse_rule(cfg) or _chain_rule(cfg)) is not None:
             return reason
         if (need := smem_bound(cfg, problem.pattern, problem.vector)) > SMEM_BYTES:
             vector = f"vector {problem.vector}" if problem.vector > 0 else "the worst vector (unknown)"
@@ -385,16 +397,17 @@ class _SimtFamily:
         each k-tile of 128x128 CTAs of 8x16 tiles (k_warps = 2, 128 columns, 2 stages), the two splits summed in a
         cluster. H100 at 842990c (the acceptance sweep, nm_simt_plain_*_842990c.json, every one of these timed beside
         the older choices in the same run): the 3 dense stages 5-7 % faster than 2 from 1024 tokens (level below), the
-        96-column sparse tiles 0.5-3 % at 4:32, k_warps 8-22 % at 256 tokens with n = 4096 / 12288. k is split to
-        fill the last wave of CTAs (_split_for); for the sparse tiles two splits are summed in a thread block cluster
-        (split_reduce = 2; H100 at 40e8f40: 0.92-1.06x the time of the better of atomics and the partials pass,
-        geomean 0.99; it lost every 16:32 / 12:32 row it was offered; clusters of 3 or 4 whole-SM CTAs ran up to
-        twice as long, fewer of them fitting the GPU at once). Where the tiles overfill the GPU by a partial wave
-        and splitting only that wave saves >= 5 % of the waves (tail_split_for; fp32 output), split_reduce = 3 with
-        that split instead (H100 at 9d50b99: 0.89-0.99x the time on the n = 11008 rows of 512-2048 tokens, results/
-        h100/ab_nm_simt_tail_9d50b99.json). Where the stages do not fit (vector 1 at dense
-        patterns such as 31:32 or 63:64), first 2 stages, then the CTA's rows are halved: the config fits every N:M
-        with M <= 64."""
+        96-column sparse tiles 0.5-3 % at 4:32, k_warps 8-22 % at 256 tokens with n = 4096 / 12288. The 8 x 16 tiles
+        chain their k-tiles (chain = 1) from density 1/4 (H100 at d6750da: 0.4-4.4 % faster at 16:32 to 8:32, 3-5 %
+        slower at 4:32, ab_nm_simt_vmix_d6750da.json). k is split to fill the last wave of CTAs (_split_for); from 256
+        tokens two splits are summed in a thread block cluster (split_reduce = 2; H100 at 8b2f002, once stash_tile
+        stopped pinning the accumulators' registers: faster than atomics or the partials pass on 8 of 11 two-split
+        winners, by up to 6 %, ab_nm_simt_stash_cluster_8b2f002.json; clusters of 3 or 4 whole-SM CTAs ran up to
+        twice as long at 40e8f40, fewer of them fitting the GPU at once). Where the tiles overfill the GPU by a
+        partial wave and splitting only that wave saves >= 5 % of the waves (tail_split_for; fp32 output), split_reduce
+        = 3 with that split instead (H100 at 9d50b99: 0.89-0.99x the time on the n = 11008 rows of 512-2048 tokens,
+        results/h100/ab_nm_simt_tail_9d50b99.json). Where the stages do not fit (vector 1 at dense patterns such as
+        31:32 or 63:64), first 2 stages, then the CTA's rows are halved: the config fits every N:M with M <= 64."""
         pat = parse_or_none(problem.pattern)
         dense = pat is None or pat.n / pat.m >= 3 / 8
         halves = -(-problem.n // 128) * -(-problem.m // 128) * 2  # 128x128 CTAs split in two
@@ -409,8 +422,9 @@ class _SimtFamily:
             cfg = Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3)
         elif pat is not None and pat.n / pat.m <= 1 / 8 and problem.m >= 1024:
             cfg = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=96, stages=2)
-        else:
-            cfg = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, stages=3)
+        else:  # chained k-tiles from density 1/4 (8:32, 1:4, 2:8)
+            chain = int(pat is not None and pat.n / pat.m >= 1 / 4)
+            cfg = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, stages=3, chain=chain)
         cfg = replace(cfg, x_transposed=1, tma=1)
         split = _split_for(cfg, problem)
         tiles, slots = -(-problem.n // cfg.block_rows) * -(-problem.m // cfg.block_tokens), resident_slots(cfg)
@@ -419,7 +433,7 @@ class _SimtFamily:
             tailed = replace(cfg, split_k=tail, split_reduce=3)  # fp32 output only (check), else the split below
             if self.check(tailed, problem) is None:
                 return tailed
-        cfg = replace(cfg, split_k=split, split_reduce=2 if split == 2 and not dense and problem.m >= 256 else 0)
+        cfg = replace(cfg, split_k=split, split_reduce=2 if split == 2 and problem.m >= 256 else 0)
 
         def fits(c: Config) -> bool:
             return smem_bound(c, problem.pattern, problem.vector) <= SMEM_BYTES

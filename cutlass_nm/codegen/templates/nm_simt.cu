@@ -84,10 +84,13 @@ constexpr int kConsumerRegs =
 static_assert(!kOwnProducer || kConsumerRegs >= 200, "the computing warps' register tile needs ~210 registers");
 static_assert(!kOwnProducer || kThreads * kConsumerRegs + 128 * kProducerRegs <= kEntryRegs * (kThreads + 128),
               "setmaxnreg cannot hand out more registers than the CTA was launched with");
-// Chained k-tiles in the TMA loop (below) for 16-row thread tiles only (and one k group). H100 with outer_fma's
-// order of stop 33 (results/h100/NOTES.md), same-run A/Bs: unchained 16 x 8 tiles 6-9 % slower (48 rows), chained
-// 8 x 16 tiles 0-8 % slower (16 rows); at stop 32, with row-by-row FMAs, chaining gained 16 x 8 tiles only 0.1-1.3 %.
-constexpr bool kChain = kTR >= 16 && kKWarps == 1;
+// Chained k-tiles in the TMA loop (below) for 16-row thread tiles (and one k group). H100 with outer_fma's order of
+// stop 33 (results/h100/NOTES.md), same-run A/Bs: unchained 16 x 8 tiles 6-9 % slower (48 rows), chained 8 x 16 tiles
+// 0-8 % slower (16 rows); at stop 32, with row-by-row FMAs, chaining gained 16 x 8 tiles only 0.1-1.3 %.
+// chain = 1 chains 8 x 16 tiles too (H100, stop 34, with outer_fma's token order below: 0.4-4.4 % faster at 16:32 to
+// 8:32, 3-5 % slower at 4:32, results/h100/ab_nm_simt_vmix_d6750da.json; the family's heuristic takes it at densities
+// >= 1/4).
+constexpr bool kChain = kKWarps == 1 && (kTR >= 16 || (${chain} && kTR * kTT == 128));
 constexpr int kPitchFast = kKC + 4;  // floats; = 4 mod 8 words: 8 consecutive tokens hit 8 bank groups
 constexpr int kPitchT = kTma ? kBT : kBT + 4;  // mode 2: floats per column of the x^T tile (TMA boxes: unpadded)
 static_assert(kTT % 4 == 0, "mode 2 reads a thread's tokens as float4s");
@@ -345,8 +348,18 @@ __device__ __forceinline__ void cluster_reduce(const Params& p, const float* til
 // on the register the line before ended on. H100 (results/h100/NOTES.md, stop 33), against plain row-by-row order:
 // 2.2-4.1 % faster on all 16 rows timed (2048 tokens, 16:32 to 4:32); along the longer side rather than always by
 // rows: 16 x 8 tiles another 1.0-2.6 % at 2048 tokens, level at 256.
+// Chained 8 x 16 tiles walk tokens from the last, rows alternately down and up: their SASS then has 0.15-0.19
+// register-bank conflicts an FFMA in the k loop against 0.23-0.26 with the row order (stop 34's analyzer, NOTES.md).
 __device__ __forceinline__ void outer_fma(const float (&wv)[kTR], const float (&xv)[kTT], float (&acc)[kTR][kTT]) {
-  if constexpr (kTR > kTT) {  // token by token, rows alternately up and down
+  if constexpr (kTR < kTT && kChain) {
+#pragma unroll
+    for (int bb = 0; bb < kTT; ++bb)
+#pragma unroll
+      for (int aa = 0; aa < kTR; ++aa) {
+        const int b = kTT - 1 - bb, a = (bb & 1) ? kTR - 1 - aa : aa;
+        acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
+      }
+  } else if constexpr (kTR > kTT) {  // token by token, rows alternately up and down
 #pragma unroll
     for (int b = 0; b < kTT; ++b)
 #pragma unroll
