@@ -67,10 +67,10 @@ class Config(FamilyConfig):
     splits are summed (split_reduce): 0 = partial sums in a workspace and a second kernel (deterministic, any output
     type), 1 = each split adds its sums into a zeroed fp32 output by vector atomics (no second pass or partials;
     the order of the fp32 additions is not fixed), 2 = the split's CTAs form a thread block cluster and sum the tile
-    through distributed shared memory (deterministic, any output type; GPUs before sm_90 run it as 0), 3 = as 1 for the
-tiles of the last partial wave of CTAs only, the full waves' tiles unsplit (fp32 output). k_warps: groups
-    of warps that split every k-tile's steps over the same CTA tile (summed in shared memory after the k loop). chain:
-8 x 16 thread tiles (tma, one k group) also chain their k-tiles (a tile's last steps read the next tile's first)."""
+    through distributed shared memory (deterministic, any output type; GPUs before sm_90 run it as 0), 3 = as 1 for
+    the tiles of the last partial wave of CTAs only, the full waves' tiles unsplit (fp32 output). k_warps: groups of
+    warps that split every k-tile's steps over the same CTA tile (summed in shared memory after the k loop). chain:
+    8 x 16 thread tiles (tma, one k group) also chain their k-tiles (a tile's last steps read the next tile's first)."""
 
     block_rows: int = 128
     block_tokens: int = 128
