@@ -349,33 +349,19 @@ __device__ __forceinline__ void cluster_reduce(const Params& p, const float* til
 // 2.2-4.1 % faster on all 16 rows timed (2048 tokens, 16:32 to 4:32); along the longer side rather than always by
 // rows: 16 x 8 tiles another 1.0-2.6 % at 2048 tokens, level at 256.
 // Chained 8 x 16 tiles walk tokens from the last, rows alternately down and up: their SASS then has 0.15-0.19
-// register-bank conflicts an FFMA in the k loop against 0.23-0.26 with the row order (stop 34's analyzer, NOTES.md).
+// register-bank conflicts an FFMA in the k loop against 0.23-0.26 with the row order (stop 34, sass_conflicts.py).
 __device__ __forceinline__ void outer_fma(const float (&wv)[kTR], const float (&xv)[kTT], float (&acc)[kTR][kTT]) {
-  if constexpr (kTR < kTT && kChain) {
+  constexpr bool kFromLast = kTR < kTT && kChain;        // token lines from the last
+  constexpr bool kByToken = kTR > kTT || kFromLast;      // lines of one token (else of one row)
+  constexpr int kLines = kByToken ? kTT : kTR, kLength = kByToken ? kTR : kTT;
 #pragma unroll
-    for (int bb = 0; bb < kTT; ++bb)
+  for (int l = 0; l < kLines; ++l)
 #pragma unroll
-      for (int aa = 0; aa < kTR; ++aa) {
-        const int b = kTT - 1 - bb, a = (bb & 1) ? kTR - 1 - aa : aa;
-        acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
-      }
-  } else if constexpr (kTR > kTT) {  // token by token, rows alternately up and down
-#pragma unroll
-    for (int b = 0; b < kTT; ++b)
-#pragma unroll
-      for (int aa = 0; aa < kTR; ++aa) {
-        const int a = (b & 1) ? kTR - 1 - aa : aa;
-        acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
-      }
-  } else {  // row by row, tokens alternately forward and back
-#pragma unroll
-    for (int a = 0; a < kTR; ++a)
-#pragma unroll
-      for (int bb = 0; bb < kTT; ++bb) {
-        const int b = (a & 1) ? kTT - 1 - bb : bb;
-        acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
-      }
-  }
+    for (int e = 0; e < kLength; ++e) {
+      const int line = kFromLast ? kLines - 1 - l : l, along = (l & 1) ? kLength - 1 - e : e;
+      const int a = kByToken ? along : line, b = kByToken ? line : along;
+      acc[a][b] = fmaf(wv[a], xv[b], acc[a][b]);
+    }
 }
 
 // Steps 0-2 of a quad of kept steps whose step 0 fragments are in (xa, wa): steps 1-3's fragments (columns c1-c3 of
