@@ -87,28 +87,29 @@ VECTOR = 32  # the weights' index-sharing vector (the format's default; --vector
 def candidates(m: int, n: int, k: int, types: KernelTypes, sweep: tuple[Config, ...], pattern: str,
                vector: int = VECTOR) -> list[Config]:
     """The sweep's valid configs for a problem, with split-K variants up to 4 waves of CTAs."""
-    out: list[Config] = []
     p = Problem(m, n, k, types, pattern, vector)
-    for base in sweep:
-        tiles = -(-n // base.block_rows) * -(-m // base.block_tokens)
-        for split in (1, 2, 3, 4):  # 3: e.g. 86 CTAs (11008 rows / 128) x 3 = 1.95 waves of 132
-            if split > 1 and tiles * split > 4 * SMS:
-                break
-            for reduce in (0, 1, 2) if split > 1 else (0,):  # split sums: second pass, atomics, or in a cluster
-                cfg = Config(**{**base.to_record(), "split_k": split, "split_reduce": reduce})
-                if FAMILY.check(cfg, p) is None and cfg not in out:
-                    out.append(cfg)
-        if (tail := tail_split_for(base, p)) is not None:  # only the last partial wave split
-            cfg = replace(base, split_k=tail, split_reduce=3)
-            if FAMILY.check(cfg, p) is None and cfg not in out:
-                out.append(cfg)
-    if m <= 256 and sweep is SWEEP:  # k_warps tiles won only there (ab_nm_simt_kwarps_e52fed1.json), split 2 by cluster
-        for base in KWARPS:
-            tail = tail_split_for(base, p)
-            tailed = [replace(base, split_k=tail, split_reduce=3)] if tail is not None else []
-            for cfg in (base, replace(base, split_k=2, split_reduce=2), *tailed):
-                if FAMILY.check(cfg, p) is None and cfg not in out:
-                    out.append(cfg)
+
+    def tailed(base: Config) -> list[Config]:  # only the last partial wave split, where that saves waves
+        tail = tail_split_for(base, p)
+        return [] if tail is None else [replace(base, split_k=tail, split_reduce=3)]
+
+    def variants():
+        for base in sweep:
+            tiles = -(-n // base.block_rows) * -(-m // base.block_tokens)
+            for split in (1, 2, 3, 4):  # 3: e.g. 86 CTAs (11008 rows / 128) x 3 = 1.95 waves of 132
+                if split > 1 and tiles * split > 4 * SMS:
+                    break
+                for reduce in (0, 1, 2) if split > 1 else (0,):  # split sums: second pass, atomics, or in a cluster
+                    yield replace(base, split_k=split, split_reduce=reduce)
+            yield from tailed(base)
+        if m <= 256 and sweep is SWEEP:  # k_warps tiles won only there (ab_nm_simt_kwarps_e52fed1.json)
+            for base in KWARPS:
+                yield from (base, replace(base, split_k=2, split_reduce=2), *tailed(base))
+
+    out: list[Config] = []
+    for cfg in variants():
+        if FAMILY.check(cfg, p) is None and cfg not in out:
+            out.append(cfg)
     heur = FAMILY.heuristic(p)
     return out + ([heur] if heur not in out else [])
 
