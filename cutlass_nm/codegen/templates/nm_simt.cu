@@ -474,6 +474,50 @@ struct TileCopier {
 #endif
   }
 
+  // kTma with kCompact (the producer warpgroup's four warps, each calling this): warp 0's lane 0 arms the stage's
+  // full barrier with the weights' bytes and issues their TMA box, warp 0's lanes copy the column indices, and warp
+  // pw copies the listed rows pw, pw + 4, ... of x^T: its lanes load up to 32 row ids at once, then each row is
+  // kBT / 4 16-byte cp.asyncs spread over the lanes (-1 rows and tokens past m_pad as zeros, no read). Every
+  // producer thread's copies complete as one arrival on the full barrier (it counts 1 + 128 arrivals). A one-row
+  // TMA box per listed row was tried at 121e186 and lost: cp.async.bulk.tensor takes its coordinates in uniform
+  // registers, so 32 lanes' boxes serialize (results/h100/NOTES.md).
+  __device__ __forceinline__ void issue_compact_tma(const Params& p, char* stage, uint32_t full, int kt, int tok0,
+                                                    int pw) const {
+#if __CUDA_ARCH__ >= 900
+    static_assert(kKC <= 128, "a producer warp's row ids fit one load a lane");
+    const int lane = threadIdx.x & 31;
+    float* xs = reinterpret_cast<float*>(stage);
+    if (pw == 0) {
+      if (lane == 0) {
+        const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(stage)) + p.x_bytes;
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(p.w_bytes)
+                     : "memory");
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+                     "%3}], [%4];" ::"r"(ws), "l"(reinterpret_cast<uint64_t>(&p.tma_w)), "r"(row0_), "r"(kt * p.ktc),
+                     "r"(full)
+                     : "memory");
+      }
+      issue_indices(p, stage, kt, lane, 32);
+    }
+    const int* list = r0 + kt * kKC;
+    const int mine = pw + 4 * lane;  // the row id this lane loads for its warp
+    const int id = mine < kKC ? __ldg(list + mine) : -1;
+#pragma unroll 4
+    for (int i = 0; i < kKC / 4; ++i) {
+      const int row = __shfl_sync(0xffffffffu, id, i), r = pw + 4 * i;
+      const float* src = p.x + static_cast<int64_t>(max(row, 0)) * p.m_pad + tok0;
+#pragma unroll
+      for (int c = lane * 4; c < kBT; c += 128) {
+        const bool ok = row >= 0 && tok0 + c < p.m_pad;
+        cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(xs + r * kBT + c, ok ? src + c : p.x,
+                                                                                 ok);
+      }
+    }
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full) : "memory");
+#endif
+  }
+
   __device__ __forceinline__ void issue(const Params& p, char* stage, int kt, int tok0) const {
     float* xs = reinterpret_cast<float*>(stage);
     float* ws = reinterpret_cast<float*>(stage + p.x_bytes);
@@ -745,7 +789,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int s = 0; s < kStages; ++s) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(full(s)), "r"(33));
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(full(s)), "r"(kCompact ? 129 : 33));
         asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty(s)), "r"(kThreads / 32));
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -754,15 +798,20 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     auto produce = [&](int i) {  // tile i into stage i % kStages, once the computing warps released its last tile
       const int s = i % kStages;
       if (i >= kStages) wait(empty(s), (i / kStages - 1) & 1);
-      copier.issue_tma(p, smem + s * p.stage_bytes, full(s), kt0 + i, tok0);
+      if constexpr (kCompact)
+        copier.issue_compact_tma(p, smem + s * p.stage_bytes, full(s), kt0 + i, tok0, warp - kThreads / 32);
+      else
+        copier.issue_tma(p, smem + s * p.stage_bytes, full(s), kt0 + i, tok0);
       if (lane == 0) trace_mark(i, 0);
     };
     if constexpr (kOwnProducer) {
-      if (warp >= kThreads / 32) {  // the producer warpgroup: its first warp fills every stage, the others leave
+      // the producer warpgroup: its first warp fills every stage (kCompact: all four copy the listed rows of x^T),
+      // the others leave
+      if (warp >= kThreads / 32) {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL  // sm_90a (the build's Hopper target); plain sm_90 runs capped at 168 registers
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
 #endif
-        if (warp == kThreads / 32)
+        if (warp == kThreads / 32 || kCompact)
           for (int i = 0; i < count; ++i) produce(i);
         else if (kFuseX && p.x_rows != nullptr)
           transpose_chunks(p, kt0, kt1);
@@ -1201,7 +1250,8 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   if (smem > size_t(limit)) return 3;
   p.cluster = kClusterSplit && major >= 9;
   const bool partials_used = partial_sums();
-  const bool use_tma = kTma && !kCompact && mode == 2 && major >= 9;
+  // kCompact's listed rows come by the producer warpgroup's cp.asyncs (its kernel has one only at kOwnProducer)
+  const bool use_tma = kTma && (!kCompact || kOwnProducer) && mode == 2 && major >= 9;
   if (use_tma && !encode_maps(p)) return 1000 + int(cudaErrorInvalidValue);
   // kTailSplit: whole waves of tiles unsplit (CTA order: row tiles first, then token tiles)
   p.tiles_x = (n + kBR - 1) / kBR;
