@@ -475,46 +475,38 @@ struct TileCopier {
   }
 
   // kTma with kCompact (the producer warpgroup's four warps, each calling this): warp 0's lane 0 arms the stage's
-  // full barrier with the weights' bytes and issues their TMA box, warp 0's lanes copy the column indices, and warp
-  // pw copies the listed rows pw, pw + 4, ... of x^T: its lanes load up to 32 row ids at once, then each row is
-  // kBT / 4 16-byte cp.asyncs spread over the lanes (-1 rows and tokens past m_pad as zeros, no read). Every
-  // producer thread's copies complete as one arrival on the full barrier (it counts 1 + 128 arrivals). A one-row
-  // TMA box per listed row was tried at 121e186 and lost: cp.async.bulk.tensor takes its coordinates in uniform
-  // registers, so 32 lanes' boxes serialize (results/h100/NOTES.md).
+  // full barrier with the whole stage's bytes (kKC one-row boxes of x^T and the weights' box) and issues the weights'
+  // box, warp 0's lanes copy the column indices by cp.async (1 + 32 arrivals, as for whole tiles), and lane i of warp
+  // pw brings listed row pw + 4 i of x^T as a one-row TMA box (a -1 entry reads row k: out of range, zeros). The
+  // boxes may land before the barrier is armed (its byte count then dips below zero; the pending arrivals keep the
+  // phase open). cp.asyncs of the rows from these warps instead ran 1.10-1.33x slower (5188b98, NOTES.md).
   __device__ __forceinline__ void issue_compact_tma(const Params& p, char* stage, uint32_t full, int kt, int tok0,
                                                     int pw) const {
 #if __CUDA_ARCH__ >= 900
-    static_assert(kKC <= 128, "a producer warp's row ids fit one load a lane");
+    static_assert(kKC <= 128, "a producer warp's rows fit one box a lane");
     const int lane = threadIdx.x & 31;
-    float* xs = reinterpret_cast<float*>(stage);
+    const uint32_t xs = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+    if (pw == 0 && lane == 0) {
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(p.x_bytes + p.w_bytes)
+                   : "memory");
+      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                   "[%4];" ::"r"(xs + p.x_bytes), "l"(reinterpret_cast<uint64_t>(&p.tma_w)), "r"(row0_),
+                   "r"(kt * p.ktc), "r"(full)
+                   : "memory");
+    }
+    const int r = pw + 4 * lane;  // this lane's row of the stage
+    if (r < kKC) {
+      const int id = __ldg(r0 + kt * kKC + r);
+      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                   "[%4];" ::"r"(xs + r * kBT * 4), "l"(reinterpret_cast<uint64_t>(&p.tma_x)), "r"(tok0),
+                   "r"(id < 0 ? p.k : id), "r"(full)
+                   : "memory");
+    }
     if (pw == 0) {
-      if (lane == 0) {
-        const uint32_t ws = static_cast<uint32_t>(__cvta_generic_to_shared(stage)) + p.x_bytes;
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(p.w_bytes)
-                     : "memory");
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-                     "%3}], [%4];" ::"r"(ws), "l"(reinterpret_cast<uint64_t>(&p.tma_w)), "r"(row0_), "r"(kt * p.ktc),
-                     "r"(full)
-                     : "memory");
-      }
       issue_indices(p, stage, kt, lane, 32);
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full) : "memory");
     }
-    const int* list = r0 + kt * kKC;
-    const int mine = pw + 4 * lane;  // the row id this lane loads for its warp
-    const int id = mine < kKC ? __ldg(list + mine) : -1;
-#pragma unroll 4
-    for (int i = 0; i < kKC / 4; ++i) {
-      const int row = __shfl_sync(0xffffffffu, id, i), r = pw + 4 * i;
-      const float* src = p.x + static_cast<int64_t>(max(row, 0)) * p.m_pad + tok0;
-#pragma unroll
-      for (int c = lane * 4; c < kBT; c += 128) {
-        const bool ok = row >= 0 && tok0 + c < p.m_pad;
-        cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(xs + r * kBT + c, ok ? src + c : p.x,
-                                                                                 ok);
-      }
-    }
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full) : "memory");
 #endif
   }
 
@@ -789,7 +781,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int s = 0; s < kStages; ++s) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(full(s)), "r"(kCompact ? 129 : 33));
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(full(s)), "r"(33));
         asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty(s)), "r"(kThreads / 32));
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -1110,12 +1102,13 @@ int resident_for(int mode, bool use_tma, size_t smem, int limit) {
        : mode == 1 ? resident_ctas<1, false>(smem, limit) : resident_ctas<0, false>(smem, limit);
 }
 
-// kTma's two tensor maps: x^T (k rows of m_pad tokens; boxes of kBT tokens x ktd rows, zeros past k and m_pad) and
-// the kept weights (nnz_pad steps of n_pad rows; boxes of kBR rows x ktc steps). False if the driver refuses.
+// kTma's two tensor maps: x^T (k rows of m_pad tokens; boxes of kBT tokens x ktd rows, kCompact one row; zeros past k
+// and m_pad) and the kept weights (nnz_pad steps of n_pad rows; boxes of kBR rows x ktc steps). False if the driver
+// refuses.
 bool encode_maps(Params& p) {
   const cuuint32_t unit[2] = {1, 1};
   const cuuint64_t x_dims[2] = {cuuint64_t(p.m_pad), cuuint64_t(p.k)}, x_stride[1] = {cuuint64_t(p.m_pad) * 4};
-  const cuuint32_t x_box[2] = {cuuint32_t(kBT), cuuint32_t(p.ktd)};
+  const cuuint32_t x_box[2] = {cuuint32_t(kBT), cuuint32_t(kCompact ? 1 : p.ktd)};  // kCompact: one listed row
   const cuuint64_t w_dims[2] = {cuuint64_t(p.n_pad), cuuint64_t(p.nnz_pad)}, w_stride[1] = {cuuint64_t(p.n_pad) * 4};
   const cuuint32_t w_box[2] = {cuuint32_t(kBR), cuuint32_t(p.ktc)};
   CUresult a = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
