@@ -474,14 +474,21 @@ struct TileCopier {
 #endif
   }
 
+  // The listed row of x^T that lane i of producer warp pw brings for k-tile kt (row pw + 4 i of the stage; -1: none
+  // or past kKC), loaded a tile ahead by the producer loop so that its latency runs under the empty-barrier wait.
+  __device__ __forceinline__ int compact_row(int kt, int pw) const {
+    const int r = pw + 4 * (threadIdx.x & 31);
+    return r < kKC ? __ldg(r0 + kt * kKC + r) : -1;
+  }
+
   // kTma with kCompact (the producer warpgroup's four warps, each calling this): warp 0's lane 0 arms the stage's
   // full barrier with the whole stage's bytes (kKC one-row boxes of x^T and the weights' box) and issues the weights'
   // box, warp 0's lanes copy the column indices by cp.async (1 + 32 arrivals, as for whole tiles), and lane i of warp
-  // pw brings listed row pw + 4 i of x^T as a one-row TMA box (a -1 entry reads row k: out of range, zeros). The
+  // pw brings listed row pw + 4 i of x^T (``id``) as a one-row TMA box (-1 reads row k: out of range, zeros). The
   // boxes may land before the barrier is armed (its byte count then dips below zero; the pending arrivals keep the
   // phase open). cp.asyncs of the rows from these warps instead ran 1.10-1.33x slower (5188b98, NOTES.md).
   __device__ __forceinline__ void issue_compact_tma(const Params& p, char* stage, uint32_t full, int kt, int tok0,
-                                                    int pw) const {
+                                                    int pw, int id) const {
 #if __CUDA_ARCH__ >= 900
     static_assert(kKC <= 128, "a producer warp's rows fit one box a lane");
     const int lane = threadIdx.x & 31;
@@ -497,7 +504,6 @@ struct TileCopier {
     }
     const int r = pw + 4 * lane;  // this lane's row of the stage
     if (r < kKC) {
-      const int id = __ldg(r0 + kt * kKC + r);
       asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
                    "[%4];" ::"r"(xs + r * kBT * 4), "l"(reinterpret_cast<uint64_t>(&p.tma_x)), "r"(tok0),
                    "r"(id < 0 ? p.k : id), "r"(full)
@@ -787,13 +793,17 @@ nm_simt_kernel(__grid_constant__ const Params p) {
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    const int pw = warp - kThreads / 32;  // kCompact: the producer warp
+    int row_id = kCompact && pw >= 0 && count > 0 ? copier.compact_row(kt0, pw) : -1;  // tile 0's listed row
     auto produce = [&](int i) {  // tile i into stage i % kStages, once the computing warps released its last tile
       const int s = i % kStages;
+      const int next = kCompact && i + 1 < count ? copier.compact_row(kt0 + i + 1, pw) : -1;  // under the wait
       if (i >= kStages) wait(empty(s), (i / kStages - 1) & 1);
       if constexpr (kCompact)
-        copier.issue_compact_tma(p, smem + s * p.stage_bytes, full(s), kt0 + i, tok0, warp - kThreads / 32);
+        copier.issue_compact_tma(p, smem + s * p.stage_bytes, full(s), kt0 + i, tok0, pw, row_id);
       else
         copier.issue_tma(p, smem + s * p.stage_bytes, full(s), kt0 + i, tok0);
+      row_id = next;
       if (lane == 0) trace_mark(i, 0);
     };
     if constexpr (kOwnProducer) {
