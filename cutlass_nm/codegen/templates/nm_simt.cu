@@ -798,7 +798,12 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     auto produce = [&](int i) {  // tile i into stage i % kStages, once the computing warps released its last tile
       const int s = i % kStages;
       const int next = kCompact && i + 1 < count ? copier.compact_row(kt0 + i + 1, pw) : -1;  // under the wait
-      if (i >= kStages) wait(empty(s), (i / kStages - 1) & 1);
+      if (kCompact && kOwnProducer) {  // warp 0 waits for the release; warps 1-3 sleep at a named barrier meanwhile
+        if (i >= kStages && pw == 0) wait(empty(s), (i / kStages - 1) & 1);
+        asm volatile("bar.sync 2, 128;" ::: "memory");
+      } else if (i >= kStages) {
+        wait(empty(s), (i / kStages - 1) & 1);
+      }
       if constexpr (kCompact)
         copier.issue_compact_tma(p, smem + s * p.stage_bytes, full(s), kt0 + i, tok0, pw, row_id);
       else
