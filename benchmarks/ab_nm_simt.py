@@ -8,17 +8,16 @@ against the winners of an acceptance sweep.
     python3 benchmarks/ab_nm_simt.py --challengers kwarps --winners ... --out ...
     python3 benchmarks/ab_nm_simt.py --challengers tail --winners ... --out ...
     python3 benchmarks/ab_nm_simt.py --challengers cluster --winners ... --out ...
-    python3 benchmarks/ab_nm_simt.py --challengers compact --winners ... --out ...
 
-For each fp32 row of the winners file(s) (shape, pattern and the config that won it), "base" is that config built from
-``--base-template`` (the same config fields substituted) or, with ``--challengers``, from the current template; "new"
-is the config built from the current template, or the fastest of the named challenger set (bench_nm_simt.py's
+For each fp32 row of the winners file(s) (shape, pattern and the config that won it), "base" is that config built
+from ``--base-template`` (the same config fields substituted) or, with ``--challengers``, from the current template;
+"new" is the config built from the current template, or the fastest of the named challenger set (bench_nm_simt.py's
 candidates(): split-K and split-sum variants included, each timed once; ``tail``: the winner with split_reduce = 3 and
 split 2, 3 or 4, on rows whose tiles leave a last partial wave of CTAs; ``cluster``: a two-way split winner with its
-splits summed in a cluster; ``compact``: a TMA winner with compact k-tiles, compact_rivals). Then base, new and cuBLAS
-SGEMM (TF32 off) are timed in turn, ``--rounds`` times, each a CUDA graph of calls over inputs rotated past L2, after
-a check of both against an fp64 reference. Reported per row: the medians, ``new / base`` (the median of the rounds'
-ratios) and each side's % of ideal (M/N) against the same rounds' SGEMM.
+splits summed in a cluster). Then base, new and cuBLAS SGEMM (TF32 off)
+are timed in turn, ``--rounds`` times, each a CUDA graph of calls over inputs rotated past L2, after a check of both
+against an fp64 reference. Reported per row: the medians, ``new / base`` (the median of the rounds' ratios) and each
+side's % of ideal (M/N) against the same rounds' SGEMM.
 """
 
 from __future__ import annotations
@@ -44,19 +43,7 @@ from cutlass_nm.formats.nm import compress_nm
 from cutlass_nm.kernels import get_kernel, kernel_name, precompile
 from cutlass_nm.patterns import Pattern
 
-CHALLENGERS = {"kwarps": KWARPS, "tail": None, "cluster": None, "compact": None}
-
-
-def compact_rivals(r: dict) -> list[Config]:
-    """The row's TMA winner with compact k-tiles filled by the producer warpgroup (compact = 1): at its own k_cols and
-    stages, and at 64 rows x 3 stages, 96 x 2 and 128 x 2, those that fit."""
-    cfg = Config.from_record(r["config"])
-    if not cfg.tma or cfg.compact:
-        return []
-    problem = Problem(r["m"], r["n"], r["k"], TYPES["f32"], r["pattern"], VECTOR)
-    shapes = dict.fromkeys(((cfg.k_cols, cfg.stages), (64, 3), (96, 2), (128, 2)))
-    rivals = [replace(cfg, compact=1, k_cols=kc, stages=st) for kc, st in shapes]
-    return [c for c in rivals if FAMILY.check(c, problem) is None]
+CHALLENGERS = {"kwarps": KWARPS, "tail": None, "cluster": None}
 
 
 def cluster_rivals(r: dict) -> list[Config]:
@@ -118,8 +105,7 @@ def main() -> None:
     rows = winner_rows(args.winners.split(","), set(filter(None, args.patterns.split(","))),
                        {int(t) for t in args.tokens.split(",") if t})
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    own = {"tail": lambda r: tail_rivals(r, sms), "cluster": cluster_rivals,
-           "compact": compact_rivals}.get(args.challengers or "")
+    own = {"tail": lambda r: tail_rivals(r, sms), "cluster": cluster_rivals}.get(args.challengers or "")
     if own is not None:  # only the rows the challenger set can change
         rows = [r for r in rows if own(r)]
     cfgs = list(dict.fromkeys(Config.from_record(r["config"]) for r in rows))

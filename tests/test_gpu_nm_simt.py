@@ -100,14 +100,6 @@ TAIL_CONFIGS = (Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, 
 CHAIN = Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, x_transposed=1, tma=1, chain=1)
 CHAIN_CONFIGS = (CHAIN, replace(CHAIN, split_k=2, split_reduce=2), replace(CHAIN, split_k=3, split_reduce=3),
                  replace(CHAIN, k_cols=96, stages=2))
-# compact = 1 with tma = 1: the producer warpgroup copies the listed x^T rows by cp.async, the weights by TMA (24 kept
-# steps a 96-row stage at 4:32 instead of 12); chained, a cluster split, k_warps, 256-row CTAs in a last-wave split
-COMPACT_TMA = Config(block_tokens=256, thread_tokens=16, k_cols=96, stages=2, x_transposed=1, compact=1, tma=1)
-COMPACT_TMA_CONFIGS = (COMPACT_TMA, replace(COMPACT_TMA, chain=1, split_k=2, split_reduce=2),
-                       Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=2, x_transposed=1,
-                              compact=1, tma=1, split_k=2, split_reduce=2, k_warps=2),
-                       Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=96, stages=3, split_k=3,
-                              x_transposed=1, compact=1, tma=1, split_reduce=3))
 # more CTA tiles than an H100 (132 SMs) holds at once, so that some run whole: 195 tiles of 128 x 256, 520 of 128 x 128
 TAIL_SHAPES = [*SHAPES, (520, 8200, 1000), (1000, 8200, 600)]
 CONFIG_PATTERNS = ["3:7", "16:32", "1:8", "2:4", "13:64"]
@@ -141,8 +133,7 @@ def kernel_ids() -> list:
     kids |= {(FAMILY.name, cfg, KernelTypes("f32", "f32", True)) for cfg in COMPACT_ONE_CONFIGS}
     kids |= {(FAMILY.name, cfg, replace(t, bias=True)) for cfg in CLUSTER_CONFIGS for t in _types()}
     kids |= {(FAMILY.name, cfg, replace(t, bias=True)) for cfg in KWARPS_CONFIGS for t in _types()}
-    kids |= {(FAMILY.name, cfg, t)
-             for cfg in (*FUSED_CONFIGS, *SPLIT_CONFIGS, *TAIL_CONFIGS, *CHAIN_CONFIGS, *COMPACT_TMA_CONFIGS)
+    kids |= {(FAMILY.name, cfg, t) for cfg in (*FUSED_CONFIGS, *SPLIT_CONFIGS, *TAIL_CONFIGS, *CHAIN_CONFIGS)
              for t in (KernelTypes("f32", "f32", True), KernelTypes("f16", "f32", True))}
     return sorted(kids, key=str)
 
@@ -240,33 +231,6 @@ def test_compact_one_vector_a_cta_matches_reference(shape, pattern, vector, cfg)
     torch.cuda.synchronize()
     assert torch.isfinite(y).all()
     assert _err(y, ref) < TOL[torch.float32]
-
-
-@pytest.mark.parametrize("shape", TAIL_SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("pattern", ["4:32", "1:8", "3:7", "5:16", "8:32", "16:32"])
-@pytest.mark.parametrize("vector", [32, 128])
-@pytest.mark.parametrize("cfg", COMPACT_TMA_CONFIGS, ids=["128x256", "chain_cluster2", "kwarps", "256x128_tail3"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=NAMES.get)
-def test_compact_tma_matches_reference(shape, pattern, vector, cfg, dtype):
-    """compact = 1 with tma = 1 (listed x^T rows copied by the producer warpgroup, weights by TMA): random N:M incl.
-    3:7 and 5:16, vectors 32 and 128, tails (k = 1003, 600; m = 17, 129), whole and split tiles in one launch,
-    fp32 output poisoned with NaN, two calls with new x on one weight."""
-    m, n, k = shape
-    types = KernelTypes(NAMES[dtype], "f32", True)
-    if (reason := FAMILY.check(cfg, Problem(m, n, k, types, pattern, vector))) is not None:
-        assert "shared memory" in reason or "divide" in reason
-        pytest.skip(reason)
-    x, w, b, ref = _case(m, n, k, pattern, dtype, vector, seed=29)
-    kern = get_kernel((FAMILY.name, cfg, types))
-    for call in range(2):
-        if call:
-            x = torch.randn_like(x)
-            ref = x.double() @ w.to_dense().double().T + b.double()
-        y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
-        kern(x, w, b, y)
-        torch.cuda.synchronize()
-        assert torch.isfinite(y).all()
-        assert _err(y, ref) < TOL[torch.float32]
 
 
 @pytest.mark.parametrize("shape", [*SHAPES, (1000, 2048, 2048)], ids=lambda s: "x".join(map(str, s)))

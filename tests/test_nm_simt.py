@@ -18,7 +18,6 @@ from cutlass_nm.families.nm_simt import (
     compact_steps,
     cta_vectors,
     kgroups_for,
-    own_producer,
     simt_layout,
     smem_bound,
     tail_split_for,
@@ -161,21 +160,15 @@ def test_compact_one_vector_a_cta_keeps_a_step_per_staged_row():
 
 
 def test_tma_smem_and_rule():
-    """tma = 1: the xᵀ tile is unpadded (TMA boxes) and each stage has an 8-byte mbarrier; it needs x_transposed, and
-    with compact = 1 the producer warpgroup."""
+    """tma = 1: the xᵀ tile is unpadded (TMA boxes) and each stage has an 8-byte mbarrier; it needs whole xᵀ tiles."""
     tma = replace(WIDE3, tma=1)
     # 16:32, vector 32: x^T 64 x 64 floats = 16384 B, W 32768, indices 8 x 32 x 4 = 1024: 50176 per stage (x 128)
     assert smem_bound(tma, "16:32", 32) == 3 * (16384 + 32768 + 1024 + 16)
     assert smem_bound(tma, "16:32", 32) < smem_bound(WIDE3, "16:32", 32)
     assert FAMILY.check(tma, Problem(2048, 4096, 4096, F32, "4:32", 32)) is None
     assert "x_transposed" in FAMILY.check(replace(tma, x_transposed=0), Problem(2048, 4096, 4096, F32, "4:32", 32))
-    # compact tiles filled by the producer warpgroup: only where the kernel has one (one CTA per SM)
-    compact = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=96, stages=2, x_transposed=1, tma=1,
-                     compact=1)
-    assert own_producer(compact) and FAMILY.check(compact, Problem(2048, 4096, 4096, F32, "4:32", 32)) is None
-    two_ctas = replace(tma, compact=1, k_cols=96, stages=2)  # 8 x 8 tiles, 256 threads: two CTAs an SM
-    assert not own_producer(two_ctas)
-    assert "producer warpgroup" in FAMILY.check(two_ctas, Problem(2048, 4096, 4096, F32, "4:32", 32))
+    assert "compact=0" in FAMILY.check(replace(tma, compact=1, k_cols=96, stages=2),
+                                       Problem(2048, 4096, 4096, F32, "4:32", 32))
 
 
 @pytest.mark.parametrize("reduce", [1, 2, 3])

@@ -300,11 +300,8 @@ def _split_for(cfg: Config, problem: Problem, sm_count: int = 132) -> int:
 
 def _compact_rule(cfg: Config, pat: Pattern | None, vector: int) -> str | None:
     """The reason ``compact`` = 1 (or ``tma`` = 1) cannot run this pattern and vector (None: it can, or both off)."""
-    if cfg.tma and not cfg.x_transposed:
-        return "tma=1 copies tiles of the transposed x: it needs x_transposed=1"
-    if cfg.tma and cfg.compact and not own_producer(cfg):
-        return ("tma=1 with compact=1 copies the listed rows of xᵀ from the producer warpgroup: it needs one CTA per "
-                "SM (more than 64 accumulators a thread) with 128 or 256 computing threads")
+    if cfg.tma and (not cfg.x_transposed or cfg.compact):
+        return "tma=1 copies whole xᵀ tiles: it needs x_transposed=1 and compact=0"
     if not cfg.compact:
         return None
     if not cfg.x_transposed:

@@ -474,48 +474,6 @@ struct TileCopier {
 #endif
   }
 
-  // The listed row of x^T that lane i of producer warp pw brings for k-tile kt (row pw + 4 i of the stage; -1: none
-  // or past kKC), loaded a tile ahead by the producer loop so that its latency runs under the empty-barrier wait.
-  __device__ __forceinline__ int compact_row(int kt, int pw) const {
-    const int r = pw + 4 * (threadIdx.x & 31);
-    return r < kKC ? __ldg(r0 + kt * kKC + r) : -1;
-  }
-
-  // kTma with kCompact (the producer warpgroup's four warps, each calling this): warp 0's lane 0 arms the stage's
-  // full barrier with the whole stage's bytes (kKC one-row boxes of x^T and the weights' box) and issues the weights'
-  // box, warp 0's lanes copy the column indices by cp.async (1 + 32 arrivals, as for whole tiles), and lane i of warp
-  // pw brings listed row pw + 4 i of x^T (``id``) as a one-row TMA box (-1 reads row k: out of range, zeros). The
-  // boxes may land before the barrier is armed (its byte count then dips below zero; the pending arrivals keep the
-  // phase open). cp.asyncs of the rows from these warps instead ran 1.10-1.33x slower (5188b98, NOTES.md).
-  __device__ __forceinline__ void issue_compact_tma(const Params& p, char* stage, uint32_t full, int kt, int tok0,
-                                                    int pw, int id) const {
-#if __CUDA_ARCH__ >= 900
-    static_assert(kKC <= 128, "a producer warp's rows fit one box a lane");
-    const int lane = threadIdx.x & 31;
-    const uint32_t xs = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
-    if (pw == 0 && lane == 0) {
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(p.x_bytes + p.w_bytes)
-                   : "memory");
-      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-                   "[%4];" ::"r"(xs + p.x_bytes), "l"(reinterpret_cast<uint64_t>(&p.tma_w)), "r"(row0_),
-                   "r"(kt * p.ktc), "r"(full)
-                   : "memory");
-    }
-    const int r = pw + 4 * lane;  // this lane's row of the stage
-    if (r < kKC) {
-      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-                   "[%4];" ::"r"(xs + r * kBT * 4), "l"(reinterpret_cast<uint64_t>(&p.tma_x)), "r"(tok0),
-                   "r"(id < 0 ? p.k : id), "r"(full)
-                   : "memory");
-    }
-    if (pw == 0) {
-      issue_indices(p, stage, kt, lane, 32);
-      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full) : "memory");
-    }
-#endif
-  }
-
   __device__ __forceinline__ void issue(const Params& p, char* stage, int kt, int tok0) const {
     float* xs = reinterpret_cast<float*>(stage);
     float* ws = reinterpret_cast<float*>(stage + p.x_bytes);
@@ -793,32 +751,18 @@ nm_simt_kernel(__grid_constant__ const Params p) {
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    const int pw = warp - kThreads / 32;  // kCompact: the producer warp
-    int row_id = kCompact && pw >= 0 && count > 0 ? copier.compact_row(kt0, pw) : -1;  // tile 0's listed row
     auto produce = [&](int i) {  // tile i into stage i % kStages, once the computing warps released its last tile
       const int s = i % kStages;
-      const int next = kCompact && i + 1 < count ? copier.compact_row(kt0 + i + 1, pw) : -1;  // under the wait
-      if (kCompact && kOwnProducer) {  // warp 0 waits for the release; warps 1-3 sleep at a named barrier meanwhile
-        if (i >= kStages && pw == 0) wait(empty(s), (i / kStages - 1) & 1);
-        asm volatile("bar.sync 2, 128;" ::: "memory");
-      } else if (i >= kStages) {
-        wait(empty(s), (i / kStages - 1) & 1);
-      }
-      if constexpr (kCompact)
-        copier.issue_compact_tma(p, smem + s * p.stage_bytes, full(s), kt0 + i, tok0, pw, row_id);
-      else
-        copier.issue_tma(p, smem + s * p.stage_bytes, full(s), kt0 + i, tok0);
-      row_id = next;
+      if (i >= kStages) wait(empty(s), (i / kStages - 1) & 1);
+      copier.issue_tma(p, smem + s * p.stage_bytes, full(s), kt0 + i, tok0);
       if (lane == 0) trace_mark(i, 0);
     };
     if constexpr (kOwnProducer) {
-      // the producer warpgroup: its first warp fills every stage (kCompact: all four copy the listed rows of x^T),
-      // the others leave
-      if (warp >= kThreads / 32) {
+      if (warp >= kThreads / 32) {  // the producer warpgroup: its first warp fills every stage, the others leave
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL  // sm_90a (the build's Hopper target); plain sm_90 runs capped at 168 registers
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
 #endif
-        if (warp == kThreads / 32 || kCompact)
+        if (warp == kThreads / 32)
           for (int i = 0; i < count; ++i) produce(i);
         else if (kFuseX && p.x_rows != nullptr)
           transpose_chunks(p, kt0, kt1);
@@ -1117,13 +1061,12 @@ int resident_for(int mode, bool use_tma, size_t smem, int limit) {
        : mode == 1 ? resident_ctas<1, false>(smem, limit) : resident_ctas<0, false>(smem, limit);
 }
 
-// kTma's two tensor maps: x^T (k rows of m_pad tokens; boxes of kBT tokens x ktd rows, kCompact one row; zeros past k
-// and m_pad) and the kept weights (nnz_pad steps of n_pad rows; boxes of kBR rows x ktc steps). False if the driver
-// refuses.
+// kTma's two tensor maps: x^T (k rows of m_pad tokens; boxes of kBT tokens x ktd rows, zeros past k and m_pad) and
+// the kept weights (nnz_pad steps of n_pad rows; boxes of kBR rows x ktc steps). False if the driver refuses.
 bool encode_maps(Params& p) {
   const cuuint32_t unit[2] = {1, 1};
   const cuuint64_t x_dims[2] = {cuuint64_t(p.m_pad), cuuint64_t(p.k)}, x_stride[1] = {cuuint64_t(p.m_pad) * 4};
-  const cuuint32_t x_box[2] = {cuuint32_t(kBT), cuuint32_t(kCompact ? 1 : p.ktd)};  // kCompact: one listed row
+  const cuuint32_t x_box[2] = {cuuint32_t(kBT), cuuint32_t(p.ktd)};
   const cuuint64_t w_dims[2] = {cuuint64_t(p.n_pad), cuuint64_t(p.nnz_pad)}, w_stride[1] = {cuuint64_t(p.n_pad) * 4};
   const cuuint32_t w_box[2] = {cuuint32_t(kBR), cuuint32_t(p.ktc)};
   CUresult a = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
@@ -1258,8 +1201,7 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   if (smem > size_t(limit)) return 3;
   p.cluster = kClusterSplit && major >= 9;
   const bool partials_used = partial_sums();
-  // kCompact's listed rows come by the producer warpgroup's cp.asyncs (its kernel has one only at kOwnProducer)
-  const bool use_tma = kTma && (!kCompact || kOwnProducer) && mode == 2 && major >= 9;
+  const bool use_tma = kTma && !kCompact && mode == 2 && major >= 9;
   if (use_tma && !encode_maps(p)) return 1000 + int(cudaErrorInvalidValue);
   // kTailSplit: whole waves of tiles unsplit (CTA order: row tiles first, then token tiles)
   p.tiles_x = (n + kBR - 1) / kBR;
