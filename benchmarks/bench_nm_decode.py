@@ -3,7 +3,8 @@ bandwidth, and speedup over cuBLAS dense fp16 at the same m, all timed in one ru
 
     python3 benchmarks/bench_nm_decode.py --out benchmarks/results/h100/nm_decode.json
 
-Effective bandwidth = (compressed values + indices as the kernel streams them + x + y bytes) / time.
+Effective bandwidth = (compressed values + indices as the kernel streams them + x + y bytes) / time. Each row also
+times a device copy of the same bytes (``same_bytes_copy_ms``): what one launch per call can reach at that size.
 V:N:M rows run twice: forced onto the decode path and on the dispatch default (both the decode path's sparse
 tensor cores, mode 3, up to 16 tokens; the weight's stored bytes are counted for both). Each timed sample replays
 a graph of back-to-back calls; where the default config launches with programmatic dependent launch (``pdl``),
@@ -39,6 +40,15 @@ def copy_bandwidth() -> float:
     b = torch.empty_like(a)
     t = time_rotating(lambda i: b.copy_(a), 1, reps=30)
     return 2 * a.numel() / (t.p50_ms * 1e-3)
+
+
+def same_bytes_copy(nbytes: int, copies: int, reps: int = 30) -> float:
+    """Median ms of a device copy that moves ``nbytes`` (half read, half written) over ``copies`` sources rotated past
+    L2, each sample a graph of back-to-back copies as the calls are timed: the ceiling a single launch per call
+    reaches at this size (below the large-copy bandwidth where launches and ramps do not amortize)."""
+    src = [torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda") for _ in range(copies)]
+    dst = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+    return time_rotating(lambda i: dst.copy_(src[i]), copies, reps=reps).p50_ms
 
 
 def decode_inputs(m: int, n: int, k: int) -> tuple[int, list, float]:
@@ -123,6 +133,7 @@ def bench_pattern(pattern: str, m: int, n: int, k: int, xs: list, t_dense: float
     err = ((y.double() - ref).norm() / ref.norm()).item()
     t = time_rotating(run, copies)
     moved = weight_bytes + m * k * 2 + m * n * 2
+    t_copy = same_bytes_copy(moved, copies)
     extra = {}
     switched = []  # whether dispatch's config for this row had PDL on (the selector turned it off)
     cutlass_nm.set_selector(lambda fam, prob: no_pdl(fam, prob, switched))
@@ -138,7 +149,8 @@ def bench_pattern(pattern: str, m: int, n: int, k: int, xs: list, t_dense: float
             "median_ms": t.p50_ms, "p20_ms": t.p20_ms,
             "p80_ms": t.p80_ms, "cublas_ms": t_dense, "speedup_vs_cublas": t_dense / t.p50_ms,
             "effective_GBps": moved / (t.p50_ms * 1e-3) / 1e9, "fraction_of_copy_bw": moved / (t.p50_ms * 1e-3) / bw,
-            "rel_err": err, **extra}
+            "same_bytes_copy_ms": t_copy, "same_bytes_copy_fraction_of_copy_bw": moved / (t_copy * 1e-3) / bw,
+            "fraction_of_same_bytes_copy": t_copy / t.p50_ms, "rel_err": err, **extra}
 
 
 def no_pdl(family, problem, switched: list | None = None):

@@ -31,8 +31,15 @@ def report(run: dict, previous: dict | None, title: str) -> str:
         lines += ["Rows whose config launches with programmatic dependent launch (PDL: a call's weight stream starts "
                   "while the previous call on the stream finishes) are timed again with it off: `no PDL` is each "
                   "call on its own.", ""]
-    head = "| n x k | m | pattern | path | ms | vs cuBLAS | fraction of copy BW | rel err |"
-    sep = "|---|---|---|---|---|---|---|---|"
+    same = all("same_bytes_copy_ms" in r for r in run["rows"])
+    if same:
+        lines += ["`same-bytes copy` is a device copy of the row's bytes (half read, half written), timed the same way "
+                  "in the same run: its fraction of copy bandwidth is what one launch per call reaches at that size, "
+                  "and `of that` is the row's time against it.", ""]
+    head = "| n x k | m | pattern | path | ms | vs cuBLAS | fraction of copy BW |"
+    head += " same-bytes copy: fraction of copy BW | of that |" if same else ""
+    head += " rel err |"
+    sep = "|---|---|---|---|---|---|---|---|" + ("---|---|" if same else "")
     if pdl:
         head += " no PDL: ms | vs cuBLAS | fraction of copy BW |"
         sep += "---|---|---|"
@@ -42,7 +49,10 @@ def report(run: dict, previous: dict | None, title: str) -> str:
     lines += [head, sep]
     for r in run["rows"]:
         row = (f"| {r['n']} x {r['k']} | {r['m']} | {r['pattern']} | {r['family']} | {r['median_ms']:.4f} | "
-               f"{r['speedup_vs_cublas']:.2f}x | {r['fraction_of_copy_bw']:.2f} | {r['rel_err']:.1e} |")
+               f"{r['speedup_vs_cublas']:.2f}x | {r['fraction_of_copy_bw']:.2f} |")
+        if same:
+            row += f" {r['same_bytes_copy_fraction_of_copy_bw']:.2f} | {r['fraction_of_same_bytes_copy']:.2f} |"
+        row += f" {r['rel_err']:.1e} |"
         if pdl:
             row += (f" {r['no_pdl_ms']:.4f} | {r['no_pdl_speedup_vs_cublas']:.2f}x | "
                     f"{r['no_pdl_fraction_of_copy_bw']:.2f} |" if "no_pdl_ms" in r else " — | — | — |")

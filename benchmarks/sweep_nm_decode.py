@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import torch
-from bench_nm_decode import decode_inputs
+from bench_nm_decode import decode_inputs, same_bytes_copy
 
 import cutlass_nm
 from cutlass_nm.bench.env import environment
@@ -82,11 +82,7 @@ def main() -> None:
             ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern,
                                    vector=args.vector)[0] for _ in range(copies)]
             nbytes = ws[0].values.numel() * 2 + ws[0].indices.numel() + (m * k + m * n) * 2
-            # a device copy that moves the same bytes (half read, half written): the ceiling at this size
-            src = [torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda") for _ in range(copies)]
-            dst = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
-            t_copy = time_rotating(lambda i, s=src, d=dst: d.copy_(s[i]), copies, reps=50, warmup_ms=50).p50_ms
-            del src, dst
+            t_copy = same_bytes_copy(nbytes, copies, reps=50)  # the ceiling at this size
             ref = xs[0].float() @ ws[0].to_dense().float().T
             for cfg in configs(m):
                 set_selector(lambda fam, prob, cfg=cfg: cfg)
