@@ -43,12 +43,14 @@ def copy_bandwidth() -> float:
 
 
 def same_bytes_copy(nbytes: int, copies: int, reps: int = 30) -> float:
-    """Median ms of a device copy that moves ``nbytes`` (half read, half written) over ``copies`` sources rotated past
-    L2, each sample a graph of back-to-back copies as the calls are timed: the ceiling a single launch per call
-    reaches at this size (below the large-copy bandwidth where launches and ramps do not amortize)."""
+    """Median ms of a device copy that moves ``nbytes`` (half read, half written) between ``copies`` pairs of buffers
+    rotated past L2, each sample a graph of back-to-back copies as the calls are timed: the ceiling a single launch
+    per call reaches at this size (below the large-copy bandwidth where launches and ramps do not amortize). The
+    destinations rotate too: one destination written every call stays in L2 and ran above copy bandwidth (H100,
+    8192², results/h100/nm_decode_v32_35db2b6.json)."""
     src = [torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda") for _ in range(copies)]
-    dst = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
-    return time_rotating(lambda i: dst.copy_(src[i]), copies, reps=reps).p50_ms
+    dst = [torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda") for _ in range(copies)]
+    return time_rotating(lambda i: dst[i].copy_(src[i]), copies, reps=reps).p50_ms
 
 
 def decode_inputs(m: int, n: int, k: int) -> tuple[int, list, float]:
