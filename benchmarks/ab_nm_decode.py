@@ -87,7 +87,7 @@ def main() -> None:
         dense = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies_to_rotate(n * k * 2))]
         nbytes = streamed_bytes(ws[0], None) + (m * k + m * n) * 2
         src = [torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda") for _ in range(copies)]
-        dst = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+        dst = [torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda") for _ in range(copies)]  # rotated too
         y = torch.empty(m, n, device="cuda", dtype=torch.float16)
         ref = xs[0].float() @ ws[0].to_dense().float().T
         runs, errs = [], []
@@ -98,7 +98,7 @@ def main() -> None:
             run(xs[0], ws[0], None, y)
             errs.append(float((y.float() - ref).norm() / ref.norm()))
             runs.append(lambda i, run=run, xs=xs, ws=ws, y=y: run(xs[i], ws[i], None, y))
-        baselines = (lambda i, s=src, d=dst: d.copy_(s[i]), lambda i, a=xs, b=dense: torch.mm(a[i], b[i % len(b)].T))
+        baselines = (lambda i, s=src, d=dst: d[i].copy_(s[i]), lambda i, a=xs, b=dense: torch.mm(a[i], b[i % len(b)].T))
         times: list[list[float]] = [[] for _ in variants]
         copy_t, dense_t = [], []
         for r in range(args.rounds):
