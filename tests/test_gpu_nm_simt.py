@@ -83,8 +83,10 @@ KWARPS_CONFIGS = (Config(block_rows=128, block_tokens=128, thread_tokens=16, k_c
                   Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=2, x_transposed=1,
                          tma=1, split_k=3, split_reduce=1, k_warps=2),
                   Config(block_tokens=64, k_cols=32, stages=3, split_k=2, k_warps=2),
-                  # the heuristic's choice at 256-511 tokens where it fills the GPU
+                  # the heuristic's choice at 256-511 tokens where it fills the GPU (3 stages where they fit)
                   Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=2, x_transposed=1,
+                         tma=1, split_k=2, split_reduce=2, k_warps=2),
+                  Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=3, x_transposed=1,
                          tma=1, split_k=2, split_reduce=2, k_warps=2))
 # split_reduce = 3: the full waves' tiles whole, the last partial wave's split by atomics (TMA 8 x 16 and chained
 # 16 x 8 tiles at one CTA per SM, k_warps, cp.async at two CTAs per SM: untransposed x, y zeroed by a memset or
@@ -270,7 +272,7 @@ def test_cluster_split_matches_reference(shape, pattern, cfg, types):
 @pytest.mark.parametrize("shape", [*SHAPES, (1000, 2048, 2048)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("pattern", ["4:32", "1:8", "3:7", "5:16", "16:32"])
 @pytest.mark.parametrize("cfg", KWARPS_CONFIGS, ids=["tma_8x16", "tma_16x8_cluster2", "tma_8x16_atomics3",
-                                                     "cp_async_split2", "heuristic_256"])
+                                                     "cp_async_split2", "heuristic_256", "heuristic_256_3stages"])
 @pytest.mark.parametrize("types", _types(), ids=lambda t: f"{t.dtype}_{t.out_dtype}")
 def test_k_warps_match_reference(shape, pattern, cfg, types):
     """k_warps = 2: each warp group takes a run of every k-tile's steps (uneven where the steps are not a multiple of
