@@ -67,8 +67,9 @@ SWEEP += tuple(replace(c, chain=1) for c in SWEEP if (c.thread_rows, c.thread_to
 KWARPS = tuple(Config(block_rows=128, block_tokens=128, x_transposed=1, tma=1, k_warps=2, **c) for c in (
     {"thread_tokens": 16, "k_cols": 64, "stages": 3}, {"thread_tokens": 16, "k_cols": 128, "stages": 2},
     {"thread_rows": 16, "k_cols": 64, "stages": 3}, {"thread_rows": 16, "k_cols": 96, "stages": 3},
-    # 3 stages of 128 columns fit at densities <= 1/8 only (72 KB a stage at 4:32); of 96 up to 1/2
-    {"thread_tokens": 16, "k_cols": 128, "stages": 3}, {"thread_tokens": 16, "k_cols": 96, "stages": 3}))
+    # 3 stages of 128 columns fit at densities <= 1/8 only (72 KB a stage at 4:32); 3 of 96 won nothing at 50-75 %
+    # (results/h100/ab_nm_simt_kwarps96_008baba.json)
+    {"thread_tokens": 16, "k_cols": 128, "stages": 3}))
 # --compact: stages holding only the xᵀ rows a CTA's vectors use (cp.async). With one vector a CTA (vector a
 # multiple of block_rows) a k-tile keeps a step per staged row, so x bytes per FMA stop growing with sparsity.
 COMPACT_SWEEP = tuple(Config(**{**c.to_record(), "x_transposed": 1, "compact": 1}) for c in (
