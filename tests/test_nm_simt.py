@@ -279,12 +279,13 @@ def test_heuristic_fits_every_vector(types, pattern, vector, m):
         assert FAMILY.check(cfg, p) is None
         assert cfg.x_transposed == 1 and cfg.tma == 1
         fits = vector in (8, 32) and pattern not in ("31:32", "63:64")  # the first choice fits
-        if cfg.k_warps == 2:  # 256 tokens, k <= 4096, 128 x 128 CTAs split in two fill >= 95 % of their waves
-            assert (m, n, k) == (256, 4096, 4096)
+        if cfg.k_warps == 2:  # 256 tokens where 128 x 128 CTAs split in two fill >= 95 % of their waves
+            assert (m, n) == (256, 4096) and k in (4096, 11008)
             assert (cfg.block_rows, cfg.block_tokens, cfg.k_cols) == (128, 128, 128)
             assert (cfg.split_k, cfg.split_reduce) == (2, 2)
+            assert cfg.stages == (3 if pattern == "1:8" and vector in (8, 32) else 2)  # 3 fit at densities <= 1/8
             continue
-        assert not (fits and (m, n, k) == (256, 4096, 4096))  # there k_warps fits and is chosen
+        assert not (fits and (m, n) == (256, 4096) and k in (4096, 11008))  # there k_warps fits and is chosen
         sparse = pattern in ("1:8", "5:16")  # density < 3/8
         tile = (cfg.block_tokens, cfg.thread_rows, cfg.thread_tokens)
         assert tile == ((64, 8, 8) if m < 256 else (256, 8, 16) if sparse else (128, 16, 8))
@@ -300,15 +301,16 @@ def test_heuristic_fits_every_vector(types, pattern, vector, m):
 
 
 def test_heuristic_rows_follow_the_vector():
-    p = [Problem(256, 4096, 11008, F32, "16:32", v) for v in (32, 1, 0)]
+    p = [Problem(256, 11008, 11008, F32, "16:32", v) for v in (32, 1, 0)]
     assert [FAMILY.heuristic(q).stages for q in p] == [3, 2, 2]  # vector 1 and unknown: 3 stages do not fit
-    # 32 CTAs of 256 x 128: k split 4 ways
-    assert FAMILY.heuristic(p[0]) == Config(block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=3,
-                                            split_k=4, x_transposed=1, tma=1)
-    # k = 4096: 128 x 128 CTAs of two warp groups, split in two (128 CTAs), where it fits (vector 32, not 1)
-    kw = FAMILY.heuristic(Problem(256, 4096, 4096, F32, "16:32", 32))
-    assert (kw.k_warps, kw.split_k, kw.split_reduce) == (2, 2, 2)
+    # 128 x 128 CTAs of two warp groups, split in two (128 CTAs), where it fits (vector 32, not 1); else 32 CTAs of
+    # 256 x 128 with k split 4 ways
+    for k in (4096, 11008):
+        kw = FAMILY.heuristic(Problem(256, 4096, k, F32, "16:32", 32))
+        assert (kw.k_warps, kw.split_k, kw.split_reduce) == (2, 2, 2)
     assert FAMILY.heuristic(Problem(256, 4096, 4096, F32, "16:32", 1)).k_warps == 1
+    assert FAMILY.heuristic(Problem(256, 4096, 11008, F32, "16:32", 1)) == Config(
+        block_rows=256, block_tokens=128, thread_rows=16, k_cols=64, stages=2, split_k=4, x_transposed=1, tma=1)
     # vector 1 at 63:64: 2 stages of 256 rows do not fit (292864 B): the CTA's rows are halved
     wide = FAMILY.heuristic(Problem(256, 4096, 4096, F32, "63:64", 1))
     assert (wide.block_rows, wide.stages) == (128, 2)
