@@ -97,6 +97,9 @@ TAIL_CONFIGS = (Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, 
                        x_transposed=1, tma=1, split_reduce=3),
                 Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=2, x_transposed=1, tma=1,
                        split_k=2, split_reduce=3, k_warps=2),
+                # the heuristic's 256-token tile where two splits do not fill the waves (n = 11008 at 1:8, 4:32)
+                Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=3, x_transposed=1, tma=1,
+                       split_k=3, split_reduce=3, k_warps=2),
                 Config(k_cols=16, stages=2, split_k=2, split_reduce=3))
 # chain = 1: 8 x 16 tiles chaining their k-tiles (whole, summed in a cluster, last-wave split; 96-column tiles)
 CHAIN = Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, x_transposed=1, tma=1, chain=1)
@@ -311,9 +314,9 @@ def _fresh_inputs_match(shape, pattern, cfg, dtype, seeds):
 
 
 @pytest.mark.parametrize("shape", TAIL_SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("pattern", ["8:32", "3:7", "16:32"])
+@pytest.mark.parametrize("pattern", ["8:32", "3:7", "16:32", "4:32"])
 @pytest.mark.parametrize("cfg", TAIL_CONFIGS, ids=["tma_8x16_split3", "tma_16x8_split4", "k_warps_split2",
-                                                   "cp_async_split2"])
+                                                   "k_warps_3stages_split3", "cp_async_split2"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=NAMES.get)
 def test_tail_split_matches_reference(shape, pattern, cfg, dtype):
     """split_reduce = 3: tiles of the GPU's full waves run whole k and store, the rest add k splits into y, of which

@@ -279,13 +279,14 @@ def test_heuristic_fits_every_vector(types, pattern, vector, m):
         assert FAMILY.check(cfg, p) is None
         assert cfg.x_transposed == 1 and cfg.tma == 1
         fits = vector in (8, 32) and pattern not in ("31:32", "63:64")  # the first choice fits
-        if cfg.k_warps == 2:  # 256 tokens where 128 x 128 CTAs split in two fill >= 95 % of their waves
-            assert (m, n) == (256, 4096) and k in (4096, 11008)
+        kw_shapes = ((4096, 4096), (4096, 11008), (11008, 4096))
+        if cfg.k_warps == 2:  # 256 tokens: split in two where that fills >= 95 % of the waves, else the last wave
+            assert m == 256 and (n, k) in kw_shapes
             assert (cfg.block_rows, cfg.block_tokens, cfg.k_cols) == (128, 128, 128)
-            assert (cfg.split_k, cfg.split_reduce) == (2, 2)
+            assert (cfg.split_k, cfg.split_reduce) == ((3, 3) if n == 11008 else (2, 2))
             assert cfg.stages == (3 if pattern == "1:8" and vector in (8, 32) else 2)  # 3 fit at densities <= 1/8
             continue
-        assert not (fits and (m, n) == (256, 4096) and k in (4096, 11008))  # there k_warps fits and is chosen
+        assert not (fits and m == 256 and (n, k) in kw_shapes)  # there k_warps fits and is chosen
         sparse = pattern in ("1:8", "5:16")  # density < 3/8
         tile = (cfg.block_tokens, cfg.thread_rows, cfg.thread_tokens)
         assert tile == ((64, 8, 8) if m < 256 else (256, 8, 16) if sparse else (128, 16, 8))
@@ -301,7 +302,7 @@ def test_heuristic_fits_every_vector(types, pattern, vector, m):
 
 
 def test_heuristic_rows_follow_the_vector():
-    p = [Problem(256, 11008, 11008, F32, "16:32", v) for v in (32, 1, 0)]
+    p = [Problem(512, 4096, 11008, F32, "16:32", v) for v in (32, 1, 0)]
     assert [FAMILY.heuristic(q).stages for q in p] == [3, 2, 2]  # vector 1 and unknown: 3 stages do not fit
     # 128 x 128 CTAs of two warp groups, split in two (128 CTAs), where it fits (vector 32, not 1); else 32 CTAs of
     # 256 x 128 with k split 4 ways
@@ -503,7 +504,7 @@ def test_tail_split_estimate_counts_waves():
 
 def test_heuristic_splits_the_last_wave_where_it_saves_waves():
     """split_reduce = 3 where the tiles leave a partial last wave and splitting it saves >= 5 % of the waves (fp32
-    output only): n = 11008 from 512 to 2048 tokens; not at 4096 tokens (10.5 of 11 waves) or n = 4096."""
+    output only): n = 11008 from 256 to 2048 tokens; not at 4096 tokens (10.5 of 11 waves) or n = 4096."""
     for m, split in ((512, 3), (1024, 3), (2048, 4)):
         for pattern in ("16:32", "8:32", "4:32"):
             cfg = FAMILY.heuristic(Problem(m, 11008, 4096, F32, pattern, 32))
@@ -513,8 +514,11 @@ def test_heuristic_splits_the_last_wave_where_it_saves_waves():
     half = FAMILY.heuristic(Problem(2048, 11008, 4096, KernelTypes("f16", "f16", False), "8:32", 32))
     assert half.split_reduce != 3  # atomics add into fp32 only
     assert FAMILY.heuristic(Problem(2048, 11008, 4096, KernelTypes("bf16", "f32", False), "8:32", 32)).split_reduce == 3
-    for m, n in ((4096, 11008), (2048, 4096), (4096, 12288), (256, 11008)):
+    for m, n in ((4096, 11008), (2048, 4096), (4096, 12288)):
         assert FAMILY.heuristic(Problem(m, n, 4096, F32, "8:32", 32)).split_reduce != 3
+    # 256 tokens, n = 11008: the k_warps tile (172 of them: 1.3 waves of 132) with its last wave split 3 ways
+    kw = FAMILY.heuristic(Problem(256, 11008, 4096, F32, "8:32", 32))
+    assert (kw.k_warps, kw.split_k, kw.split_reduce) == (2, 3, 3)
 
 
 def test_chain_rule_and_heuristic():

@@ -392,34 +392,29 @@ class _SimtFamily:
         tma = 1 was the fastest variant on all 55 swept shapes, by 1-11 %; where the GPU has no TMA the same binary runs
         cp.async). From 256 tokens: 256x128 CTAs of 16x8 thread tiles, 3 stages, for densities >= 3/8 (16:32, 12:32),
         else 128x256 CTAs of 8x16 tiles, 3 stages of 64 columns (8:32) or, at densities <= 1/8 from 1024 tokens, 2
-        stages of 96 (4:32); below 256 tokens 256x64 CTAs of 8x8 tiles, 2 stages. From 256 to 511 tokens, where 128x128
-        CTAs split in two fill their waves to >= 95 %, two warp groups split each k-tile of 128x128 CTAs of 8x16 tiles
-        (k_warps = 2, 128 columns, 3 stages where they fit, else 2), the two splits summed in a cluster. H100 at 842990c
-        (the acceptance sweep, nm_simt_plain_*_842990c.json, every one of these timed beside the older choices in the
-        same run): the 3 dense stages 5-7 % faster than 2 from 1024 tokens (level below), the 96-column sparse tiles
-        0.5-3 % at 4:32, k_warps 8-22 % at 256 tokens with n = 4096 / 12288 (with 3 stages where they fit, densities <=
-        1/8: 0.925-0.947x the 2-stage tile there, H100 at 61f526b, ab_nm_simt_kwarps3_61f526b.json; at k = 11008 too,
-        where the b54122e sweep's 256-token winner was this tile at 16:32-2:8, 3-6 % under the previous heuristic's
-        choice, nm_simt_plain_*_b54122e.json). The 8 x 16 tiles chain their k-tiles (chain = 1) from density 1/4 (H100
-        at d6750da: 0.4-4.4 % faster at 16:32 to 8:32, 3-5 % slower at 4:32, ab_nm_simt_vmix_d6750da.json). k is split
-        to fill the last wave of CTAs (_split_for); from 256 tokens two splits are summed in a thread block cluster
-        (split_reduce = 2; H100 at 8b2f002, once stash_tile stopped pinning the accumulators' registers: faster than
-        atomics or the partials pass on 8 of 11 two-split winners, by up to 6 %, ab_nm_simt_stash_cluster_8b2f002.json;
-        clusters of 3 or 4 whole-SM CTAs ran up to twice as long at 40e8f40, fewer of them fitting the GPU at once).
-        Where the tiles overfill the GPU by a partial wave and splitting only that wave saves >= 5 % of the waves
-        (tail_split_for; fp32 output), split_reduce = 3 with that split instead (H100 at 9d50b99: 0.89-0.99x the time on
-        the n = 11008 rows of 512-2048 tokens, results/h100/ab_nm_simt_tail_9d50b99.json). Where the stages do not fit
-        (vector 1 at dense patterns such as 31:32 or 63:64), first 2 stages, then the CTA's rows are halved: the config
-        fits every N:M with M <= 64."""
+        stages of 96 (4:32); below 256 tokens 256x64 CTAs of 8x8 tiles, 2 stages. From 256 to 511 tokens two warp groups
+        split each k-tile of 128x128 CTAs of 8x16 tiles (k_warps = 2, 128 columns, 3 stages where they fit, else 2;
+        _k_warps_tile), k split in two and summed in a cluster where that fills the waves to >= 95 %, else only the last
+        partial wave split. H100 at 842990c (the acceptance sweep, nm_simt_plain_*_842990c.json, every one of these
+        timed beside the older choices in the same run): the 3 dense stages 5-7 % faster than 2 from 1024 tokens (level
+        below), the 96-column sparse tiles 0.5-3 % at 4:32, k_warps 8-22 % at 256 tokens with n = 4096 / 12288 (with 3
+        stages where they fit, densities <= 1/8: 0.925-0.947x the 2-stage tile there, H100 at 61f526b,
+        ab_nm_simt_kwarps3_61f526b.json; at k = 11008 too, where the b54122e sweep's 256-token winner was this tile at
+        16:32-2:8, 3-6 % under the previous heuristic's choice, nm_simt_plain_*_b54122e.json). The 8 x 16 tiles chain
+        their k-tiles (chain = 1) from density 1/4 (H100 at d6750da: 0.4-4.4 % faster at 16:32 to 8:32, 3-5 % slower at
+        4:32, ab_nm_simt_vmix_d6750da.json). k is split to fill the last wave of CTAs (_split_for); from 256 tokens two
+        splits are summed in a thread block cluster (split_reduce = 2; H100 at 8b2f002, once stash_tile stopped pinning
+        the accumulators' registers: faster than atomics or the partials pass on 8 of 11 two-split winners, by up to 6
+        %, ab_nm_simt_stash_cluster_8b2f002.json; clusters of 3 or 4 whole-SM CTAs ran up to twice as long at 40e8f40,
+        fewer of them fitting the GPU at once). Where the tiles overfill the GPU by a partial wave and splitting only
+        that wave saves >= 5 % of the waves (tail_split_for; fp32 output), split_reduce = 3 with that split instead
+        (H100 at 9d50b99: 0.89-0.99x the time on the n = 11008 rows of 512-2048 tokens,
+        results/h100/ab_nm_simt_tail_9d50b99.json). Where the stages do not fit (vector 1 at dense patterns such as
+        31:32 or 63:64), first 2 stages, then the CTA's rows are halved: the config fits every N:M with M <= 64."""
         pat = parse_or_none(problem.pattern)
         dense = pat is None or pat.n / pat.m >= 3 / 8
-        halves = -(-problem.n // 128) * -(-problem.m // 128) * 2  # 128x128 CTAs split in two
-        if 256 <= problem.m < 512 and halves / (-(-halves // 132) * 132) >= 0.95:
-            kw = Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=3, k_warps=2,
-                        x_transposed=1, tma=1, split_k=2, split_reduce=2)
-            for cfg in (kw, replace(kw, stages=2)):  # 3 stages fit at densities <= 1/8
-                if self.check(cfg, problem) is None:
-                    return cfg  # else (its stages do not fit this vector) the choice below
+        if 256 <= problem.m < 512 and (kw := self._k_warps_tile(problem)) is not None:
+            return kw
         if problem.m < 256:
             cfg = Config(block_rows=256, block_tokens=64, k_cols=64, stages=2)
         elif dense:
@@ -447,6 +442,28 @@ class _SimtFamily:
         while not fits(cfg) and cfg.block_rows > 4 * cfg.thread_rows:  # keeps whole warps (and >= 64 threads)
             cfg = replace(cfg, block_rows=cfg.block_rows // 2)
         return cfg
+
+    def _k_warps_tile(self, problem: Problem) -> Config | None:
+        """The heuristic's tile at 256-511 tokens: 128 x 128 CTAs of two warp groups, 3 stages of 128 columns where
+        they fit (densities <= 1/8), else 2; k split in two and summed in a cluster where that fills >= 95 % of the
+        waves, else only the last partial wave split (tail_split_for; fp32 output). None: neither applies or fits.
+        H100: the b54122e / e2af485 sweeps' 256-token winners at every density on 4096², 12288 x 4096 and 4096 x
+        11008 (split in two) and 11008 x 4096 (last wave split 3) (results/h100/NOTES.md, stop 35)."""
+        halves = -(-problem.n // 128) * -(-problem.m // 128) * 2  # 128x128 CTAs split in two
+        fill = halves / (-(-halves // 132) * 132)
+        kw = Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=3, k_warps=2,
+                    x_transposed=1, tma=1)
+        for cfg in (kw, replace(kw, stages=2)):
+            tail = None if fill >= 0.95 else tail_split_for(cfg, problem)
+            if fill >= 0.95:
+                cfg = replace(cfg, split_k=2, split_reduce=2)
+            elif tail is not None:
+                cfg = replace(cfg, split_k=tail, split_reduce=3)
+            else:
+                return None
+            if self.check(cfg, problem) is None:
+                return cfg  # else (its stages do not fit this vector, or not fp32 out) 2 stages or none
+        return None
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, cfg, types)
