@@ -449,21 +449,16 @@ class _SimtFamily:
         waves, else only the last partial wave split (tail_split_for; fp32 output). None: neither applies or fits.
         H100: the b54122e / e2af485 sweeps' 256-token winners at every density on 4096², 12288 x 4096 and 4096 x
         11008 (split in two) and 11008 x 4096 (last wave split 3) (results/h100/NOTES.md, stop 35)."""
+        kw = Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, k_warps=2, x_transposed=1, tma=1)
         halves = -(-problem.n // 128) * -(-problem.m // 128) * 2  # 128x128 CTAs split in two
-        fill = halves / (-(-halves // 132) * 132)
-        kw = Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, stages=3, k_warps=2,
-                    x_transposed=1, tma=1)
-        for cfg in (kw, replace(kw, stages=2)):
-            tail = None if fill >= 0.95 else tail_split_for(cfg, problem)
-            if fill >= 0.95:
-                cfg = replace(cfg, split_k=2, split_reduce=2)
-            elif tail is not None:
-                cfg = replace(cfg, split_k=tail, split_reduce=3)
-            else:
-                return None
-            if self.check(cfg, problem) is None:
-                return cfg  # else (its stages do not fit this vector, or not fp32 out) 2 stages or none
-        return None
+        if halves / (-(-halves // 132) * 132) >= 0.95:
+            kw = replace(kw, split_k=2, split_reduce=2)
+        elif (tail := tail_split_for(kw, problem)) is not None:
+            kw = replace(kw, split_k=tail, split_reduce=3)
+        else:
+            return None
+        fitting = (c for c in (replace(kw, stages=3), replace(kw, stages=2)) if self.check(c, problem) is None)
+        return next(fitting, None)  # None: the stages do not fit this vector, or a last-wave split not fp32 out
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
         return _Launcher(lib, cfg, types)
