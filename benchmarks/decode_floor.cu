@@ -205,16 +205,21 @@ int main(int argc, char** argv) {
   // "none": no weight bytes at all, x read and y written: the chain's own cost per call
   const struct { const char* name; double density; } pats[] = {
       {"none", 0.0}, {"1:8", 1.0 / 8}, {"2:8", 2.0 / 8}, {"5:16", 5.0 / 16}, {"3:7", 3.0 / 7}, {"16:32", 0.5}};
-  // shared memory: 13 chunks of 16 KB for 1 CTA an SM, 6 for 2, 3 for 4, 1 for 8 (all of a share that fits)
-  const Setup setups[] = {{1, 13, true}, {2, 6, true}, {4, 3, true}, {8, 1, true}, {1, 13, false}, {2, 6, false}};
+  // shared memory: 13 chunks of 16 KB for 1 CTA an SM, 6 for 2, 3 for 4, 1 for 8 (all of a share that fits): a
+  // call's CTAs fill the SM. The "half" setups leave half of it free, so the next call's CTAs (PDL, released at
+  // entry) fit beside this call's and start their weight copies while it runs.
+  const Setup setups[] = {{1, 13, true}, {2, 6, true}, {4, 3, true}, {8, 1, true}, {1, 13, false}, {2, 6, false},
+                          {1, 6, true}, {2, 3, true}, {2, 2, true}, {4, 1, true}};
   const char* setup_names[] = {"1 CTA/SM, PDL", "2 CTAs/SM, PDL", "4 CTAs/SM, PDL", "8 CTAs/SM, PDL",
-                               "1 CTA/SM, no PDL", "2 CTAs/SM, no PDL"};
+                               "1 CTA/SM, no PDL", "2 CTAs/SM, no PDL", "half: 1 CTA/SM x 6 chunks, PDL",
+                               "half: 2 CTAs/SM x 3 chunks, PDL", "half: 2 CTAs/SM x 2 chunks, PDL",
+                               "half: 4 CTAs/SM x 1 chunk, PDL"};
   constexpr int kSetups = sizeof(setups) / sizeof(setups[0]);
   const long long l2 = prop.l2CacheSize;
   FILE* out = json ? std::fopen(json, "w") : nullptr;
   if (out) std::fprintf(out, "{\"gpu\": \"%s\", \"copy_bandwidth\": %.6g, \"rows\": [\n", prop.name, bw);
   bool first = true;
-  std::printf("%-13s %-6s %10s  %s\n", "n x k", "pattern", "MB", "us and fraction of copy BW: PDL at 1, 2, 4, 8 CTAs/SM; no PDL at 1, 2");
+  std::printf("%-13s %-6s %10s  %s\n", "n x k", "pattern", "MB", "us and fraction of copy BW: PDL at 1, 2, 4, 8 CTAs/SM; no PDL at 1, 2; half the SM: 1x6, 2x3, 2x2, 4x1");
   for (auto& sh : shapes) {
     const int n = sh[0], k = sh[1];
     for (auto& p : pats) {
