@@ -49,7 +49,7 @@ import torch
 from ..errors import LaunchError
 from ..formats.nm import VECTORS, NMWeight
 from ..patterns import Pattern, parse_or_none
-from .base import FamilyConfig, KernelTypes, Problem
+from .base import SM_COUNT_H100, FamilyConfig, KernelTypes, Problem
 from .launch import check_status, workspace
 
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
@@ -103,7 +103,7 @@ class Config(FamilyConfig):
     def threads(self) -> int:
         return (self.block_rows // self.thread_rows) * (self.block_tokens // self.thread_tokens) * self.k_warps
 
-    def estimate_ms(self, problem: Problem, sm_count: int = 132, density: float = 0.5) -> float:
+    def estimate_ms(self, problem: Problem, sm_count: int = SM_COUNT_H100, density: float = 0.5) -> float:
         """Roofline-style estimate for ranking (tune.perfmodel): CTA waves x FMA time at the CUDA-core rate,
         discounted by the shared-memory loads per FMA of the thread tile, or L2 traffic, whichever is larger."""
         from ..tune.perfmodel import SIMT_FLOPS
@@ -258,7 +258,7 @@ def simt_layout(w: NMWeight, kgroups: int) -> tuple[torch.Tensor, torch.Tensor, 
     return wt.contiguous(), cols.contiguous(), n_pad, gpad * n
 
 
-def resident_slots(cfg: Config, sm_count: int = 132) -> int:
+def resident_slots(cfg: Config, sm_count: int = SM_COUNT_H100) -> int:
     """CTAs the heuristic counts as resident at once: one per SM, two for tiles of <= 64 accumulators a thread."""
     return sm_count * (2 if cfg.thread_rows * cfg.thread_tokens <= 64 else 1)
 
@@ -270,7 +270,7 @@ def tail_waves(tiles: int, slots: int, split: int) -> float:
     return whole + -(-(tiles - whole * slots) * split // slots) / split
 
 
-def tail_split_for(cfg: Config, problem: Problem, sm_count: int = 132) -> int | None:
+def tail_split_for(cfg: Config, problem: Problem, sm_count: int = SM_COUNT_H100) -> int | None:
     """The split (2-4) with which split_reduce = 3 runs the config's tiles in the fewest waves, where that is at least
     5 % fewer than unsplit (None elsewhere: fewer tiles than slots, or a last wave nearly full). H100 (results/h100/
     NOTES.md, stop 34): the tail split won every n = 11008 row from 512 to 2048 tokens (7-13 % fewer waves predicted,
@@ -283,7 +283,7 @@ def tail_split_for(cfg: Config, problem: Problem, sm_count: int = 132) -> int | 
     return split if waves <= 0.95 * -(-tiles // slots) else None
 
 
-def _split_for(cfg: Config, problem: Problem, sm_count: int = 132) -> int:
+def _split_for(cfg: Config, problem: Problem, sm_count: int = SM_COUNT_H100) -> int:
     """Split-K for the heuristic: the smallest split of 1-4 (at least 1024 columns of k each) whose CTAs fill their
     last wave to >= 85 %, else the one that fills it best. The heuristic's CTAs run one per SM (two for 8x8 tiles).
     H100 at 0d70abb: 86 CTAs (256 x 11008, 128-row tiles) ran 1.3 waves with split 2 and 1.95 with split 3, which
@@ -451,7 +451,7 @@ class _SimtFamily:
         11008 (split in two) and 11008 x 4096 (last wave split 3) (results/h100/NOTES.md, stop 35)."""
         kw = Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, k_warps=2, x_transposed=1, tma=1)
         halves = -(-problem.n // 128) * -(-problem.m // 128) * 2  # 128x128 CTAs split in two
-        if halves / (-(-halves // 132) * 132) >= 0.95:
+        if halves / (-(-halves // SM_COUNT_H100) * SM_COUNT_H100) >= 0.95:
             kw = replace(kw, split_k=2, split_reduce=2)
         elif (tail := tail_split_for(kw, problem)) is not None:
             kw = replace(kw, split_k=tail, split_reduce=3)
