@@ -72,7 +72,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     import cutlass_nm
 
-    from .dispatch import default_family
+    from .routing import default_family
 
     shapes = [(1, 4096, 4096), (300, 1056, 2112), (2048, 4096, 4096)]
     gpu = torch.cuda.is_available()
@@ -274,13 +274,9 @@ def tuned_family(pattern: Any, m: int) -> str:
     one)."""
     import torch
 
-    from .dispatch import default_family
-    from .formats import Sparse24Weight
-    from .formats.nm import NMWeight
-    from .formats.vnm import VNMWeight
+    from .routing import default_family, weight_class
 
-    kind = VNMWeight if pattern.is_vnm else Sparse24Weight if pattern.is_24 else NMWeight
-    return default_family(torch.device("cuda") if torch.cuda.is_available() else None, kind, m)
+    return default_family(torch.device("cuda") if torch.cuda.is_available() else None, weight_class(pattern), m)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

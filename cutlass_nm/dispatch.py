@@ -17,12 +17,12 @@ import torch
 
 from .errors import InputError, ShapeError
 from .families import FAMILIES, Family, KernelTypes, Problem, get_family
-from .families.base import HALF_DTYPES
-from .families.launch import device_info, dtype_name
+from .families.launch import dtype_name
 from .formats import Sparse24Weight
 from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
 from .kernels import get_kernel
+from .routing import WEIGHTS, default_family
 
 Selector = Callable[[Family, Problem], Any]  # returns a Config, or None to use the heuristic
 _selector: Selector | None = None
@@ -55,12 +55,6 @@ def _no_selector(family: Family, problem: Problem) -> None:
     return None
 
 
-_WEIGHTS = (Sparse24Weight, VNMWeight, NMWeight)
-DECODE_MAX_M = 16  # the general N:M decode path's largest m
-# V:N:M on the decode path (mode 3, sparse tensor cores) up to here: on the H100 it beat vnm_sm90 at every LLaMA
-# shape for 128:2:8 at 1-16 tokens, and was within 6 % either way for 128:2:16 at 16
-# (results/h100/vnm_decode_e4c72cb.json)
-VNM_DECODE_MAX_M = 16
 
 
 def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torch.Tensor | None = None, *,
@@ -99,7 +93,7 @@ def kernel_for(family: str, x2: torch.Tensor, w: VNMWeight, out_dtype: torch.dty
 
 def _check(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None) -> None:
     """Every input rule, cheapest first; device checks come last so the rest is testable on a CPU."""
-    if not isinstance(w, _WEIGHTS):
+    if not isinstance(w, WEIGHTS):
         raise InputError(f"w must be a compressed weight (cutlass_nm.compress(w, '2:4')), got {type(w).__name__}")
     if not isinstance(x, torch.Tensor):
         raise InputError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -142,23 +136,6 @@ def _check_out(out: torch.Tensor | None, shape: tuple, dtype: torch.dtype, devic
     return out
 
 
-def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: int = 1,
-                   dtype: torch.dtype = torch.float16) -> str:
-    """The family that runs a ``kind`` weight at ``m`` tokens of ``dtype`` on this GPU when none is forced
-    (``device=None``: an sm_90 GPU, e.g. to plan work on a machine without one)."""
-    if kind is NMWeight:
-        return "nm_decode" if m <= DECODE_MAX_M and dtype != torch.float32 else "nm_simt"
-    if kind is VNMWeight and m <= VNM_DECODE_MAX_M:
-        return "nm_decode"  # the decode path's sparse tensor cores stream V:N:M faster than the GEMM tiles here
-    major, minor = (9, 0) if device is None else device_info(device).capability
-    prefix = "vnm" if kind is VNMWeight else "sptc24"
-    if (major, minor) == (9, 0):
-        return f"{prefix}_sm90"
-    if major >= 8:
-        return f"{prefix}_sm80"  # also sm_100+/sm_120 until families for them exist
-    raise ShapeError(f"Sparse Tensor Cores need compute capability >= 8.0, this GPU has {major}.{minor}")
-
-
 def _resolve(key: tuple) -> Callable:
     """Slow path, once per problem: choose family and config, compile or load, remember. ``key`` is matmul's:
     (m, n, k, dtype, out_dtype, bias, device, family, weight type, pattern, vector (N:M weights; else 0))."""
@@ -168,10 +145,10 @@ def _resolve(key: tuple) -> Callable:
         raise ShapeError(f"no kernel family {family_name!r} is built into this version for {kind.__name__} "
                          f"weights at m={m}; known families: {sorted(FAMILIES)}")
     family = get_family(family_name)
-    if not issubclass(kind, (family.weight, *getattr(family, "also_runs", ()))):
+    if not family.runs(kind):
         raise ShapeError(f"{family.name} runs {family.weight.__name__} weights, got a {kind.__name__}")
-    if dtype_name(dtype) not in getattr(family, "input_dtypes", HALF_DTYPES):  # f32: the CUDA-core family only
-        raise InputError(f"{family.name} takes {'/'.join(getattr(family, 'input_dtypes', HALF_DTYPES))} inputs, "
+    if dtype_name(dtype) not in family.input_dtypes:  # f32: the CUDA-core family only
+        raise InputError(f"{family.name} takes {'/'.join(family.input_dtypes)} inputs, "
                          f"got {dtype}")
     problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias), str(pattern),
                       vector)

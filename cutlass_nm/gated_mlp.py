@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from .dispatch import VNM_DECODE_MAX_M, _check, kernel_for, matmul
+from .dispatch import _check, kernel_for, matmul
 from .errors import InputError
 from .families.launch import device_info
 from .formats.glu import PAIR_V, deinterleave
 from .formats.vnm import VNMWeight
+from .routing import DECODE_MAX_M
 
 
 def check_pair(gate_up: VNMWeight, down: VNMWeight) -> None:
@@ -40,7 +41,7 @@ def gated_mlp(x: torch.Tensor, gate_up: VNMWeight, down: VNMWeight) -> torch.Ten
     _check(x, gate_up, None)
     x2 = x.reshape(-1, x.shape[-1])
     m = x2.shape[0]
-    if m <= VNM_DECODE_MAX_M or device_info(x.device).capability != (9, 0):
+    if m <= DECODE_MAX_M or device_info(x.device).capability != (9, 0):
         return matmul(swiglu(matmul(x2, gate_up)), down).reshape(*x.shape[:-1], down.out_features)
     hidden, ldx = down.in_features, -(-m // 8) * 8
     ht = torch.empty(down.padded_k, ldx, dtype=x.dtype, device=x.device)  # h transposed: what down gathers

@@ -5,7 +5,7 @@ import torch
 
 import cutlass_nm
 from cutlass_nm import InputError, ShapeError
-from cutlass_nm.dispatch import default_family
+from cutlass_nm.routing import default_family
 
 
 @pytest.fixture

@@ -131,7 +131,7 @@ def test_nm_decode_mode_rules_and_layouts():
     values layout (a warp's chunk c of its 32 rows contiguous)."""
     import torch
 
-    from cutlass_nm.families.nm_decode import plan
+    from cutlass_nm.families.nm_decode.family import plan
     from cutlass_nm.formats.nm import compress_nm, decode_layout, decode_rows_layout
 
     dec = get_family("nm_decode")

@@ -181,7 +181,7 @@ def test_mode2_several_x_pieces(bulk):
     """A CTA whose k-range does not fit shared memory at once: x staged in two pieces, the (group, place) of each
     lane's position restarted per piece (16 tokens, 64-row CTAs, 264 row blocks, so split-K stays at 1); with
     bulk = 1 the ring's copies run ahead across the piece boundary."""
-    from cutlass_nm.families.nm_decode import plan
+    from cutlass_nm.families.nm_decode.family import plan
 
     cfg = cutlass_nm.families.get_family("nm_decode").Config(max_tokens=16, warps=2, ahead=4, mode=2, bulk=bulk)
     n, k = 16896, 4096

@@ -10,7 +10,7 @@ import torch
 
 import cutlass_nm
 from cutlass_nm.families import KernelTypes, Problem
-from cutlass_nm.families.nm_simt import FAMILY, Config
+from cutlass_nm.families.nm_simt.family import FAMILY, Config
 from cutlass_nm.formats.nm import compress_nm
 from cutlass_nm.kernels import get_kernel, precompile
 

@@ -38,8 +38,8 @@ def _precompile_in_parallel():
     if not torch.cuda.is_available() or os.environ.get("CUTLASS_NM_TEST_PRECOMPILE") == "0":
         return
     from cutlass_nm.families import KernelTypes, Problem, get_family
-    from cutlass_nm.families.vnm_sm80 import fallback_config as sm80_fallback
-    from cutlass_nm.families.vnm_sm90 import fallback_config
+    from cutlass_nm.families.vnm_sm80.family import fallback_config as sm80_fallback
+    from cutlass_nm.families.vnm_sm90.family import fallback_config
     from cutlass_nm.kernels import precompile
 
     kids = set()
@@ -116,7 +116,7 @@ SM90_CASES = [((1, 256, 512), "128:2:8", torch.float16, False), ((133, 320, 1000
 def _sm90_variant(variant: tuple[int, int, int, int], case: tuple):
     """(kernel id, its V = 64 twin) of a variant of the heuristic config for a case."""
     from cutlass_nm.families import KernelTypes, Problem, get_family
-    from cutlass_nm.families.vnm_sm90 import fallback_config
+    from cutlass_nm.families.vnm_sm90.family import fallback_config
 
     (m, n, k), _, dtype, with_bias = case
     d = "f16" if dtype == torch.float16 else "bf16"

@@ -17,7 +17,7 @@ F16 = KernelTypes("f16", "f16", False)
 
 
 def _configs() -> list:
-    from cutlass_nm.families.vnm_sm80 import SHAPES, Config
+    from cutlass_nm.families.vnm_sm80.family import SHAPES, Config
 
     out = []
     for i, ((tm, tn, tk), (wm, wn)) in enumerate(sorted(SHAPES.items())):
@@ -30,7 +30,7 @@ def _configs() -> list:
 def _precompile_in_parallel():
     if not torch.cuda.is_available() or "vnm_sm80" not in FAMILIES:
         return
-    from cutlass_nm.families.vnm_sm80 import fallback_config
+    from cutlass_nm.families.vnm_sm80.family import fallback_config
     from cutlass_nm.kernels import precompile
 
     cfgs = set(_configs()) | {fallback_config(c) for c in _configs()}

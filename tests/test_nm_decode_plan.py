@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cutlass_nm.families.nm_decode import MAX_SPLIT, SMEM_BUDGET, Config, fixed_smem, plan
+from cutlass_nm.families.nm_decode.family import MAX_SPLIT, SMEM_BUDGET, Config, fixed_smem, plan
 
 
 @pytest.mark.parametrize("n,k,keep,group", [(4096, 4096, 2, 8), (11008, 4096, 16, 32), (1000, 1003, 7, 64),
@@ -81,8 +81,9 @@ def test_pdl_is_off_on_the_call_that_builds_the_layout(monkeypatch):
     import torch
 
     import cutlass_nm
-    from cutlass_nm.families import KernelTypes, nm_decode
+    from cutlass_nm.families import KernelTypes
     from cutlass_nm.families.launch import DeviceInfo
+    from cutlass_nm.families.nm_decode import family as nm_decode
 
     monkeypatch.setattr(nm_decode, "device_info", lambda dev: DeviceInfo(132, (9, 0), "fake"))
     monkeypatch.setattr(nm_decode.torch.cuda, "current_stream", lambda dev: pytypes.SimpleNamespace(cuda_stream=0))

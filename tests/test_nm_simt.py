@@ -9,9 +9,8 @@ import torch
 
 import cutlass_nm
 from cutlass_nm import ConfigError, InputError
-from cutlass_nm.dispatch import default_family
 from cutlass_nm.families import FAMILIES, KernelTypes, Problem
-from cutlass_nm.families.nm_simt import (
+from cutlass_nm.families.nm_simt.family import (
     FAMILY,
     Config,
     compact_layout,
@@ -24,6 +23,7 @@ from cutlass_nm.families.nm_simt import (
     tail_waves,
 )
 from cutlass_nm.formats.nm import NMWeight, compress_nm
+from cutlass_nm.routing import default_family
 from cutlass_nm.tune.space import all_configs
 
 F32 = KernelTypes("f32", "f32", False)

@@ -10,7 +10,7 @@ import torch
 import cutlass_nm
 from cutlass_nm import ConfigError
 from cutlass_nm.families import FAMILIES, KernelTypes, Problem, get_family
-from cutlass_nm.families.vnm_sm80 import SHAPES, Config, fallback_config, gathered_k, kernel_layout
+from cutlass_nm.families.vnm_sm80.family import SHAPES, Config, fallback_config, gathered_k, kernel_layout
 from cutlass_nm.formats import Sparse24Weight, meta_sm80
 
 FAM = get_family("vnm_sm80")
@@ -118,7 +118,7 @@ class _FakeFn:
 
 def test_tile_m_128_hands_v64_weights_to_its_twin(monkeypatch):
     from cutlass_nm import kernels
-    from cutlass_nm.families import vnm_sm80
+    from cutlass_nm.families.vnm_sm80 import family as vnm_sm80
 
     calls = []
     monkeypatch.setattr(kernels, "get_kernel", lambda kid: lambda *a: calls.append(kid))

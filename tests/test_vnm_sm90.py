@@ -10,7 +10,7 @@ import torch
 import cutlass_nm
 from cutlass_nm import ConfigError
 from cutlass_nm.families import FAMILIES, KernelTypes, Problem, get_family
-from cutlass_nm.families.vnm_sm90 import Config, gathered_k, kernel_layout
+from cutlass_nm.families.vnm_sm90.family import Config, gathered_k, kernel_layout
 from cutlass_nm.formats import Sparse24Weight, meta_sm90
 
 FAM = get_family("vnm_sm90")
@@ -82,7 +82,7 @@ def test_records_before_the_transpose_and_gather_keys_keep_the_original_kernel()
 
 
 def test_v64_fallback_keeps_the_transpose_and_gather_variants():
-    from cutlass_nm.families.vnm_sm90 import fallback_config
+    from cutlass_nm.families.vnm_sm90.family import fallback_config
 
     p = Problem(2048, 4096, 4096, F16)
     for tr, g in itertools.product((0, 1), (0, 1)):
@@ -120,7 +120,7 @@ class _FakeFn:
 
 def test_tile_m_128_hands_v64_weights_to_its_tile_m_64_twin(monkeypatch):
     from cutlass_nm import kernels
-    from cutlass_nm.families import vnm_sm90
+    from cutlass_nm.families.vnm_sm90 import family as vnm_sm90
 
     calls = []
     monkeypatch.setattr(kernels, "get_kernel", lambda kid: lambda *a: calls.append(kid))

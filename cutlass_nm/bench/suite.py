@@ -34,7 +34,6 @@ from typing import Any
 from . import shapes as shp
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-KINDS = {"Sparse24Weight": "24", "VNMWeight": "vnm", "NMWeight": "nm"}  # weight class -> pattern kind
 ENGINES = {"24": "tensor", "vnm": "tensor", "nm": "simt"}
 BASELINES = ("cublas", "cublas_sgemm", "cusparselt_search")
 CSLT_MODE = "cusparselt_search"
@@ -56,11 +55,6 @@ class Case:
         return f"{self.family}_{'tuned' if self.tuned else 'heuristic'}"
 
 
-def weight_kind(family: Any) -> str | None:
-    """The pattern kind of the weight type a family runs ('24', 'vnm', 'nm'), or None if unknown here."""
-    return KINDS.get(getattr(getattr(family, "weight", None), "__name__", ""))
-
-
 def gpu_slug(name: str | None) -> str:
     """'NVIDIA H100 80GB HBM3' -> 'h100'; 'NVIDIA GeForce RTX 4090' -> 'rtx-4090'; no GPU -> 'cpu'."""
     if not name:
@@ -77,6 +71,7 @@ def plan(shapes: list[shp.Shape], families: list[str], types: Any, patterns: dic
     """Cases to time and (shape, family) pairs skipped with the reason. One config per (shape, family):
     the tuning DB's if it has one that runs the problem, else the heuristic."""
     from ..families import Problem, get_family
+    from ..routing import weight_kind
     from .run import NM_VECTOR
 
     cases: list[Case] = []
@@ -84,9 +79,9 @@ def plan(shapes: list[shp.Shape], families: list[str], types: Any, patterns: dic
     for s in shapes:
         for name in families:
             fam = get_family(name)
-            kind = weight_kind(fam)
+            kind = weight_kind(fam.weight)
             p = Problem(s.m, s.n, s.k, types, vector=NM_VECTOR if kind == "nm" else 0)  # make_weight's vector
-            reason = None if kind else f"weight type {getattr(fam, 'weight', None)!r} has no pattern set here"
+            reason = None if kind else f"weight type {fam.weight!r} has no pattern set here"
             cfg, tuned = None, False
             if reason is None:
                 try:

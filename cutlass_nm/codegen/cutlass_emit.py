@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from string import Template
 
 from cutlass_library import library as L
@@ -34,17 +33,6 @@ def _alignment(dtype: str) -> int:
     return 128 // L.DataTypeSize[DTYPES[dtype]]
 
 
-def template(name: str) -> Template:
-    """One of our launcher templates (``string.Template``; placeholders are ``${name}``)."""
-    return Template(resources.files(__package__).joinpath("templates", name).read_text())
-
-
-def fragment(name: str) -> str:
-    """Device code shared by several templates (``templates/*.cuh``), spliced into a translation unit as text:
-    a kernel's source, and so its cache key, stays one self-contained file."""
-    return resources.files(__package__).joinpath("templates", name).read_text()
-
-
 def sm90_sparse_operation(*, tile: tuple[int, int, int], cluster: tuple[int, int], schedule: str,
                           stages: int, dtype: str, out_dtype: str, bias: bool, streamk: bool = False) -> GemmOperation:
     """A wgmma.sp GEMM D(MxN, col-major) = A(MxK, row-major, 2:4) · B(KxN, col-major)."""
@@ -63,14 +51,13 @@ def sm90_sparse_operation(*, tile: tuple[int, int, int], cluster: tuple[int, int
                          L.TileSchedulerType.StreamK if streamk else L.TileSchedulerType.Default)
 
 
-def emit_sm90(op: GemmOperation, **subs: object) -> str:
-    """Full translation unit for an sm90 sparse operation, with our C ABI launcher."""
+def emit_sm90(op: GemmOperation, launcher: Template, **subs: object) -> str:
+    """Full translation unit for an sm90 sparse operation inside our C ABI ``launcher`` template."""
     emitter = EmitGemmUniversal3xInstance()
     # cutlass_library 4.2 reads a custom epilogue from the emitter, not the operation.
     emitter.epilogue_functor = op.epilogue_functor
     body = emitter.emit(op)
-    return template("sptc24_sm90.cu").substitute(operation=body, name=op.procedural_name(),
-                                                 sparse_mainloop=fragment("sparse_mainloop.cuh"), **subs)
+    return launcher.substitute(operation=body, name=op.procedural_name(), **subs)
 
 
 def sm80_sparse_operation(*, tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int,
@@ -89,6 +76,7 @@ def sm80_sparse_operation(*, tile: tuple[int, int, int], warp: tuple[int, int, i
                          L.EpilogueFunctor.LinearCombination, swz)
 
 
-def emit_sm80(op: GemmOperation, **subs: object) -> str:
+def emit_sm80(op: GemmOperation, launcher: Template, **subs: object) -> str:
+    """Full translation unit for an sm80 sparse operation inside our C ABI ``launcher`` template."""
     body = EmitSparseGemmInstance().emit(op)
-    return template("sptc24_sm80.cu").substitute(operation=body, name=op.procedural_name(), **subs)
+    return launcher.substitute(operation=body, name=op.procedural_name(), **subs)

@@ -1,13 +1,19 @@
-"""Kernel families. Each module exports ``FAMILY`` implementing :class:`base.Family`."""
+"""Kernel families: one folder each (``families/<name>/family.py`` + its kernel template), all behind
+:class:`base.Family`. ``FAMILIES`` is the registry; :mod:`cutlass_nm.routing` says which family runs a weight."""
 
 from __future__ import annotations
 
-from . import nm_decode, nm_simt, sptc24_sm80, sptc24_sm90, vnm_glu_sm90, vnm_sm80, vnm_sm90
 from .base import Family, KernelTypes, Problem
+from .nm_decode.family import FAMILY as NM_DECODE
+from .nm_simt.family import FAMILY as NM_SIMT
+from .sptc24_sm80.family import FAMILY as SPTC24_SM80
+from .sptc24_sm90.family import FAMILY as SPTC24_SM90
+from .vnm_glu_sm90.family import FAMILY as VNM_GLU_SM90
+from .vnm_sm80.family import FAMILY as VNM_SM80
+from .vnm_sm90.family import FAMILY as VNM_SM90
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (sptc24_sm90.FAMILY, sptc24_sm80.FAMILY, nm_decode.FAMILY,
-                                                   vnm_sm90.FAMILY, vnm_sm80.FAMILY, nm_simt.FAMILY,
-                                                   vnm_glu_sm90.FAMILY)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (SPTC24_SM90, SPTC24_SM80, NM_DECODE, VNM_SM90, VNM_SM80, NM_SIMT,
+                                                   VNM_GLU_SM90)}
 
 
 def get_family(name: str) -> Family:

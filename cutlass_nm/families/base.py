@@ -1,28 +1,27 @@
-"""The one small interface every kernel family implements, and the problem it is asked to solve.
+"""The interface every kernel family implements (:class:`Family`), and the problem it is asked to solve.
 
-A family module exports ``FAMILY``, an object with:
-
-* ``name``, ``arch``, ``weight`` (the compressed-weight type it runs; optionally ``also_runs``, a tuple
-  of other weight types it takes when forced) and ``Config`` (a frozen dataclass of ints and enum strings);
-* ``space()``: every config parameter and its allowed values (what the tuner searches);
-* ``check(cfg, problem)``: ``None`` if the config can run the problem, else the reason;
-* ``source(cfg, types)``: the full CUDA translation unit (CUTLASS-emitted kernel + our C ABI);
-* ``heuristic(problem)``: a good config without tuning;
-* ``launch(lib, cfg, x, w, bias)``: run the compiled library on torch's current stream, return y.
+A family lives in ``families/<name>/``: ``family.py`` defines a :class:`Family` subclass and exports one
+instance as ``FAMILY``; its kernel template(s) sit beside it and are declared in ``Family.templates``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from importlib import resources
+from importlib.resources.abc import Traversable
+from string import Template
+from typing import Any, ClassVar
 
 from ..errors import ConfigError
 
 DTYPE_NAMES = ("f16", "bf16", "f32")
 HALF_DTYPES = ("f16", "bf16")  # the input types of the tensor-core families (and the decode path)
-SM_COUNT_H100 = 132  # SMs of an H100 SXM (and H200): the heuristics' wave estimates
-SMEM_PER_SM_H100 = 233472  # shared memory per SM on the H100 (228 KB; CTAs also reserve 1 KB each)
+PACKAGE = "cutlass_nm"
+CANDIDATES = 512  # random draws a family's candidate list takes from its space (warm start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,19 +101,84 @@ class FamilyConfig:
     def to_record(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def estimate_ms(self, problem: Problem, sm_count: int) -> float | None:
+        """This config's time on ``problem`` by the family's own model (ranking only), or None to use the
+        generic roofline of ``tune.perfmodel``."""
+        return None
 
-class Family(Protocol):
-    name: str
-    arch: str
-    weight: type
-    Config: type
 
-    def space(self) -> dict[str, tuple[Any, ...]]: ...
+class Family(ABC):
+    """A kernel family: a config space over one kernel template, and how to check, emit, pick and launch it.
 
-    def check(self, cfg: Any, problem: Problem) -> str | None: ...
+    Subclasses declare every class attribute below and implement the four abstract methods; the other methods
+    have defaults a family overrides only where it differs.
+    """
 
-    def source(self, cfg: Any, types: KernelTypes) -> str: ...
+    name: ClassVar[str]
+    arch: ClassVar[str]  # nvcc target of its kernels ("sm_90a", "sm_80")
+    weight: ClassVar[type]  # the compressed-weight class it runs
+    Config: ClassVar[type[FamilyConfig]]
+    templates: ClassVar[tuple[str, ...]]  # files (relative to the package) its source() reads: fingerprinted
+    also_runs: ClassVar[tuple[type, ...]] = ()  # other weight classes it takes when forced
+    input_dtypes: ClassVar[tuple[str, ...]] = HALF_DTYPES
 
-    def heuristic(self, problem: Problem) -> Any: ...
+    def space(self) -> dict[str, tuple[Any, ...]]:
+        """Every config parameter and its allowed values (what the tuner searches)."""
+        return self.Config.SPACE
 
-    def launch(self, lib: Any, cfg: Any, x: Any, w: Any, bias: Any) -> Any: ...
+    def runs(self, kind: type) -> bool:
+        """Whether this family takes weights of class ``kind``."""
+        return issubclass(kind, (self.weight, *self.also_runs))
+
+    @abstractmethod
+    def check(self, cfg: Any, problem: Problem) -> str | None:
+        """``None`` if ``cfg`` can run ``problem`` on the target GPU (``arch.target()``), else the reason."""
+
+    @abstractmethod
+    def source(self, cfg: Any, types: KernelTypes) -> str:
+        """The full CUDA translation unit of ``cfg`` for ``types``."""
+
+    @abstractmethod
+    def heuristic(self, problem: Problem) -> Any:
+        """A good config for ``problem`` without tuning (the fallback of last resort)."""
+
+    @abstractmethod
+    def bind(self, lib: Any, cfg: Any, types: KernelTypes) -> Callable[..., None]:
+        """A launcher over the loaded library: ``launcher(x, w, bias, y)`` writes y on torch's current stream."""
+
+    def candidates(self, problem: Problem, limit: int = CANDIDATES) -> list[Any]:
+        """Valid configs to rank before tuning: the heuristic's, then a seeded sample of at most ``limit`` draws
+        from the space (never the whole product)."""
+        space = self.space()
+        rng = random.Random(f"{self.name}:{problem.m}:{problem.n}:{problem.k}:{problem.pattern}")
+        seen, out = set(), []
+        for cfg in (self.heuristic(problem), *(self.Config(**{k: rng.choice(v) for k, v in space.items()})
+                                               for _ in range(limit))):
+            if cfg not in seen and self.check(cfg, problem) is None:
+                out.append(cfg)
+            seen.add(cfg)
+        return out
+
+    def output_shape(self, m: int, n: int) -> tuple[int, int]:
+        """The shape the kernel writes for m tokens and an n-row weight."""
+        return m, n
+
+    def reference(self, x: Any, w: Any) -> Any:
+        """What the kernel computes, in fp64 (the tuner's worker checks candidates against it)."""
+        return x.double() @ w.to_dense().double().T
+
+    def template(self, name: str) -> Template:
+        """One of ``templates`` as a ``string.Template`` (placeholders are ``${name}``)."""
+        if name not in self.templates:
+            raise KeyError(f"{self.name} does not declare the template {name!r}")
+        return Template(package_file(name).read_text())
+
+    def fingerprint_files(self) -> tuple[str, ...]:
+        """What shapes this family's kernels and choices: its module and its declared templates."""
+        module = type(self).__module__.removeprefix(f"{PACKAGE}.").replace(".", "/") + ".py"
+        return (module, *self.templates)
+
+
+def package_file(path: str) -> Traversable:
+    """A file shipped in the package, by its path relative to the package root."""
+    return resources.files(PACKAGE).joinpath(path)

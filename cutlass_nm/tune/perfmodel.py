@@ -15,11 +15,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-SPARSE_FLOPS = 1.4e15
-BANDWIDTH = 3.0e12
-L2_BANDWIDTH = 7.25e12  # read out of L2, all SMs (benchmarks/results/h100/l2_bandwidth.json)
-DENSE_FLOPS = SPARSE_FLOPS / 2  # tensor cores, fp16/bf16, nonzero multiply-adds
-SIMT_FLOPS = 6.7e13  # fp32 FMA on CUDA cores: 132 SMs x 128 lanes x 2 flop x 1.98 GHz (datasheet peak)
+from ..arch import HOPPER
+
+SPARSE_FLOPS = HOPPER.sparse_flops
+BANDWIDTH = HOPPER.bandwidth
+L2_BANDWIDTH = HOPPER.l2_bandwidth
+DENSE_FLOPS = HOPPER.dense_flops  # tensor cores, fp16/bf16, nonzero multiply-adds
+SIMT_FLOPS = HOPPER.simt_flops
 RATES = {"tensor": DENSE_FLOPS, "simt": SIMT_FLOPS}
 
 
@@ -38,8 +40,8 @@ def ideal_ms(m: int, n: int, k: int, density: float, weight_bytes: float, engine
 def estimate_ms(cfg: Any, problem: Any, sm_count: int = 132) -> float:
     """Estimated time of one launch in ms (for ranking only); a config with its own model (every family but the
     2:4 ones) uses it."""
-    if hasattr(cfg, "estimate_ms"):
-        return cfg.estimate_ms(problem, sm_count)
+    if (own := cfg.estimate_ms(problem, sm_count)) is not None:
+        return own
     m, n, k = problem.m, problem.n, problem.k
     tiles_m, tiles_n = math.ceil(n / cfg.tile_m), math.ceil(m / cfg.tile_n)
     tiles = tiles_m * tiles_n

@@ -21,11 +21,11 @@ def _serve(conn) -> None:  # runs in the worker process
 
     from cutlass_nm.bench.energy import energy_rotating, open_meter
     from cutlass_nm.bench.run import make_weight
-    from cutlass_nm.bench.suite import weight_kind
     from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
     from cutlass_nm.families import KernelTypes, get_family
     from cutlass_nm.families.launch import torch_dtype
     from cutlass_nm.kernels import get_kernel
+    from cutlass_nm.routing import weight_kind
 
     cache: dict = {}
     meter: list = []  # opened on the first request for energy
@@ -46,13 +46,12 @@ def _serve(conn) -> None:  # runs in the worker process
                 copies = copies_to_rotate((m * k + n * k) * 2)
                 g = torch.Generator(device="cuda").manual_seed(1234)
                 xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=g) for _ in range(copies)]
-                kind = weight_kind(get_family(family)) or "24"  # the pattern, in the family's weight format
+                kind = weight_kind(get_family(family).weight) or "24"  # the pattern, in the family's weight format
                 ws = [make_weight(torch.randn(n, k, device="cuda", dtype=dt, generator=g), pattern, kind)
                       for _ in range(copies)]
                 fam = get_family(family)  # a family with its own output (vnm_glu_sm90: h transposed) says so
-                ref = fam.reference(xs[0], ws[0]) if hasattr(fam, "reference") else \
-                    xs[0].double() @ ws[0].to_dense().double().T
-                shape = fam.output_shape(m, n) if hasattr(fam, "output_shape") else (m, n)
+                ref = fam.reference(xs[0], ws[0])
+                shape = fam.output_shape(m, n)
                 ys = [torch.empty(shape, device="cuda", dtype=torch_dtype(types.out_dtype)) for _ in range(copies)]
                 cache[shape_key] = (xs, ws, ref, ys, copies)
             xs, ws, ref, ys, copies = cache[shape_key]

@@ -20,11 +20,11 @@ from typing import ClassVar
 
 import torch
 
-from ..errors import ShapeError
-from ..formats.vnm import VNMWeight
-from ..patterns import Pattern
-from . import vnm_sm90
-from .base import KernelTypes, Problem
+from ...errors import ShapeError
+from ...formats.vnm import VNMWeight
+from ...patterns import Pattern
+from ..base import Family, KernelTypes, Problem
+from ..vnm_sm90 import family as vnm_sm90
 
 FUSED_V = 256  # gate block + up block of a V = 128 pattern
 
@@ -49,14 +49,12 @@ class Config(vnm_sm90.Config):
                        "gather": (0,)}
 
 
-class _VnmGluSm90Family:
+class _VnmGluSm90Family(Family):
     name = "vnm_glu_sm90"
     arch = "sm_90a"
     weight = VNMWeight
     Config = Config
-
-    def space(self) -> dict[str, tuple]:
-        return Config.SPACE
+    templates = vnm_sm90.TEMPLATES  # vnm_sm90's kernel, with its SwiGLU epilogue
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         """vnm_sm90's rules, plus: a fused 256:2:M weight (n = 2 · hidden rows, hidden % 128 == 0), no bias."""
@@ -90,7 +88,7 @@ class _VnmGluSm90Family:
 
     def reference(self, x: torch.Tensor, w: VNMWeight) -> torch.Tensor:
         """hT in fp64, zero in the padding tokens: what the tuner's worker checks a candidate against."""
-        from ..gated_mlp import swiglu_reference
+        from ...gated_mlp import swiglu_reference
 
         h = swiglu_reference(x.double(), w)
         out = torch.zeros(self.output_shape(*h.shape[:1], w.out_features), dtype=torch.float64, device=x.device)

@@ -14,11 +14,12 @@ from typing import ClassVar
 
 import torch
 
-from ..formats import Sparse24Weight, meta_sm80
-from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only
-from .launch import check_status, torch_dtype, workspace
+from ...arch import ARCHS
+from ...formats import Sparse24Weight, meta_sm80
+from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
+from ..launch import check_status, torch_dtype, workspace
 
-SMEM_BYTES = 166912  # A100 opt-in shared memory per block: the family targets sm_80
+SMEM_BYTES = ARCHS["sm_80"].smem_per_block  # the family targets sm_80 (and runs on sm_90)
 # (tile, warp) pairs CUTLASS instantiates for the 16-bit sparse GEMM.
 TILE_SHAPES = {
     (64, 128, 64): (32, 64), (256, 128, 64): (64, 64), (128, 256, 64): (64, 64), (128, 128, 64): (64, 64),
@@ -55,14 +56,12 @@ def smem_per_stage(cfg: Config) -> int:
     return cfg.tile_m * cfg.tile_k + cfg.tile_m * cfg.tile_k // 8 + cfg.tile_n * cfg.tile_k * 2
 
 
-class _Sm80Family:
+class _Sm80Family(Family):
     name = "sptc24_sm80"
     arch = "sm_80"
     weight = Sparse24Weight
     Config = Config
-
-    def space(self) -> dict[str, tuple]:
-        return Config.SPACE
+    templates = ("families/sptc24_sm80/kernel.cu", "codegen/cutlass_emit.py")
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := half_inputs_only(problem.types)) is not None:
@@ -80,12 +79,12 @@ class _Sm80Family:
         return None
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
-        from ..codegen.cutlass_emit import emit_sm80, sm80_sparse_operation
+        from ...codegen.cutlass_emit import emit_sm80, sm80_sparse_operation
 
         op = sm80_sparse_operation(
             tile=(cfg.tile_m, cfg.tile_n, cfg.tile_k), warp=(cfg.warp_m, cfg.warp_n, cfg.tile_k),
             stages=cfg.stages, dtype=types.dtype, out_dtype=types.out_dtype, swizzle=cfg.swizzle)
-        return emit_sm80(op)
+        return emit_sm80(op, self.template("families/sptc24_sm80/kernel.cu"))
 
     def heuristic(self, problem: Problem) -> Config:
         if problem.m <= 64:

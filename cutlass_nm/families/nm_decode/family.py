@@ -19,12 +19,13 @@ from typing import ClassVar
 
 import torch
 
-from ..errors import ShapeError
-from ..formats.nm import NMWeight, decode_layout, decode_mma_layout, decode_rows_layout
-from ..formats.vnm import VNMWeight, decode_vnm_layout
-from ..patterns import Pattern, parse_or_none
-from .base import SM_COUNT_H100, SMEM_PER_SM_H100, FamilyConfig, KernelTypes, Problem, half_inputs_only
-from .launch import check_status, device_info
+from ...arch import HOPPER, target
+from ...errors import ShapeError
+from ...formats.nm import NMWeight, decode_layout, decode_mma_layout, decode_rows_layout
+from ...formats.vnm import VNMWeight, decode_vnm_layout
+from ...patterns import Pattern, parse_or_none
+from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
+from ..launch import check_status, device_info
 
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16"}
 SMEM_BUDGET = 96 * 1024  # per CTA: two CTAs fit an SM's shared memory
@@ -108,14 +109,12 @@ class Config(FamilyConfig):
         launch of ``max_tokens`` tokens, plus x and y, at copy bandwidth, times what the H100 sweeps measured of
         the choices (results/h100/nm_decode_*: tensor-core modes ~1.3x faster than the CUDA-core ones, 2 steps in
         flight best) and a fixed ~5 µs per launch, ~1 µs less with PDL."""
-        from ..tune.perfmodel import BANDWIDTH
-
         p = parse_or_none(problem.pattern)
         keep, group = ((2, p.m) if p.is_vnm else (p.n, p.m)) if p is not None else (2, 8)
         launches = -(-problem.m // self.max_tokens)
         stream = launches * problem.n * problem.k * keep / group * 2.5 + problem.m * (problem.k + problem.n) * 2
         choice = (1.0 if self.mode in (2, 3) else 1.3) * (1.0 if self.ahead == 2 else 1.1)
-        return (stream / BANDWIDTH * choice + launches * (4e-6 if self.pdl else 5e-6)) * 1e3
+        return (stream / HOPPER.bandwidth * choice + launches * (4e-6 if self.pdl else 5e-6)) * 1e3
 
     @property
     def unit(self) -> int:
@@ -167,18 +166,16 @@ def plan(cfg: Config, n: int, stride: int, keep: int, group: int, sm_count: int,
 def capped_smem(cfg: Config) -> int:
     """The shared memory that lets at most ``cfg.max_ctas`` CTAs share an H100 SM (1 KB per CTA is reserved), or 0.
     An sm_80 SM has less, so the cap holds there too."""
-    return SMEM_PER_SM_H100 // (cfg.max_ctas + 1) - 1024 + 16 if cfg.max_ctas else 0
+    return target().smem_per_sm // (cfg.max_ctas + 1) - 1024 + 16 if cfg.max_ctas else 0
 
 
-class _DecodeFamily:
+class _DecodeFamily(Family):
     name = "nm_decode"
     arch = "sm_80"
     weight = NMWeight
     also_runs = (VNMWeight,)  # mode 3 (sparse tensor cores), or mode 0 reading it as element-wise 2:M
     Config = Config
-
-    def space(self) -> dict[str, tuple]:
-        return Config.SPACE
+    templates = ("families/nm_decode/kernel.cu",)
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := half_inputs_only(problem.types)) is not None:
@@ -225,9 +222,8 @@ class _DecodeFamily:
         return None
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
-        from ..codegen.cutlass_emit import template
-
-        return template("nm_decode.cu").substitute(element=ELEMENTS[types.dtype], max_tokens=int(cfg.max_tokens),
+        template = self.template(self.templates[0])
+        return template.substitute(element=ELEMENTS[types.dtype], max_tokens=int(cfg.max_tokens),
                                                    warps=int(cfg.warps), rows=int(cfg.rows),
                                                    stage_x=int(cfg.staged), ahead=int(cfg.ahead),
                                                    transpose="true" if cfg.transpose else "false",
@@ -277,11 +273,11 @@ class _DecodeFamily:
             # cells; at 11008 rows, two waves, 1.13-1.30x: ab_nm_decode_one_token_split8192_30ee12f.json)
             blocks = -(-problem.n // 32)
             split = 1 << (min(MAX_SPLIT, max(1, 256 // blocks)).bit_length() - 1)
-            if shared_mma and split == 1 and 2 * blocks <= 4 * SM_COUNT_H100:
+            if shared_mma and split == 1 and 2 * blocks <= 4 * target().sm_count:
                 split = 2
             return Config(max_tokens=1, warps=8, ahead=1, mode=3 if vnm_mma else 2, pdl=1,
                           prefetch=0 if vnm_mma else 4, wsplit=8, split=split,
-                          min_ctas=4 if blocks * split > 3 * SM_COUNT_H100 else 3,
+                          min_ctas=4 if blocks * split > 3 * target().sm_count else 3,
                           early_release=int(shared_mma and (problem.k <= 4096 or split > 1)), push=1)
         # results/h100/ab_nm_decode_e28a256.json: registers for 3 CTAs per SM (the 16-token kernel otherwise takes
         # 88 and its 256 CTAs at 8192² run in two waves); mode 2 keeps 4 steps ahead in L2 (mode 3 loses with it)

@@ -11,20 +11,22 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from string import Template
 from typing import ClassVar
 
 import torch
 
-from ..errors import ShapeError
-from ..formats import meta_sm90
-from ..formats.vnm import VNMWeight
-from ..patterns import parse_or_none
-from .base import SM_COUNT_H100, FamilyConfig, KernelTypes, Problem, half_inputs_only, pipelined_mma_rule
-from .launch import check_status
+from ...arch import HOPPER, target
+from ...errors import ShapeError
+from ...formats import meta_sm90
+from ...formats.vnm import VNMWeight
+from ...patterns import parse_or_none
+from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
+from ..launch import check_status
 
-SMEM_BYTES = 232448  # sm90 opt-in shared memory per block
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per consumer thread before spilling
 K_ALIGN = 128  # gathered K is padded to this (a multiple of every tile_k), zero values / valid metadata
+TEMPLATES = ("families/vnm_sm90/kernel.cu", "codegen/sparse_mainloop.cuh")  # the kernel and its mainloop fragment
 ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "float"}
 
 
@@ -69,13 +71,11 @@ class Config(FamilyConfig):
         "cluster": (1, 2),
     }
 
-    def estimate_ms(self, problem: Problem, sm_count: int = SM_COUNT_H100) -> float:
+    def estimate_ms(self, problem: Problem, sm_count: int = HOPPER.sm_count) -> float:
         """Estimate for ranking (tune.perfmodel): the gathered B (once per weight tile) and A with its metadata
         (once per token tile, once per cluster) through L2, at a rate that falls below ~128 KB of stages in flight,
         or CTA waves of wgmma.sp over the gathered K, whichever is larger; short K loops pay the pipeline fill, and
         the unbatched producer (producer 0) and the TMA gather (gather 1) their measured 1.3x and 2.3x (H100)."""
-        from ..tune.perfmodel import L2_BANDWIDTH, SPARSE_FLOPS
-
         group = getattr(parse_or_none(problem.pattern), "m", 8)
         m, n, k = problem.m, problem.n, problem.k
         kg = -(-4 * -(-k // group) // K_ALIGN) * K_ALIGN
@@ -84,24 +84,22 @@ class Config(FamilyConfig):
         toks = -(-tiles_n // self.cluster) * self.cluster  # padded to whole clusters
         traffic = rows * toks * self.tile_n * kg * 2 + toks * n * kg * (1 + 1 / 8) / self.cluster + m * n * 2
         in_flight = (self.stages - 1) * smem_per_stage(self)
-        rate = L2_BANDWIDTH * min(1.0, in_flight / 128e3)
-        mma = -(-rows * toks // sm_count) * 2.0 * self.tile_m * self.tile_n * kg / (SPARSE_FLOPS / sm_count)
+        rate = HOPPER.l2_bandwidth * min(1.0, in_flight / 128e3)
+        mma = -(-rows * toks // sm_count) * 2.0 * self.tile_m * self.tile_n * kg / (HOPPER.sparse_flops / sm_count)
         slow = (2.3 if self.gather else 1.0) * (1.3 if self.gather == 0 and self.producer == 0 else 1.0)
         return max(traffic / rate, mma) * (1 + 8 / (kg / self.tile_k + 8)) * slow * 1e3
 
 
 def emit(cfg: Config, types: KernelTypes, glu: bool) -> str:
-    """templates/vnm_sm90.cu for ``cfg`` (plain epilogue, or ``glu``: the SwiGLU epilogue of ``vnm_glu_sm90``)."""
-    from ..codegen.cutlass_emit import fragment, template
-
+    """The kernel source for ``cfg`` (plain epilogue, or ``glu``: the SwiGLU epilogue of ``vnm_glu_sm90``)."""
     c = type(cfg).from_record(cfg.to_record())  # only validated ints reach the source
-    return template("vnm_sm90.cu").substitute(
+    return Template(package_file(TEMPLATES[0]).read_text()).substitute(
         element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
         tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
         has_bias="true" if types.bias else "false", transpose=int(c.transpose), gather=int(c.gather),
         producer=int(c.producer), mma_pipe=int(c.mma_pipe), raster=int(c.raster), cluster=int(c.cluster),
         glu=1 if glu else 0,
-        sparse_mainloop=fragment("sparse_mainloop.cuh"))
+        sparse_mainloop=package_file(TEMPLATES[1]).read_text())
 
 
 def smem_per_stage(cfg: Config) -> int:
@@ -120,14 +118,12 @@ def kernel_layout(w: VNMWeight, atom_k: int) -> tuple[torch.Tensor, torch.Tensor
     return w24.values, meta_sm90.to_sm90(w24, atom_k), w.padded_gather_index(K_ALIGN, -1)
 
 
-class _VnmSm90Family:
+class _VnmSm90Family(Family):
     name = "vnm_sm90"
     arch = "sm_90a"
     weight = VNMWeight
     Config = Config
-
-    def space(self) -> dict[str, tuple]:
-        return Config.SPACE
+    templates = TEMPLATES
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := half_inputs_only(problem.types)) is not None:
@@ -147,8 +143,8 @@ class _VnmSm90Family:
             return f"{cfg.tile_m}x{cfg.tile_n} over {cfg.consumers} warpgroup(s) needs {acc} > " \
                    f"{MAX_ACC_PER_THREAD} accumulators per thread"
         need = cfg.stages * smem_per_stage(cfg) + 1024
-        if need > SMEM_BYTES:
-            return f"{cfg.stages} stages of {smem_per_stage(cfg)} B do not fit in shared memory"
+        if need > (cap := target().smem_per_block):
+            return f"{cfg.stages} stages of {smem_per_stage(cfg)} B do not fit in {cap} B of shared memory"
         if (reason := pipelined_mma_rule(cfg.mma_pipe, cfg.stages)) is not None:
             return reason
         if problem.m < 1 or problem.n < 1 or problem.k < 1:
@@ -175,9 +171,10 @@ class _VnmSm90Family:
             return Config(tile_m=64, tile_n=64, tile_k=128, stages=6, transpose=1, producer=1)
         # token-tile groups when a wave spans under two token tiles (H100, 2048 tokens: 11008 x 4096 7 % faster,
         # 4096 x 11008, 32 weight tiles, no faster, 6 % slower at 8192 tokens; results/h100/gated_mlp_283ec21.json)
-        raster = int(2 * -(-problem.n // 128) > SM_COUNT_H100)
+        sms = target().sm_count
+        raster = int(2 * -(-problem.n // 128) > sms)
         ctas = -(-problem.n // 128) * -(-problem.m // 256)
-        if 2 * ctas < SM_COUNT_H100:
+        if 2 * ctas < sms:
             return Config(tile_m=128, tile_n=128, tile_k=64, stages=8, consumers=2, transpose=1, producer=1,
                           raster=raster)
         return Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, transpose=1, producer=1,
@@ -218,7 +215,7 @@ class _Launcher:
         v = w.pattern.v
         if v % self.cfg.tile_m:
             if v % 64 == 0:  # a V = 64 weight under a tile_m = 128 kernel: its tile_m = 64 twin runs it
-                from ..kernels import get_kernel
+                from ...kernels import get_kernel
 
                 problem = Problem(x.shape[0], w.out_features, x.shape[1], self.types)
                 get_kernel((FAMILY.name, fallback_config(self.cfg, problem), self.types))(x, w, bias, y, xt)

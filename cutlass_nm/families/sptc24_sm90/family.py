@@ -9,11 +9,11 @@ from typing import ClassVar
 
 import torch
 
-from ..formats import Sparse24Weight, meta_sm90
-from .base import FamilyConfig, KernelTypes, Problem, half_inputs_only, pipelined_mma_rule
-from .launch import check_status, device_info, workspace
+from ...arch import HOPPER, target
+from ...formats import Sparse24Weight, meta_sm90
+from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
+from ..launch import check_status, device_info, workspace
 
-SMEM_BYTES = 232448  # sm90 opt-in shared memory per block
 EPILOGUE_SMEM = 34 * 1024  # conservative TMA-epilogue carve-out
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread before spilling
 RASTER_ORDER = {"heuristic": 0, "m": 1, "n": 2}  # cutlass::gemm::kernel::detail::RasterOrderOptions
@@ -65,7 +65,7 @@ def pipeline_stages(cfg: Config, out_bytes: int = 2) -> int:
         return cfg.stages
     epi_m = min(128 if cfg.schedule == "cooperative" else 64, cfg.tile_m)
     epilogue = 2 * epi_m * min(32, cfg.tile_n) * out_bytes
-    return (SMEM_BYTES - epilogue) // (smem_per_stage(cfg) + 32)  # + the stage's pipeline barriers
+    return (HOPPER.smem_per_block - epilogue) // (smem_per_stage(cfg) + 32)  # + the stage's pipeline barriers
 
 
 def alignment_rule(problem: Problem) -> str | None:
@@ -80,14 +80,12 @@ def alignment_rule(problem: Problem) -> str | None:
     return None
 
 
-class _Sm90Family:
+class _Sm90Family(Family):
     name = "sptc24_sm90"
     arch = "sm_90a"
     weight = Sparse24Weight
     Config = Config
-
-    def space(self) -> dict[str, tuple]:
-        return Config.SPACE
+    templates = ("families/sptc24_sm90/kernel.cu", "codegen/sparse_mainloop.cuh", "codegen/cutlass_emit.py")
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := half_inputs_only(problem.types)) is not None:
@@ -101,7 +99,7 @@ class _Sm90Family:
             return "pingpong gives each warpgroup a whole tile: tile_m must be <= 128"
         if cfg.tile_m * cfg.tile_n // (128 * wgs) > MAX_ACC_PER_THREAD:
             return f"{cfg.tile_m}x{cfg.tile_n} needs more than {MAX_ACC_PER_THREAD} accumulators per thread"
-        fit = (SMEM_BYTES - EPILOGUE_SMEM) // smem_per_stage(cfg)
+        fit = (target().smem_per_block - EPILOGUE_SMEM) // smem_per_stage(cfg)
         need = cfg.stages or 2
         if need > fit:
             return f"{need} stages of {smem_per_stage(cfg)} B do not fit in shared memory ({fit} fit)"
@@ -111,13 +109,15 @@ class _Sm90Family:
         return alignment_rule(problem)
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
-        from ..codegen.cutlass_emit import emit_sm90, sm90_sparse_operation
+        from ...codegen.cutlass_emit import emit_sm90, sm90_sparse_operation
 
         op = sm90_sparse_operation(
             tile=(cfg.tile_m, cfg.tile_n, cfg.tile_k), cluster=(cfg.cluster_m, cfg.cluster_n),
             schedule=cfg.schedule, stages=cfg.stages, dtype=types.dtype, out_dtype=types.out_dtype,
             bias=types.bias, streamk=cfg.scheduler == "streamk")
-        return emit_sm90(op, has_bias="true" if types.bias else "false", mma_pipe=cfg.mma_pipe)
+        mainloop = package_file(self.templates[1]).read_text()
+        return emit_sm90(op, self.template(self.templates[0]), sparse_mainloop=mainloop,
+                         has_bias="true" if types.bias else "false", mma_pipe=cfg.mma_pipe)
 
     def heuristic(self, problem: Problem) -> Config:
         """Picked from the H100 sweep of both mainloops (benchmarks/results/h100/sptc24_pipe.json, graph-timed):

@@ -46,14 +46,14 @@ from typing import ClassVar
 
 import torch
 
-from ..errors import LaunchError
-from ..formats.nm import VECTORS, NMWeight
-from ..patterns import Pattern, parse_or_none
-from .base import SM_COUNT_H100, FamilyConfig, KernelTypes, Problem
-from .launch import check_status, workspace
+from ...arch import HOPPER, target
+from ...errors import LaunchError
+from ...formats.nm import VECTORS, NMWeight
+from ...patterns import Pattern, parse_or_none
+from ..base import Family, FamilyConfig, KernelTypes, Problem
+from ..launch import check_status, workspace
 
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
-SMEM_BYTES = 227 * 1024  # opt-in shared memory per block on sm_90 (163 KB on sm_80: the launcher re-checks)
 MAX_REGS = 65536
 ROW_PAD = 256  # the layout pads rows to a multiple of the largest block_rows
 
@@ -103,13 +103,11 @@ class Config(FamilyConfig):
     def threads(self) -> int:
         return (self.block_rows // self.thread_rows) * (self.block_tokens // self.thread_tokens) * self.k_warps
 
-    def estimate_ms(self, problem: Problem, sm_count: int = SM_COUNT_H100, density: float = 0.5) -> float:
+    def estimate_ms(self, problem: Problem, sm_count: int = HOPPER.sm_count, density: float = 0.5) -> float:
         """Roofline-style estimate for ranking (tune.perfmodel): CTA waves x FMA time at the CUDA-core rate,
         discounted by the shared-memory loads per FMA of the thread tile, or L2 traffic, whichever is larger."""
-        from ..tune.perfmodel import SIMT_FLOPS
-
         m, n, k = problem.m, problem.n, problem.k
-        resident = max(1, min(SMEM_BYTES // max(1, smem_bound(self, problem.pattern, problem.vector)),
+        resident = max(1, min(HOPPER.smem_per_block // max(1, smem_bound(self, problem.pattern, problem.vector)),
                                2048 // self.threads))
         slots = sm_count * resident
         base = -(-n // self.block_rows) * -(-m // self.block_tokens)
@@ -118,7 +116,8 @@ class Config(FamilyConfig):
         waves = (whole // slots * self.split_k + -(-tiles // slots)) * resident  # in split tiles' times
         acc = self.thread_rows * self.thread_tokens
         issue = acc / (acc + self.thread_tokens + self.thread_rows / 4 + 3)
-        per_tile = 2.0 * self.block_rows * self.block_tokens * k / self.split_k * density / (SIMT_FLOPS / sm_count)
+        rate = HOPPER.simt_flops / sm_count
+        per_tile = 2.0 * self.block_rows * self.block_tokens * k / self.split_k * density / rate
         l2 = (m * k * 4 * -(-n // self.block_rows) + n * k * density * 4 * -(-m // self.block_tokens)) / 7e12
         reduce = m * n * 4 * (self.split_k + 1) / 3e12 * (base - whole) / base if self.split_k > 1 else 0.0
         return (max(waves * per_tile / issue, l2) * (1 + 1 / self.stages) + reduce) * 1e3
@@ -139,7 +138,7 @@ def smem_bound(cfg: Config, pattern: str = "", vector: int = 0) -> int:
     vector never under-counts. Without a pattern: the worst case of density N/M <= 1/2 within k_cols. With
     ``split_reduce`` = 2 the CTA's tile of sums (block_rows x block_tokens floats) reuses the stages' memory after the
     k loop (as with ``k_warps`` > 1, whose groups sum there): the larger of the two. Exact against sm_90's limit
-    (SMEM_BYTES); the launcher re-checks against the GPU (163 KB on sm_80).
+    (``arch.target()``); the launcher re-checks against the GPU.
 
     The tuning DB's problem key has no vector, so a winner tuned on vector-32 weights is also offered for
     vector-1 weights of the same shape: rather than adding the vector to the key (a migration), this exact
@@ -258,7 +257,7 @@ def simt_layout(w: NMWeight, kgroups: int) -> tuple[torch.Tensor, torch.Tensor, 
     return wt.contiguous(), cols.contiguous(), n_pad, gpad * n
 
 
-def resident_slots(cfg: Config, sm_count: int = SM_COUNT_H100) -> int:
+def resident_slots(cfg: Config, sm_count: int = HOPPER.sm_count) -> int:
     """CTAs the heuristic counts as resident at once: one per SM, two for tiles of <= 64 accumulators a thread."""
     return sm_count * (2 if cfg.thread_rows * cfg.thread_tokens <= 64 else 1)
 
@@ -270,7 +269,7 @@ def tail_waves(tiles: int, slots: int, split: int) -> float:
     return whole + -(-(tiles - whole * slots) * split // slots) / split
 
 
-def tail_split_for(cfg: Config, problem: Problem, sm_count: int = SM_COUNT_H100) -> int | None:
+def tail_split_for(cfg: Config, problem: Problem, sm_count: int = HOPPER.sm_count) -> int | None:
     """The split (2-4) with which split_reduce = 3 runs the config's tiles in the fewest waves, where that is at least
     5 % fewer than unsplit (None elsewhere: fewer tiles than slots, or a last wave nearly full). H100 (results/h100/
     NOTES.md, stop 34): the tail split won every n = 11008 row from 512 to 2048 tokens (7-13 % fewer waves predicted,
@@ -283,7 +282,7 @@ def tail_split_for(cfg: Config, problem: Problem, sm_count: int = SM_COUNT_H100)
     return split if waves <= 0.95 * -(-tiles // slots) else None
 
 
-def _split_for(cfg: Config, problem: Problem, sm_count: int = SM_COUNT_H100) -> int:
+def _split_for(cfg: Config, problem: Problem, sm_count: int = HOPPER.sm_count) -> int:
     """Split-K for the heuristic: the smallest split of 1-4 (at least 1024 columns of k each) whose CTAs fill their
     last wave to >= 85 %, else the one that fills it best. The heuristic's CTAs run one per SM (two for 8x8 tiles).
     H100 at 0d70abb: 86 CTAs (256 x 11008, 128-row tiles) ran 1.3 waves with split 2 and 1.95 with split 3, which
@@ -339,15 +338,13 @@ def _fuse_rule(cfg: Config) -> str | None:
     return None
 
 
-class _SimtFamily:
+class _SimtFamily(Family):
     name = "nm_simt"
     arch = "sm_80"
     weight = NMWeight
     Config = Config
-    input_dtypes = ("f32", "f16", "bf16")  # the others take fp16/bf16 only (dispatch checks this attribute)
-
-    def space(self) -> dict[str, tuple]:
-        return Config.SPACE
+    templates = ("families/nm_simt/kernel.cu",)
+    input_dtypes = ("f32", "f16", "bf16")
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         t = problem.types
@@ -372,20 +369,18 @@ class _SimtFamily:
             return "split_reduce=3 runs a 1-D grid of tiles; fuse_x=1 needs the 3-D one: use fuse_x=0"
         if (reason := _compact_rule(cfg, pat, problem.vector) or _fuse_rule(cfg) or _chain_rule(cfg)) is not None:
             return reason
-        if (need := smem_bound(cfg, problem.pattern, problem.vector)) > SMEM_BYTES:
+        if (need := smem_bound(cfg, problem.pattern, problem.vector)) > (cap := target().smem_per_block):
             vector = f"vector {problem.vector}" if problem.vector > 0 else "the worst vector (unknown)"
-            return (f"{cfg.stages} stages need {need} B of shared memory (> {SMEM_BYTES}) for {problem.pattern}, "
+            return (f"{cfg.stages} stages need {need} B of shared memory (> {cap}) for {problem.pattern}, "
                     f"{vector}")
         if problem.m < 1 or problem.n < 1 or problem.k < 1:
             return "m, n, k must be >= 1"
         return None
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
-        from ..codegen.cutlass_emit import template
-
         valid = Config.from_record(cfg.to_record())  # only validated ints reach the source
         fields = {name: int(getattr(valid, name)) for name in Config.SPACE}
-        return template("nm_simt.cu").substitute(element=ELEMENTS[types.dtype], **fields)
+        return self.template("families/nm_simt/kernel.cu").substitute(element=ELEMENTS[types.dtype], **fields)
 
     def heuristic(self, problem: Problem) -> Config:
         """TMA-filled stages of transposed x (H100 sweep at f38fb7d, benchmarks/results/h100/nm_simt_pipe_f38fb7d.json:
@@ -435,7 +430,7 @@ class _SimtFamily:
         cfg = replace(cfg, split_k=split, split_reduce=2 if split == 2 and problem.m >= 256 else 0)
 
         def fits(c: Config) -> bool:
-            return smem_bound(c, problem.pattern, problem.vector) <= SMEM_BYTES
+            return smem_bound(c, problem.pattern, problem.vector) <= target().smem_per_block
 
         if not fits(cfg):
             cfg = replace(cfg, stages=2)
@@ -451,7 +446,7 @@ class _SimtFamily:
         11008 (split in two) and 11008 x 4096 (last wave split 3) (results/h100/NOTES.md, stop 35)."""
         kw = Config(block_rows=128, block_tokens=128, thread_tokens=16, k_cols=128, k_warps=2, x_transposed=1, tma=1)
         halves = -(-problem.n // 128) * -(-problem.m // 128) * 2  # 128x128 CTAs split in two
-        if halves / (-(-halves // SM_COUNT_H100) * SM_COUNT_H100) >= 0.95:
+        if halves / (-(-halves // (sms := target().sm_count)) * sms) >= 0.95:
             kw = replace(kw, split_k=2, split_reduce=2)
         elif (tail := tail_split_for(kw, problem)) is not None:
             kw = replace(kw, split_k=tail, split_reduce=3)

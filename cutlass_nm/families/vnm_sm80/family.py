@@ -17,15 +17,16 @@ from typing import ClassVar
 
 import torch
 
-from ..errors import ShapeError
-from ..formats import meta_sm80
-from ..formats.vnm import VNMWeight
-from ..patterns import Pattern, parse_or_none
-from .base import SMEM_PER_SM_H100, FamilyConfig, KernelTypes, Problem, half_inputs_only
-from .launch import check_status
-from .sptc24_sm80 import TILE_SHAPES
+from ...arch import ARCHS, HOPPER
+from ...errors import ShapeError
+from ...formats import meta_sm80
+from ...formats.vnm import VNMWeight
+from ...patterns import Pattern, parse_or_none
+from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
+from ..launch import check_status
+from ..sptc24_sm80.family import TILE_SHAPES
 
-SMEM_BYTES = 166912  # A100 opt-in shared memory per block: the family targets sm_80 (and runs on sm_90)
+SMEM_BYTES = ARCHS["sm_80"].smem_per_block  # the family targets sm_80 (and runs on sm_90)
 K_ALIGN = 128  # gathered K padded to this: a multiple of every tile_k and of the metadata's column padding
 ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "float"}
 # (tile_m, tile_n, tile_k) -> (warp_m, warp_n): CUTLASS's instantiated 16-bit sparse shapes with tile_m | V
@@ -61,8 +62,6 @@ class Config(FamilyConfig):
         once per token tile) at a rate that grows with the bytes a SM keeps in flight (stages - 1 per resident
         CTA) up to the 4.35 TB/s vnm_sm80 reached on the H100, or CTA waves of mma.sp, whichever is larger.
         Calibrated on the five configs of benchmarks/results/h100/vnm_sm80.json (it ranks their fastest first)."""
-        from ..tune.perfmodel import SPARSE_FLOPS
-
         v = _block_rows(problem)
         pattern_m = Pattern.parse(problem.pattern).m if v is not None else 8
         m, n, k = problem.m, problem.n, problem.k
@@ -70,13 +69,13 @@ class Config(FamilyConfig):
         stage = smem_per_stage(self)
         threads = 32 * (self.tile_m // self.warp_m) * (self.tile_n // self.warp_n)
         regs = min(255, 64 + 2 * self.warp_m * self.warp_n // 32)
-        resident = max(1, min(SMEM_PER_SM_H100 // (self.stages * stage), 65536 // (threads * regs)))
+        resident = max(1, min(HOPPER.smem_per_sm // (self.stages * stage), 65536 // (threads * regs)))
         in_flight_kb = resident * (self.stages - 1) * stage / 1024
         rate = min(4.35e12, 4.35e12 * in_flight_kb / 154)
         rows, toks = -(-n // self.tile_m), -(-m // self.tile_n)
         traffic = rows * -(-m // 8) * 8 * kg * 2 + toks * n * kg * (1 + 1 / 8) + m * n * 2 + 4 * m * k
         waves = -(-rows * toks // (sm_count * resident)) * resident
-        mma = waves * self.tile_m * self.tile_n * kg / (SPARSE_FLOPS / sm_count)  # 2 x MACs at half density
+        mma = waves * self.tile_m * self.tile_n * kg / (HOPPER.sparse_flops / sm_count)  # 2 x MACs at half density
         return max(traffic / rate, mma) * (1 + 8 / (kg / self.tile_k + 8)) * 1e3
 
 
@@ -98,14 +97,12 @@ def kernel_layout(w: VNMWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return w24.values, meta_sm80.to_sm80(w24), w.padded_gather_index(K_ALIGN, w.padded_k), e_rows
 
 
-class _VnmSm80Family:
+class _VnmSm80Family(Family):
     name = "vnm_sm80"
     arch = "sm_80"
     weight = VNMWeight
     Config = Config
-
-    def space(self) -> dict[str, tuple]:
-        return Config.SPACE
+    templates = ("families/vnm_sm80/kernel.cu",)
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := half_inputs_only(problem.types)) is not None:
@@ -123,10 +120,8 @@ class _VnmSm80Family:
         return None
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
-        from ..codegen.cutlass_emit import template
-
         c = Config.from_record(cfg.to_record())  # only validated ints reach the source
-        return template("vnm_sm80.cu").substitute(
+        return self.template("families/vnm_sm80/kernel.cu").substitute(
             element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
             tile_n=int(c.tile_n), tile_k=int(c.tile_k), warp_m=int(c.warp_m), warp_n=int(c.warp_n),
             stages=int(c.stages), swizzle=int(c.swizzle), has_bias="true" if types.bias else "false")
@@ -172,7 +167,7 @@ class _Launcher:
         v = w.pattern.v
         if v % self.cfg.tile_m:
             if v % 64 == 0:  # a V = 64 weight under a tile_m = 128 kernel: its tile_m = 64 twin runs it
-                from ..kernels import get_kernel
+                from ...kernels import get_kernel
 
                 get_kernel((FAMILY.name, fallback_config(self.cfg), self.types))(x, w, bias, y)
                 return
