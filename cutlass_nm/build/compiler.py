@@ -1,7 +1,7 @@
 """The build lifecycle in one place: key -> look in cache -> lock -> look again -> nvcc -> atomic rename.
 
-The cache key hashes the source, the nvcc flags, the nvcc version and the target arch, so a
-toolkit or CUTLASS upgrade never reuses a stale binary. A regenerated but identical source
+The cache key hashes the source, the nvcc flags, the nvcc version, the target arch and the CUTLASS
+version, so a toolkit or CUTLASS upgrade never reuses a stale binary. A regenerated but identical source
 maps to the same key and never rebuilds.
 """
 
@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import platformdirs
@@ -75,10 +76,17 @@ def cutlass_include_dirs() -> tuple[str, ...]:
     return (str(root / "include"), str(root / "tools" / "util" / "include"))
 
 
+@functools.cache
+def cutlass_version() -> str:
+    """The installed ``nvidia-cutlass`` version: its headers are part of every kernel's source."""
+    return metadata.version("nvidia-cutlass")
+
+
 def cache_key(source: str, arch: str) -> str:
+    """Content key of a compiled kernel: source, nvcc flags, nvcc version, target arch, CUTLASS version."""
     flags = " ".join(COMMON_FLAGS + ARCH_FLAGS[arch])
     h = hashlib.sha256()
-    for part in (source, flags, nvcc_version(), arch):
+    for part in (source, flags, nvcc_version(), arch, cutlass_version()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:24]

@@ -10,7 +10,6 @@ import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass
-from importlib import metadata, resources
 
 STATUSES = ("ok", "invalid", "compile_error", "runtime_error", "timeout")
 HARD = ("gpu", "compute_capability", "sm_count", "l2_bytes", "cutlass_version", "nvcc_version", "template_hash")
@@ -53,19 +52,15 @@ def normalize_gpu(name: str) -> str:
 
 @functools.cache
 def template_hash(family: str) -> str:
-    """Hash of what shapes ``family``'s emitted code: its launcher template, the shared fragments it splices in
-    (``templates/NAME.cuh`` where the template has a ``${NAME}`` placeholder) and the CUTLASS emitter module. Per
-    family, so a new family or another family's template or fragment change leaves this family's records valid."""
+    """Hash of exactly what shapes ``family``'s kernels and choices: its module and the templates it declares
+    (``Family.fingerprint_files``). Per family, so another family's change leaves this family's records valid."""
+    from ..families import get_family
+    from ..families.base import package_file
+
     h = hashlib.sha256()
-    root = resources.files("cutlass_nm.codegen")
-    templates = root.joinpath("templates")
-    own = templates.joinpath(f"{family}.cu")
-    text = own.read_text() if own.is_file() else ""
-    items = [item for item in templates.iterdir()
-             if item.name == f"{family}.cu" or (item.name.endswith(".cuh") and f"${{{item.name[:-4]}}}" in text)]
-    for item in sorted([*items, root.joinpath("cutlass_emit.py")], key=lambda i: i.name):
-        h.update(item.name.encode())
-        h.update(item.read_bytes())
+    for path in get_family(family).fingerprint_files():
+        h.update(path.encode())
+        h.update(package_file(path).read_bytes())
     return h.hexdigest()[:32]
 
 
@@ -91,12 +86,12 @@ def _driver() -> str:
 def _machine(device: int) -> dict:
     import torch
 
-    from ..build.compiler import nvcc_version
+    from ..build.compiler import cutlass_version, nvcc_version
 
     p = torch.cuda.get_device_properties(device)
     cc = f"{p.major}.{p.minor}" + ("a" if (p.major, p.minor) == (9, 0) else "")
     return dict(gpu=normalize_gpu(p.name), compute_capability=cc, sm_count=p.multi_processor_count,
-                l2_bytes=int(getattr(p, "L2_cache_size", 0)), cutlass_version=metadata.version("nvidia-cutlass"),
+                l2_bytes=int(getattr(p, "L2_cache_size", 0)), cutlass_version=cutlass_version(),
                 nvcc_version=nvcc_version(), driver=_driver(), torch_version=torch.__version__)
 
 
