@@ -2,7 +2,7 @@
 
     cutlass-nm check                 compile the 2:4 kernels for this machine and verify them on its GPU
     cutlass-nm build --shape M,N,K   precompile the kernels matmul will pick for these shapes
-    cutlass-nm build --model llama-7b --tokens 2048   ... or for a model's layers (tuning/models.json)
+    cutlass-nm build --model llama-7b --tokens 2048   ... or for a model's layers (the shipped campaigns)
     cutlass-nm cache                 where compiled kernels live, and how many
     cutlass-nm db ...                the tuning database: path, ls, show, export, import, merge, upgrade, gc
     cutlass-nm tune --model llama-7b --pattern 2:4   tune a model's layer shapes on this GPU (Optuna)
@@ -290,7 +290,7 @@ def _problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", type=_shape, action="append", help="M,N,K (tokens, out, in); repeatable")
     p.add_argument("--model", action="append", help="a model of the campaign file, e.g. llama-7b; repeatable")
     p.add_argument("--tokens", type=int, default=2048, help="m for --model (default 2048)")
-    p.add_argument("--campaigns", help="campaign file (default: the repo's tuning/models.json)")
+    p.add_argument("--campaigns", help="campaign file, JSON {model: [[layer, n, k], ...]} (default: the shipped one)")
     p.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
     p.add_argument("--bias", action="store_true", help="kernels with a fused bias")
 

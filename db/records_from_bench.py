@@ -1,8 +1,8 @@
 """Turn timed benchmark runs into tuning records that ``cutlass-nm db import`` accepts.
 
-    python3 db/records_from_bench.py db/records/h100-80gb-hbm3.env.json \
+    python3 db/records_from_bench.py cutlass_nm/configs/h100-80gb-hbm3.env.json \
         benchmarks/results/h100/sptc24_llm.json benchmarks/results/h100/sptc24_contested.json \
-        > db/records/h100-80gb-hbm3.jsonl
+        > cutlass_nm/configs/h100-80gb-hbm3.jsonl
 
 The environment file is the machine part of the fingerprint (``cutlass_nm.store.fingerprint``) printed on
 the machine that ran the benchmarks; the template hash is the family's, computed here from this checkout's

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cutlass_nm.bench import report, shapes, suite
+from cutlass_nm.bench import cases, cusparselt, report, shapes, suite
 from cutlass_nm.bench.shapes import Shape
 from cutlass_nm.families import KernelTypes
 
@@ -183,7 +183,7 @@ def test_weights_clone_and_bytes():
     w = torch.randn(64, 128, dtype=torch.float16)
     for kind, pat in (("24", "2:4"), ("nm", "2:4"), ("nm", "2:8"), ("vnm", "64:2:8")):
         cw = make_weight(w, pat, kind)
-        copy = suite.clone_weight(cw)
+        copy = cases.clone_weight(cw)
         assert type(copy) is type(cw) and torch.equal(copy.to_dense(), cw.to_dense())
         assert copy.values.data_ptr() != cw.values.data_ptr()
         assert weight_bytes(cw) >= cw.values.numel() * 2
@@ -206,8 +206,8 @@ def test_cusparselt_child_restarts_after_a_fault(monkeypatch):
             out.append(json.dumps({"median_ms": 1.0}))
         return subprocess.CompletedProcess(cmd, 0, "\n".join(out), "")
 
-    monkeypatch.setattr(suite.subprocess, "run", fake_run)
-    got = suite.cusparselt_rows([(1, 1, 1), (2, 2, 2), (3, 3, 3), (4, 4, 4)], "f16", 5)
+    monkeypatch.setattr(cusparselt.subprocess, "run", fake_run)
+    got = cusparselt.cusparselt_rows([(1, 1, 1), (2, 2, 2), (3, 3, 3), (4, 4, 4)], "f16", 5)
     assert got[(1, 1, 1)] == {"median_ms": 1.0} and got[(4, 4, 4)] == {"median_ms": 1.0}
     assert "Illegal instruction" in got[(2, 2, 2)]["error"] and got[(3, 3, 3)]["error"].startswith("RuntimeError")
     assert calls == [["1,1,1", "2,2,2", "3,3,3", "4,4,4"], ["3,3,3", "4,4,4"], ["4,4,4"]]
@@ -244,7 +244,7 @@ def test_committed_suite_results(path):
 
 
 def test_cusparselt_child_skips_past_its_deadline():
-    proc = subprocess.run([sys.executable, "-m", "cutlass_nm.bench.suite", "--cslt-child", "f16", "5",
+    proc = subprocess.run([sys.executable, "-m", "cutlass_nm.bench.cusparselt", "f16", "5",
                            "cusparselt_search", "0", "16,64,64", "32,64,64"], capture_output=True, text=True)
     lines = [json.loads(ln) for ln in proc.stdout.splitlines()]
     assert proc.returncode == 0 and lines == [{"error": "skipped: --budget-s reached"}] * 2
@@ -254,7 +254,7 @@ def _cases(shapes_, patterns):
     from cutlass_nm.families import get_family
 
     cfg = get_family("nm_decode").Config()
-    return [suite.Case(s, "nm_decode", "nm", p, cfg, False) for s in shapes_ for p in patterns]
+    return [cases.Case(s, "nm_decode", "nm", p, cfg, False) for s in shapes_ for p in patterns]
 
 
 def test_run_group_starts_a_new_worker_after_a_fault(monkeypatch):
@@ -302,7 +302,7 @@ def test_run_group_gives_up_after_repeated_faults(monkeypatch):
 def test_worker_skips_past_its_deadline():
     job = {"dtype": "f16", "reps": 1, "warmup": 1.0, "sgemm": True, "baselines": True, "deadline": 0,
            "shapes": [[1, 64, 64, "a"], [2, 64, 64, "b"]], "cases": []}
-    proc = subprocess.run([sys.executable, "-m", "cutlass_nm.bench.suite", "--worker"], input=json.dumps(job),
+    proc = subprocess.run([sys.executable, "-m", "cutlass_nm.bench.run", "--worker"], input=json.dumps(job),
                           capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.splitlines() == ["SKIP [1, 64, 64]", "SKIP [2, 64, 64]"]
 

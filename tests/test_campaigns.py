@@ -1,5 +1,6 @@
 import pytest
 
+from cutlass_nm import InputError
 from cutlass_nm.campaigns import load_models, model_shapes
 
 
@@ -12,7 +13,7 @@ def test_shipped_campaigns_load():
 def test_model_shapes_are_distinct_problems():
     shapes = model_shapes("llama-7b", 2048)
     assert shapes == [(2048, 4096, 4096), (2048, 4096, 11008), (2048, 11008, 4096)]
-    with pytest.raises(KeyError, match="unknown model"):
+    with pytest.raises(InputError, match="unknown model"):
         model_shapes("gpt-5", 16)
 
 

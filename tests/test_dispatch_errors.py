@@ -62,29 +62,28 @@ def test_weight_not_24_is_rejected_at_compress():
 
 
 def test_old_gpus_are_refused(monkeypatch):
-    from cutlass_nm import dispatch
+    from cutlass_nm import routing
     from cutlass_nm.families.launch import DeviceInfo
 
-    monkeypatch.setattr(dispatch, "device_info", lambda d: DeviceInfo(80, (7, 5), "T4"))
+    monkeypatch.setattr(routing, "device_info", lambda d: DeviceInfo(80, (7, 5), "T4"))
     with pytest.raises(ShapeError, match=r">= 8\.0"):
         default_family(torch.device("cuda"))
 
 
 def test_default_family_by_weight_kind_gpu_and_m(monkeypatch):
-    from cutlass_nm import dispatch
+    from cutlass_nm import routing
     from cutlass_nm.families.launch import DeviceInfo
     from cutlass_nm.formats.nm import NMWeight
 
     dev = torch.device("cuda")
-    monkeypatch.setattr(dispatch, "device_info", lambda d: DeviceInfo(132, (9, 0), "H100"))
+    monkeypatch.setattr(routing, "device_info", lambda d: DeviceInfo(132, (9, 0), "H100"))
     assert default_family(dev) == "sptc24_sm90"
     assert default_family(dev, cutlass_nm.VNMWeight) == "nm_decode"  # m <= 16: sparse tensor cores, mode 3
     assert default_family(dev, cutlass_nm.VNMWeight, m=16) == "nm_decode"
     assert default_family(dev, cutlass_nm.VNMWeight, m=17) == "vnm_sm90"
-    # wgmma.sp with the batched gather beat mma.sp on all 12 rows (m >= 2048) of results/h200/vnm_producer.md
     assert default_family(dev, cutlass_nm.VNMWeight, m=2048) == "vnm_sm90"
     assert default_family(dev, NMWeight, m=16) == "nm_decode"
     assert default_family(dev, NMWeight, m=17) == "nm_simt"
-    monkeypatch.setattr(dispatch, "device_info", lambda d: DeviceInfo(108, (8, 0), "A100"))
+    monkeypatch.setattr(routing, "device_info", lambda d: DeviceInfo(108, (8, 0), "A100"))
     assert default_family(dev, cutlass_nm.VNMWeight, m=64) == "vnm_sm80"
     assert default_family(dev) == "sptc24_sm80"

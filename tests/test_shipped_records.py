@@ -1,13 +1,14 @@
-"""Records shipped in db/records/ pass validation and import idempotently."""
+"""Tuned records shipped in the package (cutlass_nm/configs/) pass validation and import idempotently."""
 
 import json
 from pathlib import Path
 
 import pytest
 
+import cutlass_nm
 from cutlass_nm.store.store import Store
 
-RECORDS = sorted((Path(__file__).parents[1] / "db" / "records").glob("*.jsonl"))
+RECORDS = sorted((Path(cutlass_nm.__file__).parent / "configs").glob("*.jsonl"))
 
 
 @pytest.mark.parametrize("path", RECORDS, ids=[p.name for p in RECORDS])

@@ -27,9 +27,10 @@ from ..formats.vnm import compress_vnm
 from ..kernels import get_kernel, precompile
 from ..patterns import Pattern
 from ..tune.perfmodel import BANDWIDTH, RATES, ideal_ms, traffic_bytes
+from .cases import CSLT_MODE, ENGINES, Case, clone_weight
+from .cusparselt import cusparselt_rows
 from .env import environment
 from .shapes import Shape
-from .suite import CSLT_MODE, ENGINES, Case, clone_weight, cusparselt_rows
 from .timing import copies_to_rotate, time_rotating
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -224,7 +225,7 @@ def _case_of(v: list) -> Case:
 def _worker(job: dict, deadline: float, grace_s: float = 90.0) -> tuple[list[tuple[str, Any]], int, str]:
     """Run one worker process on ``job``; kill it if it outlives the deadline by ``grace_s`` (a hang)."""
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "cutlass_nm.bench.suite", "--worker"], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "cutlass_nm.bench.run", "--worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=err, text=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         timer = None
@@ -399,3 +400,7 @@ def summary(s: Shape, rows: list[dict]) -> str:
         tag = r["impl"] + (f"[{r['pattern']}]" if r.get("family") else "")
         line += f" | {tag} " + (f"{r['speedup_vs_cublas']:.2f}x" if r.get("speedup_vs_cublas") else "—")
     return line
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:  # one family group's timing; the job on stdin
+    sys.exit(worker_main(json.loads(sys.stdin.read())))

@@ -3,7 +3,7 @@
     cutlass-nm bench --quick                        # a few shapes per family; <= 3 min on an H100, compiles included
     cutlass-nm bench --preset nmsparse --preset llama --preset venom --sparsity 50,75,87.5,90
     cutlass-nm bench --preset headline --dry-run    # list what would be timed (no GPU needed)
-    cutlass-nm bench --report benchmarks/results/h100/suite.json   # markdown + PNGs again from a JSON
+    cutlass-nm bench --report suite.json           # markdown + PNGs again from a result JSON
 
 Per shape, in one process: cuBLAS dense in the run's dtype, cuBLAS SGEMM with TF32 off (the CUDA-core
 baseline), cuSPARSELt 2:4 after ``mm_search`` (in child processes: some of its paths fault), and every family
@@ -19,40 +19,16 @@ flops), ``gbps``, and ``pct_of_ideal`` against ``tune.perfmodel.ideal_ms``. The 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
 import re
-import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import shapes as shp
-
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-ENGINES = {"24": "tensor", "vnm": "tensor", "nm": "simt"}
-BASELINES = ("cublas", "cublas_sgemm", "cusparselt_search")
-CSLT_MODE = "cusparselt_search"
-
-
-@dataclass(frozen=True)
-class Case:
-    """One family timed at one shape and pattern with one config."""
-
-    shape: shp.Shape
-    family: str
-    kind: str
-    pattern: str
-    config: Any
-    tuned: bool
-
-    @property
-    def impl(self) -> str:
-        return f"{self.family}_{'tuned' if self.tuned else 'heuristic'}"
+from .cases import BASELINES, Case
 
 
 def gpu_slug(name: str | None) -> str:
@@ -118,10 +94,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heuristic", action="store_true", help="ignore the tuning DB: heuristic configs only")
     p.add_argument("--db", help="tuning DB URL (default: $CUTLASS_NM_DB or the user cache's SQLite)")
     p.add_argument("--records", action="append", type=Path,
-                   help="tuning records (JSONL export, e.g. db/records/h100-80gb-hbm3.jsonl) to use instead")
+                   help="tuning records (JSONL export, e.g. a `cutlass-nm db export` file) to use instead")
     p.add_argument("--budget-s", type=float, help="stop starting new shapes after this many seconds")
     p.add_argument("--jobs", type=int, help="parallel nvcc processes (default: all cores)")
-    p.add_argument("--out", type=Path, help="output folder (default: benchmarks/results/<gpu>/)")
+    p.add_argument("--out", type=Path, default=Path("."), help="output folder (default: the current directory)")
     p.add_argument("--name", help="file stem (default: suite, or suite_quick with --quick)")
     p.add_argument("--dry-run", action="store_true", help="list what would be timed and compiled; no GPU needed")
     p.add_argument("--report", type=Path, metavar="JSON", help="only write the markdown and PNGs of a result JSON")
@@ -209,7 +185,7 @@ def main(args: argparse.Namespace) -> int:
     from .run import run_suite
 
     def stem_of(result: dict) -> Path:
-        out = args.out or RESULTS / gpu_slug(result["environment"]["gpu"])
+        out = args.out
         out.mkdir(parents=True, exist_ok=True)
         return out / (args.name or ("suite_quick" if args.quick else "suite"))
 
@@ -246,85 +222,7 @@ def geomean(vals: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
 
-def clone_weight(w: Any) -> Any:
-    """A copy of a compressed weight in new memory (its kernel-layout cache is not copied)."""
-    import torch
-
-    fields = {f.name: getattr(w, f.name) for f in dataclasses.fields(w)}
-    return dataclasses.replace(w, **{k: v.clone() for k, v in fields.items() if isinstance(v, torch.Tensor)})
-
-
-CSLT_MIN_M = 16  # cuSPARSELt refuses a dense operand of fewer columns ("operation not supported")
-
-
-def _cslt_child(argv: list[str]) -> None:
-    """Child process: time cuSPARSELt for each M,N,K in turn, one JSON line each; exit after a failure
-    (a CUDA error poisons the context), and the parent starts a new child for the rest. Below
-    ``CSLT_MIN_M`` tokens it times x padded to that many rows (what a caller would have to do), and says so;
-    past the deadline (epoch seconds) it reports shapes as skipped."""
-    import contextlib
-    import io
-
-    from .baselines import _child
-
-    dtype, reps, mode, deadline, *todo = argv
-    for text in todo:
-        m, n, k = (int(v) for v in text.split(","))
-        if time.time() > float(deadline):
-            print(json.dumps({"error": "skipped: --budget-s reached"}), flush=True)
-            continue
-        buf = io.StringIO()
-        try:
-            with contextlib.redirect_stdout(buf):
-                _child(max(m, CSLT_MIN_M), n, k, dtype, int(reps), mode)
-        except Exception as exc:
-            print(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:300]}), flush=True)
-            sys.exit(3)
-        res = json.loads([ln for ln in buf.getvalue().splitlines() if ln.startswith("{")][-1])
-        if m < CSLT_MIN_M:
-            res["padded_m"] = CSLT_MIN_M
-        print(json.dumps(res), flush=True)
-
-
-def cusparselt_rows(mnks: list[tuple[int, int, int]], dtype: str, reps: int, mode: str = CSLT_MODE,
-                    timeout_s: float = 900.0, deadline: float = float("inf")) -> dict[tuple[int, int, int], dict]:
-    """cuSPARSELt timings per (m, n, k), from as few child processes as the faults allow."""
-    out: dict[tuple[int, int, int], dict] = {}
-    todo = list(mnks)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    while todo:
-        cmd = [sys.executable, "-m", "cutlass_nm.bench.suite", "--cslt-child", dtype, str(reps), mode,
-               str(min(deadline, 1e12)), *(",".join(map(str, s)) for s in todo)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-            stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
-        except subprocess.TimeoutExpired as exc:
-            stdout, stderr, rc = exc.stdout or "", "timed out", -1
-            stdout = stdout.decode() if isinstance(stdout, bytes) else stdout
-        lines = [json.loads(ln) for ln in stdout.splitlines() if ln.startswith("{")]
-        for s, res in zip(todo, lines, strict=False):
-            out[s] = res
-        done = len(lines)
-        said_why = bool(lines) and "error" in lines[-1]  # a Python error: reported, then the child exits
-        if done < len(todo) and rc != 0 and not said_why:  # died without a word on todo[done]
-            tail = (stderr.strip().splitlines() or [f"exit status {rc}"])[-1]
-            out[todo[done]] = {"error": f"cuSPARSELt child died: {tail}"[:300]}
-            done += 1
-        elif done < len(todo) and not said_why:
-            out.update({s: {"error": "cuSPARSELt child printed no result"} for s in todo[done:]})
-            done = len(todo)
-        todo = todo[done:]
-    return out
-
-
 def cli() -> int:
-    if sys.argv[1:2] == ["--cslt-child"]:
-        _cslt_child(sys.argv[2:])
-        return 0
-    if sys.argv[1:2] == ["--worker"]:  # one family group's timing (bench.run.run_group); the job on stdin
-        from .run import worker_main
-
-        return worker_main(json.loads(sys.stdin.read()))
     ap = argparse.ArgumentParser(prog="cutlass-nm bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(ap)
