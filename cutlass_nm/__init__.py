@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .dispatch import matmul, set_selector
+from .dispatch import matmul, set_selector, use_tuning_db
 from .errors import (
     BuildError,
     ConfigError,
@@ -26,7 +26,6 @@ from .formats.nm import NMWeight, compress_nm, mask_nm
 from .formats.vnm import VNMWeight, compress_vnm, mask_vnm
 from .nn import SparseLinear, sparsify
 from .patterns import Pattern
-from .store.lookup import use_tuning_db
 
 __version__ = "0.1.0"
 

@@ -169,3 +169,13 @@ def _resolve(key: tuple) -> Callable:
     kernel = get_kernel((family.name, cfg, problem.types))
     _RESOLVED[key] = kernel
     return kernel
+
+
+def use_tuning_db(url: str | None = None, objective: str | None = None) -> Selector:
+    """Make ``matmul`` consult the tuning database at ``url`` (default ``$CUTLASS_NM_DB`` / user cache), choosing
+    winners by ``objective`` (default ``$CUTLASS_NM_OBJECTIVE`` or "time")."""
+    from .store.lookup import TunedSelector
+
+    selector = TunedSelector(url, objective=objective)
+    set_selector(selector)
+    return selector

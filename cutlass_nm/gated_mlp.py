@@ -13,7 +13,7 @@ import torch
 from .dispatch import _check, kernel_for, matmul
 from .errors import InputError
 from .families.launch import device_info
-from .formats.glu import PAIR_V, deinterleave
+from .formats.glu import PAIR_V, swiglu_reference
 from .formats.vnm import VNMWeight
 from .routing import DECODE_MAX_M
 
@@ -52,12 +52,6 @@ def gated_mlp(x: torch.Tensor, gate_up: VNMWeight, down: VNMWeight) -> torch.Ten
     y = torch.empty(m, down.out_features, dtype=x.dtype, device=x.device)
     kernel_for("vnm_sm90", h, down, x.dtype)(h, down, None, y, ht)
     return y.reshape(*x.shape[:-1], down.out_features)
-
-
-def swiglu_reference(x: torch.Tensor, gate_up: VNMWeight) -> torch.Tensor:
-    """h = silu(x·Gᵀ) ⊙ (x·Uᵀ) through the decompressed fused weight, in x's dtype (any device)."""
-    gate, up = deinterleave(gate_up.to_dense().to(x.dtype))
-    return torch.nn.functional.silu(x @ gate.T) * (x @ up.T)
 
 
 def reference(x: torch.Tensor, gate_up: VNMWeight, down: VNMWeight) -> torch.Tensor:

@@ -154,7 +154,7 @@ def test_row_schema_and_derived_metrics():
 
 
 def test_ideal_model():
-    from cutlass_nm.tune.perfmodel import ideal_ms
+    from cutlass_nm.bench.roofline import ideal_ms
 
     # compute-bound: 2:4 at the sparse rate; memory-bound: m = 1 streams the weight
     assert ideal_ms(8192, 8192, 8192, 0.5, 8192 * 8192 * 1.125) == pytest.approx(2 * 8192**3 / 1.4e15 * 1e3)

@@ -3,7 +3,7 @@
 * ``<stem>_speedup.png``: speedup over cuBLAS against sparsity, one line per family (geomean over the
   shapes, bars from min to max), for m > 16 and for decode (m <= 16), with the ideal 1 / (1 - sparsity).
 * ``<stem>_roofline.png``: effective TFLOP/s (nonzero flops) against arithmetic intensity (nonzero flops
-  per byte moved), with the tensor-core, CUDA-core and bandwidth roofs of ``tune.perfmodel``.
+  per byte moved), with the tensor-core, CUDA-core and bandwidth roofs of ``bench.roofline``.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def header(result: dict) -> str:
     return (f"{env['gpu']}, CUTLASS {env.get('cutlass')}, torch {env['torch']}, driver {env['driver']}, "
             f"commit {env['commit']}, {env.get('date', '')[:10]}; `{env['command']}`. Speedups are over baselines "
             f"timed in the same run (median of CUDA-graph replays over inputs rotated past L2); % of ideal is "
-            f"against `tune.perfmodel.ideal_ms` (nonzero flops at the engine's rate, or bytes at copy bandwidth).")
+            f"against `bench.roofline.ideal_ms` (nonzero flops at the engine's rate, or bytes at copy bandwidth).")
 
 
 def summary_rows(result: dict) -> list[dict]:

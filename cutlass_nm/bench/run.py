@@ -26,10 +26,10 @@ from ..formats.nm import compress_nm, mask_nm
 from ..formats.vnm import compress_vnm
 from ..kernels import get_kernel, precompile
 from ..patterns import Pattern
-from ..tune.perfmodel import BANDWIDTH, RATES, ideal_ms, traffic_bytes
 from .cases import CSLT_MODE, ENGINES, Case, clone_weight
 from .cusparselt import cusparselt_rows
 from .env import environment
+from .roofline import BANDWIDTH, RATES, ideal_ms, traffic_bytes
 from .shapes import Shape
 from .timing import copies_to_rotate, time_rotating
 

@@ -12,7 +12,7 @@ tuned config from the tuning DB (``tuned: true``, the DB's nearest problem) or e
 (``tuned: false``). Families that cannot run a shape (e.g. nm_decode above m = 16) are listed under
 ``skipped``. Rows follow benchmarks/bench_sptc24.py's schema (time median/p20/p80, dense-equivalent
 ``tflops``, ``rel_err``, ``speedup_vs_*``) plus family, pattern, sparsity, ``tflops_effective`` (nonzero
-flops), ``gbps``, and ``pct_of_ideal`` against ``tune.perfmodel.ideal_ms``. The baselines multiply the
+flops), ``gbps``, and ``pct_of_ideal`` against ``bench.roofline.ideal_ms``. The baselines multiply the
 2:4-pruned weight as a dense matrix (as in bench_sptc24 and cuSPARSELt's own run).
 """
 

@@ -146,17 +146,21 @@ class Family(ABC):
     def bind(self, lib: Any, cfg: Any, types: KernelTypes) -> Callable[..., None]:
         """A launcher over the loaded library: ``launcher(x, w, bias, y)`` writes y on torch's current stream."""
 
-    def candidates(self, problem: Problem, limit: int = CANDIDATES) -> list[Any]:
+    def candidates(self, problem: Problem, space: dict[str, tuple[Any, ...]] | None = None,
+                   limit: int = CANDIDATES) -> list[Any]:
         """Valid configs to rank before tuning: the heuristic's, then a seeded sample of at most ``limit`` draws
-        from the space (never the whole product)."""
-        space = self.space()
+        from ``space`` (default: the family's; never the whole product), each in ``space`` and valid."""
+        space = space or self.space()
         rng = random.Random(f"{self.name}:{problem.m}:{problem.n}:{problem.k}:{problem.pattern}")
+        draws = (self.Config(**{k: rng.choice(v) for k, v in space.items()}) for _ in range(limit))
         seen, out = set(), []
-        for cfg in (self.heuristic(problem), *(self.Config(**{k: rng.choice(v) for k, v in space.items()})
-                                               for _ in range(limit))):
-            if cfg not in seen and self.check(cfg, problem) is None:
-                out.append(cfg)
+        for cfg in (self.heuristic(problem), *draws):
+            if cfg in seen:
+                continue
             seen.add(cfg)
+            inside = all(getattr(cfg, k) in v for k, v in space.items())
+            if inside and self.check(cfg, problem) is None:
+                out.append(cfg)
         return out
 
     def output_shape(self, m: int, n: int) -> tuple[int, int]:

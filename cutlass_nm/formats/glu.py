@@ -64,3 +64,9 @@ def kept_fractions(gate: torch.Tensor, up: torch.Tensor, pattern: str | Pattern 
     joint = kept_fraction(both, mask_vnm(both, Pattern(2, p.m, 2 * PAIR_V)))
     separate = kept_fraction(both, interleave(mask_vnm(gate, p), mask_vnm(up, p)))
     return {"joint": joint, "separate": separate}
+
+
+def swiglu_reference(x: torch.Tensor, gate_up: VNMWeight) -> torch.Tensor:
+    """h = silu(x·Gᵀ) ⊙ (x·Uᵀ) through the decompressed fused weight, in x's dtype (any device)."""
+    gate, up = deinterleave(gate_up.to_dense().to(x.dtype))
+    return torch.nn.functional.silu(x @ gate.T) * (x @ up.T)

@@ -140,13 +140,3 @@ class TunedSelector:
             self._warn_once("soft", "cutlass_nm: using tuning records from a different driver/torch version "
                                     "(same GPU and toolchain); re-tune to silence this")
         return cfg
-
-
-def use_tuning_db(url: str | None = None, objective: str | None = None) -> TunedSelector:
-    """Make ``matmul`` consult the tuning database at ``url`` (default ``$CUTLASS_NM_DB`` / user cache), choosing
-    winners by ``objective`` (default ``$CUTLASS_NM_OBJECTIVE`` or "time")."""
-    from ..dispatch import set_selector
-
-    selector = TunedSelector(url, objective=objective)
-    set_selector(selector)
-    return selector

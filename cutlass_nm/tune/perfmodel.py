@@ -4,10 +4,6 @@ time ≈ max(waves x per-tile MMA time, bytes / bandwidth) x a pipeline-depth pe
 are the CTA tiles quantized over the SMs (divided by the cluster size they occupy together).
 Rates are this project's measured H100 ceilings: 700 TFLOP/s dense fp16 (so 1400 for 2:4) and
 3.0 TB/s copy bandwidth.
-
-:func:`ideal_ms` is the bound any family is judged against (benchmarks' "% of ideal"): the nonzero
-multiply-adds at the engine's dense rate (so 2:4 runs at 1400 dense-equivalent TFLOP/s, V:N:M at
-2/M density likewise on Sparse Tensor Cores), or the bytes moved at copy bandwidth, whichever is larger.
 """
 
 from __future__ import annotations
@@ -22,19 +18,6 @@ BANDWIDTH = HOPPER.bandwidth
 L2_BANDWIDTH = HOPPER.l2_bandwidth
 DENSE_FLOPS = HOPPER.dense_flops  # tensor cores, fp16/bf16, nonzero multiply-adds
 SIMT_FLOPS = HOPPER.simt_flops
-RATES = {"tensor": DENSE_FLOPS, "simt": SIMT_FLOPS}
-
-
-def traffic_bytes(m: int, n: int, k: int, weight_bytes: float, elem_bytes: int = 2, out_bytes: int = 2) -> float:
-    """Bytes a y = x·Wᵀ must move at least: x, W as stored (values + indices), y."""
-    return m * k * elem_bytes + weight_bytes + m * n * out_bytes
-
-
-def ideal_ms(m: int, n: int, k: int, density: float, weight_bytes: float, engine: str = "tensor",
-             elem_bytes: int = 2, out_bytes: int = 2) -> float:
-    """Roofline time in ms: max(2·m·n·k·density flops at ``RATES[engine]``, traffic at ``BANDWIDTH``)."""
-    flops = 2.0 * m * n * k * density
-    return max(flops / RATES[engine], traffic_bytes(m, n, k, weight_bytes, elem_bytes, out_bytes) / BANDWIDTH) * 1e3
 
 
 def estimate_ms(cfg: Any, problem: Any, sm_count: int = 132) -> float:

@@ -28,7 +28,7 @@ from ..families import KernelTypes, Problem, get_family
 from ..formats.nm import NMWeight
 from ..store.fingerprint import EnvFields, ProblemKey
 from . import perfmodel
-from .space import all_configs, space_of, suggest
+from .space import space_of, suggest
 
 Measure = Callable[[Any], dict]  # config -> {"status", "p50_ms", ...}
 Build = Callable[[Any], object]  # config -> compiled artifact (or raises BuildError)
@@ -91,9 +91,9 @@ def _default_build(family_name: str, types: KernelTypes) -> Build:
 
 def _warm_ranking(store: Any, env: EnvFields, fam: Any, problem: Problem, fixed: dict[str, Any] | None,
                   objective: str, min_samples: int = 10) -> list[Any]:
-    """Valid configs best first: by the energy model fitted on the DB's energy measurements of this family and
-    hardware (energy objectives, when there are ``min_samples``), else by the roofline time estimate."""
-    configs = all_configs(fam, problem, fixed)
+    """The family's candidate configs best first: by the energy model fitted on the DB's energy measurements of this
+    family and hardware (energy objectives, when there are ``min_samples``), else by the roofline time estimate."""
+    configs = fam.candidates(problem, space_of(fam, fixed))
     if objective != "time":
         from . import energymodel
 
@@ -298,18 +298,3 @@ def tune_problem(problem: Problem, *, family: str = "sptc24_sm90", n_trials: int
 
 def _energy(res: dict) -> dict:
     return {f: res.get(f) for f in ("joules", "avg_power_w", "sm_clock_mhz")}
-
-
-def tune(problems: list[tuple[int, int, int]], *, dtype: str = "f16", bias: bool = False,
-         gpus: list[int] | None = None, **kwargs: Any) -> list[TuneResult] | list[list[dict]]:
-    """Tune several (m, n, k) problems in turn; kwargs (``objective=`` included) go to :func:`tune_problem`.
-    With ``gpus``, each problem is tuned by one process per GPU on a shared study (:func:`tune.gpus.tune_on_gpus`,
-    which takes ``family``, ``n_trials``, ``timeout_s``, ``storage``, ``db_url``, ``fixed``, ``objective``) and
-    the per-GPU summaries are returned."""
-    types = KernelTypes(dtype, dtype, bias)
-    if gpus:
-        from .gpus import tune_on_gpus
-
-        kwargs.setdefault("family", "sptc24_sm90")
-        return [tune_on_gpus(Problem(m, n, k, types), gpus, **kwargs) for m, n, k in problems]
-    return [tune_problem(Problem(m, n, k, types), **kwargs) for m, n, k in problems]

@@ -21,6 +21,7 @@ from typing import ClassVar
 import torch
 
 from ...errors import ShapeError
+from ...formats.glu import swiglu_reference
 from ...formats.vnm import VNMWeight
 from ...patterns import Pattern
 from ..base import Family, KernelTypes, Problem
@@ -88,8 +89,6 @@ class _VnmGluSm90Family(Family):
 
     def reference(self, x: torch.Tensor, w: VNMWeight) -> torch.Tensor:
         """hT in fp64, zero in the padding tokens: what the tuner's worker checks a candidate against."""
-        from ...gated_mlp import swiglu_reference
-
         h = swiglu_reference(x.double(), w)
         out = torch.zeros(self.output_shape(*h.shape[:1], w.out_features), dtype=torch.float64, device=x.device)
         out[:, : x.shape[0]] = h.T
