@@ -56,9 +56,8 @@ class Problem:
 
 
 def pipelined_mma_rule(mma_pipe: int, stages: int) -> str | None:
-    """The reason our pipelined sparse mainloop (``mma_pipe`` 1, templates/sparse_mainloop.cuh) cannot run a
-    ``stages``-deep pipeline well: it holds each stage one k-tile longer, so below 3 stages the producer starves
-    (measured: 128x256x128, 2 stages, ran 14-22 % slower pipelined; results/h100/sptc24_pipe.md)."""
+    """The reason our pipelined sparse mainloop (``mma_pipe`` 1, codegen/sparse_mainloop.cuh) cannot run a
+    ``stages``-deep pipeline well: it holds each stage one k-tile longer, so below 3 stages the producer starves."""
     if mma_pipe == 1 and stages < 3:
         return f"mma_pipe=1 holds a stage one k-tile longer: it needs >= 3 pipeline stages, this config runs {stages}"
     return None
@@ -144,7 +143,13 @@ class Family(ABC):
 
     @abstractmethod
     def bind(self, lib: Any, cfg: Any, types: KernelTypes) -> Callable[..., None]:
-        """A launcher over the loaded library: ``launcher(x, w, bias, y)`` writes y on torch's current stream."""
+        """A launcher over the loaded library: ``launcher(x, w, bias, y)`` writes y on torch's current stream. A
+        family with :meth:`helpers` takes a fourth argument, ``helpers``: their launchers, in that order."""
+
+    def helpers(self, cfg: Any, types: KernelTypes) -> list[tuple[str, Any, KernelTypes]]:
+        """Kernel ids (family, config, types) of other kernels the launcher of ``cfg`` calls: resolved by the
+        caller and passed to :meth:`bind`, so that a launch never looks a kernel up."""
+        return []
 
     def candidates(self, problem: Problem, space: dict[str, tuple[Any, ...]] | None = None,
                    limit: int = CANDIDATES) -> list[Any]:

@@ -261,9 +261,8 @@ def tune_problem(problem: Problem, *, family: str = "sptc24_sm90", n_trials: int
                     continue
                 finish(trial, cfg, measure(cfg))
         # Re-time the best few before trusting a winner, in interleaved rounds: on a power-limited GPU a config's
-        # time moves with what ran just before it (sweep winners of short measurements lost up to 15 % when
-        # re-timed, benchmarks/results/h100/NOTES.md), so each is timed once per round, in rotating order, and
-        # judged by its median round; a config that fails any round is dropped.
+        # time moves with what ran just before it (docs/decisions/dispatch.md), so each is timed once per round, in
+        # rotating order, and judged by its median round; a config that fails any round is dropped.
         scalar = "time" if objective == "pareto" else objective
         scored = [h for h in history if h.get("status") == "ok" and trial_values(scalar, h) is not None]
         top = [fam.Config.from_record(h["config"]) for h in sorted(scored, key=lambda h: trial_values(scalar, h))
