@@ -1,12 +1,11 @@
-"""Regenerate the README's result tables from the committed JSON (they are never typed by hand).
+"""Regenerate the README's result tables from the committed results (they are never typed by hand).
 
-    python3 benchmarks/update_readme.py          # rewrite README.md in place
+    python3 benchmarks/update_readme.py          # rewrite README.md in place (and redraw the suite's plot)
     python3 benchmarks/update_readme.py --check  # exit 1 if README.md is out of date (a CPU test runs this)
 
-Each table sits between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->`` markers. The ``suite``
-section (``cutlass-nm bench``'s headline table and speedup plot, from results/h100/suite.json, else
-suite_quick.json) is optional:
-it is filled where README.md has its markers; rewriting (not --check) also redraws the suite's PNGs.
+Each table sits between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->`` markers and comes from one JSON
+under benchmarks/results/ in ``cutlass-nm bench``'s format (``{"environment": ..., "rows": [...]}``):
+``suite`` from h100/suite_quick.json, ``sptc24`` from h100/sptc24_interleaved.json, ``tuner`` from h100/tuner.json.
 """
 
 from __future__ import annotations
@@ -17,73 +16,88 @@ import re
 import sys
 from pathlib import Path
 
-from report_sptc24 import table as sptc24_table
-
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+SUITE = RESULTS / "h100" / "suite_quick.json"
 
 
-def tuner_table(result: dict) -> str:
-    env = result["environment"]
-    lines = [f"{env['gpu']}, commit {env['commit']}; `{env['command']}`.", "",
-             "| problem | space points | Optuna trials (measured / pruned) | Optuna best / sweep best | "
-             "tuned vs cuBLAS | tuned vs best cuSPARSELt |", "|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['m']} x {r['n']} x {r['k']} | {r['space_points']} | {r['optuna_trials']} "
-                     f"({r['optuna_measured']} / {r['optuna_pruned']}) | {r['optuna_over_sweep']:.3f} | "
-                     f"{r['optuna_speedup_vs_cublas']:.2f}x | {r['optuna_speedup_vs_cusparselt_best']:.2f}x |")
-    return "\n".join(lines)
+def _x(v: float | None) -> str:
+    return f"{v:.2f}x" if v else "—"
 
 
-def interleaved_table(result: dict) -> str:
-    """2:4 against cuBLAS and cuSPARSELt from a ``benchmarks/interleave_sptc24.py`` run."""
-    env = result["environment"]
-    lines = [f"2:4 SpMM, {env['gpu']}, driver {env['driver']}, CUTLASS {env.get('cutlass')}, torch {env['torch']}, "
-             f"commit {env['commit']}; `{env['command']}`. Per shape, 5 rounds of every implementation in rotating "
-             "order (CUDA-graph replays over inputs rotated past L2, 200 ms warm-up each); speedups are medians of "
-             "per-round ratios. Heuristic: untuned; tuned: the winner in the shipped tuning DB of that commit "
-             "(`db/records/h100-80gb-hbm3.jsonl`).", "",
-             "| m x n x k | cuBLAS ms | cuSPARSELt (mm_search) | **sptc24_sm90** heuristic | **sptc24_sm90** tuned "
-             "| tuned / cuSPARSELt | tuned config |", "|---|---|---|---|---|---|---|"]
-    for r in sorted(result["rows"], key=lambda r: (-r["m"], -r["n"] * r["k"])):
-        c = r["configs"].get("sptc24_sm90_tuned", r["configs"]["sptc24_sm90_heuristic"])
-        cfg = (f"{c['tile_m']}x{c['tile_n']}x{c['tile_k']} c{c['cluster_m']}x{c['cluster_n']} {c['scheduler']}, "
-               f"raster {c['raster']}, swizzle {c['swizzle']}, mma_pipe {c.get('mma_pipe', 0)}")
-        lines.append(f"| {r['m']} x {r['n']} x {r['k']} | {r['median_ms']['cublas']:.3f} | "
-                     f"{r['cusparselt_vs_cublas']:.2f}x | {r['sptc24_sm90_heuristic_vs_cublas']:.2f}x | "
-                     f"{r.get('sptc24_sm90_tuned_vs_cublas', float('nan')):.2f}x | "
-                     f"{r.get('sptc24_sm90_tuned_over_cusparselt', float('nan')):.3f} | {cfg} |")
-    return "\n".join(lines)
-
-
-# the full run's JSON where committed, else the --quick run's
-SUITE = next((p for p in (RESULTS / "h100" / "suite.json", RESULTS / "h100" / "suite_quick.json") if p.exists()),
-             RESULTS / "h100" / "suite.json")
+def env_line(env: dict) -> str:
+    return (f"{env['gpu']}, driver {env['driver']}, CUTLASS {env.get('cutlass')}, torch {env['torch']}, "
+            f"{env.get('date', '')[:10]}")
 
 
 def suite_section(result: dict) -> str:
-    """The README's headline: ``cutlass-nm bench``'s summary table and its speedup plot."""
-    from cutlass_nm.bench.report import header, headline_table
+    """``cutlass-nm bench --quick``: per implementation and pattern, geomean speedups in both regimes, and the plot."""
+    from cutlass_nm.bench.report import DECODE_M, summary_rows
 
+    rows: dict[tuple[str, str], dict] = {}
+    for s in summary_rows(result):
+        rows.setdefault((s["impl"], s["pattern"]), {"sparsity": s["sparsity"]})[s["regime"]] = s
+    big, small = f"m > {DECODE_M}", f"m ≤ {DECODE_M}"
+    lines = [f"{env_line(result['environment'])}; `cutlass-nm bench --quick` with the shipped tuning records. "
+             f"Geomean over the run's shapes (min–max) of the speedup over cuBLAS fp16 timed in the same run.", "",
+             f"| implementation | pattern | vs cuBLAS, {big} | vs cuBLAS, {small} | vs cuSPARSELt, {big} | "
+             f"vs cuBLAS SGEMM, {big} |", "|---|---|---|---|---|---|"]
+    for (impl, pattern), r in rows.items():
+        cells = []
+        for reg in (big, small):
+            s = r.get(reg)
+            cells.append("—" if not s or not s["vs_cublas"] else
+                         f"{s['vs_cublas']:.2f}x ({s['vs_cublas_min']:.2f}–{s['vs_cublas_max']:.2f})")
+        cells += [_x(r[big]["vs_cusparselt"]) if big in r else "—", _x(r[big]["vs_sgemm"]) if big in r else "—"]
+        lines.append(f"| {impl} | {pattern} | " + " | ".join(cells) + " |")
     plot = SUITE.with_name(SUITE.stem + "_speedup.png").relative_to(ROOT)
-    return f"{header(result)}\n\n{headline_table(result)}\n\n![speedup against sparsity]({plot})"
+    return "\n".join(lines) + f"\n\n![speedup against sparsity]({plot})"
+
+
+def sptc24_section(result: dict) -> str:
+    """2:4 in interleaved rounds against cuBLAS and cuSPARSELt (``interleave_sptc24.py``)."""
+    shapes: dict[tuple[int, int, int], dict[str, dict]] = {}
+    for r in result["rows"]:
+        shapes.setdefault((r["m"], r["n"], r["k"]), {})[r["impl"]] = r
+    lines = [f"{env_line(result['environment'])}; `interleave_sptc24.py --preset accept --rounds 5 --min-m 1024`. "
+             "Per shape, 5 rounds of every implementation in rotating order; speedups are medians of per-round "
+             "ratios. Tuned: the shipped tuning records.", "",
+             "| m x n x k | cuBLAS ms | cuSPARSELt | sptc24_sm90 heuristic | sptc24_sm90 tuned | tuned / cuSPARSELt |",
+             "|---|---|---|---|---|---|"]
+    for (m, n, k), impls in sorted(shapes.items(), key=lambda s: (-s[0][0], -s[0][1] * s[0][2])):
+        tuned = impls.get("sptc24_sm90_tuned", impls["sptc24_sm90_heuristic"])
+        lines.append(f"| {m} x {n} x {k} | {impls['cublas']['median_ms']:.3f} | "
+                     f"{impls['cusparselt_search']['speedup_vs_cublas']:.2f}x | "
+                     f"{impls['sptc24_sm90_heuristic']['speedup_vs_cublas']:.2f}x | "
+                     f"{tuned['speedup_vs_cublas']:.2f}x | {tuned['speedup_vs_cusparselt']:.3f} |")
+    return "\n".join(lines)
+
+
+def tuner_section(result: dict) -> str:
+    """Optuna against the exhaustive sweep of a sub-space (``bench_tuner.py``)."""
+    lines = [f"{env_line(result['environment'])}; `bench_tuner.py`.", "",
+             "| m x n x k | space points | trials (measured / pruned) | Optuna time / sweep-best time | vs cuBLAS | "
+             "vs cuSPARSELt |", "|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        if r["impl"] != "sptc24_sm90_optuna":
+            continue
+        lines.append(f"| {r['m']} x {r['n']} x {r['k']} | {r['space_points']} | {r['optuna_trials']} "
+                     f"({r['optuna_measured']} / {r['optuna_pruned']}) | {r['optuna_over_sweep']:.3f} | "
+                     f"{r['speedup_vs_cublas']:.2f}x | {r['speedup_vs_cusparselt_best']:.2f}x |")
+    return "\n".join(lines)
 
 
 SECTIONS = {
-    "sptc24": (RESULTS / "h100" / "sptc24_llm.json", sptc24_table),
-    "sptc24_interleaved": (RESULTS / "h100" / "sptc24_interleaved_final.json", interleaved_table),
-    "tuner": (RESULTS / "h100" / "tuner.json", tuner_table),
     "suite": (SUITE, suite_section),
+    "sptc24": (RESULTS / "h100" / "sptc24_interleaved.json", sptc24_section),
+    "tuner": (RESULTS / "h100" / "tuner.json", tuner_section),
 }
-OPTIONAL = {"suite"}  # filled only where README.md has the markers
 
 
 def render(readme: str, sections: dict = SECTIONS) -> str:
     for name, (path, fn) in sections.items():
         pattern = re.compile(rf"(<!-- results:{name} -->\n)(?:.*?\n)?(<!-- /results:{name} -->)", re.S)
-        if not pattern.search(readme) or (name in OPTIONAL and not path.exists()):
-            if name in OPTIONAL:
-                continue
+        if not pattern.search(readme):
             raise SystemExit(f"README.md has no <!-- results:{name} --> section")
         body = fn(json.loads(path.read_text()))
         readme = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), readme)
@@ -91,16 +105,22 @@ def render(readme: str, sections: dict = SECTIONS) -> str:
 
 
 def redraw_suite() -> None:
-    """The suite's markdown and PNGs again from its JSON (PNG bytes vary by matplotlib, so --check skips this)."""
-    if SUITE.exists():
-        from cutlass_nm.bench.suite import write_reports
+    """The suite's markdown and speedup plot again (PNG bytes vary by matplotlib, so --check skips this)."""
+    from cutlass_nm.bench.report import markdown
 
-        write_reports(json.loads(SUITE.read_text()), SUITE.with_suffix(""))
+    result = json.loads(SUITE.read_text())
+    SUITE.with_suffix(".md").write_text(markdown(result) + "\n")
+    try:
+        from cutlass_nm.bench.plots import plot_speedup
+    except ImportError as exc:  # matplotlib is the `bench` extra
+        print(f"plot not redrawn ({exc})")
+        return
+    plot_speedup(result, SUITE.with_name(SUITE.stem + "_speedup.png"))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--check", action="store_true", help="only check; exit 1 if README.md is out of date")
     args = ap.parse_args()
     path = ROOT / "README.md"
     old = path.read_text()
