@@ -127,50 +127,35 @@ def test_each_family_names_its_weight_type():
 
 
 def test_nm_decode_mode_rules_and_layouts():
-    """Modes 1 and 2: their check rules, its shared-memory plan (fp32 x + 16 columns of slack) and the interleaved
-    values layout (a warp's chunk c of its 32 rows contiguous)."""
-    import torch
-
-    from cutlass_nm.families.nm_decode.family import plan
-    from cutlass_nm.formats.nm import compress_nm, decode_layout, decode_rows_layout
+    """Modes 2 and 3: their check rules, the heuristic's choices, and the tensor-core plan (16 columns of slack)."""
+    from cutlass_nm.families.nm_decode.family import SMEM_BUDGET, fixed_smem, plan
 
     dec = get_family("nm_decode")
-    p = Problem(4, 4096, 4096, F16)
-    assert dec.check(dec.Config(max_tokens=4, mode=1, ahead=8), p) is None
-    assert "rows=1" in dec.check(dec.Config(max_tokens=4, mode=1, rows=2), p)
-    assert "rows=1" in dec.check(dec.Config(max_tokens=4, mode=1, transpose=1), p)
-    assert "ahead=8" in dec.check(dec.Config(max_tokens=4, ahead=8), p)
-    cfg = dec.Config(max_tokens=4, warps=8, mode=1)
-    assert cfg.block_rows == 256
+    p = Problem(4, 4096, 4096, F16, "2:8", 32)
+    assert "rows=1" in dec.check(dec.Config(max_tokens=4, mode=2, rows=2), p)
+    assert "rows=1" in dec.check(dec.Config(max_tokens=4, mode=2, transpose=1), p)
+    cfg = dec.Config(max_tokens=4, warps=8, ahead=2, mode=2)
+    assert cfg.block_rows == 256 and cfg.unit == 16 and dec.Config().unit == 8
     _, piece, smem = plan(cfg, 4096, 1024, 2, 8, 132)
-    red = 256 * 4 * 4
-    cap = (smem - red) // 16 - 16  # fp32 tokens: 16 bytes per staged column
-    assert cap >= (8 * piece - 1) // 2 * 8 + 2 * 8 and smem <= 96 * 1024  # a piece's columns fit
-
-    w = compress_nm(torch.randn(70, 100), "3:7", vector=32, prune=True)
-    values, indices, stride = decode_layout(w)
-    inter, idx2, stride2 = decode_rows_layout(w)
-    assert stride2 == stride and torch.equal(idx2, indices) and inter.shape == (96, stride)
-    blocks = inter.reshape(3, stride // 8, 32, 8)
-    for row, c in ((0, 0), (31, 1), (69, stride // 8 - 1), (40, 2)):
-        assert torch.equal(blocks[row // 32, c, row % 32], values[row, 8 * c:8 * c + 8])
-    assert not blocks[2, :, 6:].any()  # rows 70-95 do not exist: zeros
+    cap = (smem - fixed_smem(cfg)) // 8 - 16  # 4 fp16 tokens: 8 bytes per staged column, 16 columns of slack
+    assert cap >= (16 * piece - 1) // 2 * 8 + 2 * 8 and smem <= SMEM_BUDGET  # a piece's columns fit
 
     assert dec.check(dec.Config(max_tokens=16, mode=2), Problem(16, 4096, 4096, F16, "2:8", 32)) is None
     assert "multiple of 32" in dec.check(dec.Config(max_tokens=16, mode=2), Problem(16, 4096, 4096, F16, "2:8", 8))
     assert "multiple of 32" in dec.check(dec.Config(max_tokens=16, mode=2), Problem(16, 4096, 4096, F16, "128:2:8"))
     assert "unknown" in dec.check(dec.Config(max_tokens=16, mode=2), Problem(16, 4096, 4096, F16, "2:8"))  # vector 0
-    assert dec.Config(mode=2).unit == 16 and dec.Config(mode=1).unit == 8
+    assert "V:N:M" in dec.check(dec.Config(max_tokens=16, mode=3), Problem(16, 4096, 4096, F16, "2:8", 32))
+    assert dec.check(dec.Config(max_tokens=16, mode=3), Problem(16, 4096, 4096, F16, "32:2:8")) is None
     # the heuristic: tensor cores when 32 rows share indices, lanes along k otherwise; V:N:M on sparse tensor cores
     assert dec.heuristic(Problem(3, 8192, 8192, F16, "2:8", 32)) == dec.Config(max_tokens=8, warps=8, ahead=2, mode=2,
-                                                                                pdl=1, prefetch=4, min_ctas=3)
+                                                                                prefetch=4, min_ctas=3)
     assert dec.heuristic(Problem(16, 4096, 4096, F16, "2:8", 64)).mode == 2
     # values by TMA bulk copies below 2^25 weights, registers above
     assert dec.heuristic(Problem(4, 4096, 4096, F16, "2:8", 32)).bulk == 1
     # at most 2 CTAs per SM below 2^25 weights; above, a free third slot for the next PDL call
     assert (dec.heuristic(Problem(4, 4096, 4096, F16, "2:8", 32)).max_ctas,
             dec.heuristic(Problem(4, 8192, 8192, F16, "2:8", 32)).max_ctas) == (2, 0)
-    # one token on >= 4096 rows and 2^25 weights: narrow x, 8 warps per 32-row block, no cluster
+    # one token on >= 4096 rows and 2^25 weights: narrow x, 8 warps per 32-row block
     one = dec.heuristic(Problem(1, 4096, 11008, F16, "2:8", 32))
     assert (one.max_tokens, one.wsplit, one.split, one.block_rows, one.min_ctas) == (1, 8, 2, 32, 3)
     assert dec.heuristic(Problem(1, 14336, 4096, F16, "2:8", 32)).min_ctas == 4  # 448 CTAs: one wave at 4 per SM
@@ -209,10 +194,32 @@ def test_nm_decode_mode_rules_and_layouts():
     assert "mode 2 or 3" in dec.check(dec.Config(max_tokens=4, prefetch=4), p8)
     assert "bulk=0" in dec.check(dec.Config(max_tokens=4, mode=2, bulk=1, prefetch=4), p8)
     assert "modes 2 and 3" in dec.check(dec.Config(max_tokens=4, min_ctas=3), p8)
-    assert "pdl=1" in dec.check(dec.Config(max_tokens=4, mode=2, early_release=1), p8)
+    assert "modes 2 and 3" in dec.check(dec.Config(max_tokens=4, early_release=1), p8)
     assert "64 registers" in dec.check(dec.Config(max_tokens=4, mode=2, warps=16, min_ctas=3), p8)
-    assert dec.check(dec.Config(max_tokens=4, mode=2, warps=8, min_ctas=4, pdl=1, early_release=1, prefetch=16),
-                     p8) is None
+    assert dec.check(dec.Config(max_tokens=4, mode=2, warps=8, min_ctas=4, early_release=1, prefetch=4), p8) is None
+
+
+def test_nm_decode_space_holds_every_heuristic_choice():
+    """The curated space keeps every value the heuristic returns (over the LLaMA-like grid, both index layouts)."""
+    dec = get_family("nm_decode")
+    space = dec.space()
+    sizes = (1024, 4096, 11008, 14336)
+    pats = [(p, v) for p in ("2:8", "1:8", "3:7", "16:32") for v in (1, 32)] + [("128:2:8", 0), ("64:2:16", 0)]
+    for m, n, k, (pat, vec) in itertools.product((1, 2, 3, 8, 9, 16), sizes, sizes, pats):
+        cfg = dec.heuristic(Problem(m, n, k, F16, pat, vec))
+        assert all(val in space[key] for key, val in cfg.to_record().items()), cfg
+        assert dec.Config.from_record(cfg.to_record()) == cfg
+
+
+def test_nm_decode_source_carries_the_host_smem_sizes():
+    """The template asserts at compile time that its shared-memory sizes are the ones the host plans with."""
+    dec = get_family("nm_decode")
+    cfg = dec.Config(max_tokens=8, warps=8, ahead=2, mode=2, bulk=1, push=1)
+    src = dec.source(cfg, F16)
+    assert f"static_assert(kRingBytes == {cfg.ring_bytes}," in src and cfg.ring_bytes == 8 * 4 * 1048
+    assert f"static_assert(kRedBytes == {cfg.red_bytes}," in src and cfg.red_bytes == 2 * 256 * 8 * 4 + 128
+    t = dec.Config(max_tokens=1, warps=4, rows=2, transpose=1)
+    assert "static_assert(kTransposeBytes == 1536," in dec.source(t, F16) and "${" not in src
 
 
 def test_decode_mma_layout_is_the_a_fragment_order():

@@ -1,23 +1,16 @@
-// cutlass_nm: memory-bound N:M SpMM for decoding (m <= ${max_tokens} tokens) on CUDA cores, C ABI launcher.
-// Generated from cutlass_nm/codegen/templates/nm_decode.cu. y(m x n) = x(m x k) * W^T (+ bias), W in the
+// cutlass_nm: memory-bound N:M SpMM for decoding (m <= ${max_tokens} tokens), C ABI launcher.
+// Generated from cutlass_nm/families/nm_decode/kernel.cu. y(m x n) = x(m x k) * W^T (+ bias), W in the
 // general N:M format (formats/nm.py) with each row's nonzeros padded to a multiple of 8:
 //   values  [n][stride]                 the kept weights of row r, group by group (N per group of M)
 //   indices [ceil(n / vector)][stride]  uint8 offset within the group, shared by `vector` consecutive rows
 //
-// Grid (split, row blocks); a cluster of `split` CTAs shares one block of kWarps * kRows rows and splits its
-// nonzeros (in chunks of 8) along k. Each CTA stages the x columns its k-range touches in shared memory,
-// token-contiguous in swizzled units (xs_offset), so one 16-byte load gives 8 tokens of a column (one token: x is
-// read directly unless stage_x). Lane l of a warp streams
-// chunks l, l + 32, ... of its kRows rows with 16-byte value loads (8-byte index loads, once for all rows when
-// they share indices; both bypass L1), kAhead chunks in flight in registers (issued before x is staged), and keeps
-// kRows x kMaxTokens fp32 sums. Warp shuffles, then the cluster (distributed
-// shared memory), reduce them; rank 0 adds the bias and writes y.
-//
-// mode = 1 (nm_decode_rows_kernel): lane l of warp w owns one row, blockIdx.y * kBlockRows + 32 w + l, and all
-// lanes walk the same chunks. With indices shared by >= 32 rows (the N:M format's vector) every x read is then a
-// shared-memory broadcast: no bank conflicts and no cross-lane reduction. Values come interleaved
-// ([ceil(n / 32)][chunks][32][8], formats/nm.py decode_rows_layout): a warp's chunk is one 512-byte load. x is
-// staged as fp32, xs[col][token], from 16-byte loads of 8 columns.
+// Grid (split, row blocks); a cluster of `split` CTAs shares one block of kBlockRows rows and splits its
+// nonzeros along k. Each CTA stages the x columns its k-range touches in shared memory (one token on CUDA cores:
+// x is read directly). mode = 0 (nm_decode_kernel): lane l of a warp streams chunks l, l + 32, ... of 8 nonzeros
+// of its kRows rows with 16-byte value loads (8-byte index loads, once for all rows when they share indices; both
+// bypass L1), kAhead chunks in flight in registers (issued before x is staged), and keeps kRows x kMaxTokens fp32
+// sums. Warp shuffles, then the cluster (distributed shared memory), reduce them; rank 0 adds the bias and writes
+// y. Modes 2 and 3 (nm_decode_mma_kernel): a warp's 32 rows on (sparse) tensor cores, below.
 #include <cstdint>
 #include <type_traits>
 #include <cooperative_groups.h>
@@ -31,7 +24,8 @@ using Element = ${element};
 constexpr int kMaxTokens = ${max_tokens};
 constexpr int kWarps = ${warps};
 constexpr int kRows = ${rows};  // rows per warp
-constexpr int kMode = ${mode};  // 0: lanes along k, 1: one row per lane, 2: tensor cores, 3: sparse tensor cores
+constexpr int kMode = ${mode};  // 0: lanes along k, 2: tensor cores, 3: sparse tensor cores
+static_assert(kMode == 0 || kMode == 2 || kMode == 3, "mode is 0, 2 or 3");
 // modes 2 and 3: kWsplit warps share one 32-row block and split each x piece's steps (their sums added in
 // shared memory), so a CTA owns kWarps * 32 / kWsplit rows and needs no cluster to fill the GPU.
 constexpr int kWsplit = ${wsplit};
@@ -47,6 +41,9 @@ constexpr int kRedOwnBytes = (kBlockRows * kWsplit * kMaxTokens * 4 + 15) / 16 *
 constexpr bool kPush = ${push};
 constexpr int kRecvBytes = kPush ? kBlockRows * kMaxTokens * 4 + 128 : 0;
 constexpr int kRedBytes = kRedOwnBytes + kRecvBytes;  // everything before the rings, transposes and staged x
+// The host plans shared memory from the same sizes (family.py: Config.red_bytes, transpose_bytes, ring_bytes).
+static_assert(kRedBytes == ${red_bytes}, "reduction bytes differ from the host's Config.red_bytes");
+static_assert(kTransposeBytes == ${transpose_bytes}, "transpose bytes differ from the host's Config.transpose_bytes");
 constexpr bool kStage = ${stage_x};  // x columns staged in shared memory (always for several tokens)
 // mode 2 on sm_90: each warp streams its values and index bytes by TMA bulk copies (one 16-position step, 1040
 // bytes, per copy) into a ring of kDepth steps in shared memory, instead of register loads (kAhead steps).
@@ -65,6 +62,7 @@ constexpr int kMinCtas = ${min_ctas};
 // every CTA's weight stream is done.
 constexpr bool kEarlyRelease = ${early_release};
 constexpr int kRingBytes = kBulk ? (kWarps * kDepth * (1024 + 16 + 8) + 15) / 16 * 16 : 0;  // values, indices, barriers
+static_assert(kRingBytes == ${ring_bytes}, "bulk ring bytes differ from the host's Config.ring_bytes");
 // Programmatic dependent launch (sm_90, the host's `pdl` flag): the kernel may start while the previous kernel on
 // the stream runs. It reads weights (values, indices) before wait_for_inputs(), and x and bias, and writes y, only
 // after it. Without the launch attribute both instructions return at once.
@@ -232,7 +230,7 @@ __device__ __forceinline__ int2 cta_share(int units) {
 
 // At 16 tokens the reduction reads 4 consecutive tokens of a row at once (one 16-byte load per slot and peer): one
 // pass over a cluster's sums instead of two (0-5 % a call). At 8 tokens there is one pass either way and 16-byte
-// loads were 2-10 % slower a call (results/h100/ab_nm_decode_a7684db.json, ab_nm_decode_4a58283.json).
+// loads were 2-10 % slower a call.
 constexpr int kRedVec = kMaxTokens == 16 ? 4 : 1;
 using RedVec = std::conditional_t<kRedVec == 4, float4, float>;
 __device__ __forceinline__ void add_to(float& a, float b) { a += b; }
@@ -524,121 +522,6 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
   reduce_store(red, bias, y, m, n);
 }
 
-// ---- mode = 1: one row per lane ----
-// Columns [c0, c0 + ncols) of x into xs[col][token] as fp32 (zeros past k and m). vec: c0, k and x are 8-column
-// (16-byte) aligned, so a thread loads 8 columns of one token at once; it may write up to 7 columns past ncols
-// (the host reserves them). Consecutive threads take consecutive tokens: the stores of a warp spread over banks.
-__device__ __forceinline__ void stage_x_f32(const Element* __restrict__ x, float* xs, int m, int k, int c0, int ncols,
-                                            bool vec) {
-  if (vec) {
-    const int units = (ncols + 7) / 8 * kMaxTokens;
-    for (int u = threadIdx.x; u < units; u += blockDim.x) {
-      const int t = u % kMaxTokens, cc = u / kMaxTokens, col = c0 + 8 * cc;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (t < m && col < k) v = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(t) * k + col));
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-      float* dst = xs + 8 * cc * kMaxTokens + t;
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        const float2 f = to_float2(w[h], Element());
-        dst[2 * h * kMaxTokens] = f.x;
-        dst[(2 * h + 1) * kMaxTokens] = f.y;
-      }
-    }
-  } else {
-    for (int u = threadIdx.x; u < ncols * kMaxTokens; u += blockDim.x) {
-      const int t = u % kMaxTokens, col = c0 + u / kMaxTokens;
-      xs[u] = (t < m && col < k) ? to_float(x[static_cast<int64_t>(t) * k + col]) : 0.f;
-    }
-  }
-}
-
-// The kMaxTokens fp32 tokens of staged column c (16-byte loads; a broadcast when the warp's lanes share c).
-__device__ __forceinline__ void load_column_f32(const float* xs, int c, float (&xv)[kMaxTokens]) {
-  if constexpr (kMaxTokens == 1) {
-    xv[0] = xs[c];
-  } else if constexpr (kMaxTokens == 2) {
-    const float2 f = reinterpret_cast<const float2*>(xs)[c];
-    xv[0] = f.x; xv[1] = f.y;
-  } else {
-#pragma unroll
-    for (int q = 0; q < kMaxTokens / 4; ++q) {
-      const float4 f = reinterpret_cast<const float4*>(xs + c * kMaxTokens)[q];
-      xv[4 * q] = f.x; xv[4 * q + 1] = f.y; xv[4 * q + 2] = f.z; xv[4 * q + 3] = f.w;
-    }
-  }
-}
-
-template <class Out>
-__global__ void __launch_bounds__(kWarps * 32)
-nm_decode_rows_kernel(const Element* __restrict__ x, const Element* __restrict__ values,
-                      const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
-                      int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  float* red = reinterpret_cast<float*>(smem);  // [kBlockRows][kMaxTokens]
-  push_init(red);
-  float* xs = reinterpret_cast<float*>(smem + kRedBytes);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int block = min(blockIdx.y * kWarps + warp, (n - 1) / 32);  // this warp's 32 rows (past n: the last block's)
-  const int row = block * 32 + lane;
-  const int chunks = stride / 8;
-  const int2 share = cta_share(chunks);
-  const int cb = share.x, ce = share.y;
-  const Element* vals = values + static_cast<int64_t>(block) * chunks * 256 + lane * 8;
-  const uint8_t* idx = indices + static_cast<int64_t>(min(row, n - 1) / vector) * stride;
-  const bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-
-  float acc[kMaxTokens];
-#pragma unroll
-  for (int t = 0; t < kMaxTokens; ++t) acc[t] = 0.f;
-
-  for (int p0 = cb; p0 < ce; p0 += piece) {
-    const int p1 = min(p0 + piece, ce);
-    const int g0 = p0 * 8 / keep, g1 = (p1 * 8 - 1) / keep;  // groups this piece touches
-    const int c0 = (g0 * group) & ~7;
-    uint4 vb[kAhead];  // this lane's chunks p0 + a, in flight (issued before x is staged)
-    uint2 ib[kAhead];
-#pragma unroll
-    for (int a = 0; a < kAhead; ++a) {
-      if (p0 + a < p1) {
-        vb[a] = ld_stream16(vals + static_cast<int64_t>(p0 + a) * 256);
-        ib[a] = ld_stream8(idx + (p0 + a) * 8);
-      }
-    }
-    wait_for_inputs();  // the weights above are already in flight; x is read below
-    __syncthreads();  // the previous piece's columns are no longer read
-    stage_x_f32(x, xs, m, k, c0, (g1 + 1) * group - c0, vec);
-    __syncthreads();
-    int g = p0 * 8 / keep, q = p0 * 8 - g * keep;  // the group and place of the next nonzero
-    for (int c = p0; c < p1; c += kAhead) {
-#pragma unroll
-      for (int a = 0; a < kAhead; ++a) {
-        const int cc = c + a;
-        if (cc >= p1) break;
-        const uint4 v = vb[a];
-        const uint2 iv = ib[a];
-        if (cc + kAhead < p1) {
-          vb[a] = ld_stream16(vals + static_cast<int64_t>(cc + kAhead) * 256);
-          ib[a] = ld_stream8(idx + (cc + kAhead) * 8);
-        }
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          float xv[kMaxTokens];
-          load_column_f32(xs, g * group - c0 + reinterpret_cast<const uint8_t*>(&iv)[e], xv);
-          const float w = to_float(reinterpret_cast<const Element*>(&v)[e]);
-#pragma unroll
-          for (int t = 0; t < kMaxTokens; ++t) acc[t] = fmaf(w, xv[t], acc[t]);
-          if (++q == keep) { q = 0; ++g; }
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < kMaxTokens; ++t) red[(warp * 32 + lane) * kMaxTokens + t] = acc[t];
-  reduce_store(red, bias, y, m, n);
-}
-
-
 // ---- mode = 2: tensor cores ----
 // Warp w owns rows blockIdx.y * kBlockRows + 32 (w / kWsplit) .. + 31 (two m16 tiles, one index row: vector % 32
 // == 0) and walks its part (w % kWsplit of kWsplit) of each x piece of the CTA's k-range in steps of 16 nonzero
@@ -656,18 +539,19 @@ constexpr int kNTiles = kTok < 8 ? 1 : kTok / 8;
 // each unit at a time) fall in distinct banks. Unpermuted, one 16-byte row per column puts all of a warp's units on
 // one bank (8-way at 4 tokens, 32-way at one token of an 8-token kernel): permuted, 2-8 tokens ran 4 % faster a
 // call (geomean of 48 cells, up to 10 %). 32-byte rows (16 tokens) conflict 2-way; permuting them gained 2.5 % in
-// mode 3 and lost up to 5 % in mode 2, so mode 2 keeps them (results/h100/ab_nm_decode_2758714.json).
+// mode 3 and lost up to 5 % in mode 2, so mode 2 keeps them.
 constexpr int kXsSwizzle = kTok == 8 ? 7 : kTok == 16 && kMode == 3 ? 3 : 0;
 __device__ __forceinline__ int xs_row(int c) { return c ^ ((c >> 3) & kXsSwizzle); }
 
-// Columns [c0, c0 + ncols) of x into xs[col][token] (fp16/bf16, kTok per column; zeros past k). vec: as in
-// stage_x_f32. Loads first (kLoads per thread), then the 2-byte scattered stores (one 16-byte store at one token).
+// Columns [c0, c0 + ncols) of x into xs[col][token] (fp16/bf16, kTok per column; zeros past k). vec: c0, k and x
+// are 8-column (16-byte) aligned, so a thread loads 8 columns of one token at once. Loads first (kLoads per
+// thread), then the 2-byte scattered stores (one 16-byte store at one token).
 // Only tokens < m are written: the rest of a column is left as it is, since B's token t only reaches the
 // accumulators of token t, which are never stored for t >= m.
 __device__ __forceinline__ void stage_x_tok(const Element* __restrict__ x, Element* xs, int m, int k, int c0,
                                             int ncols, bool vec) {
   if (vec) {
-    constexpr int kLoads = 4;  // 8 spill registers at 16 tokens, 7-14 % slower a call (ab_nm_decode_a7684db.json)
+    constexpr int kLoads = 4;  // 8 spill registers at 16 tokens, 7-14 % slower a call
     const int units = (ncols + 7) / 8 * m;
     for (int u0 = threadIdx.x; u0 < units; u0 += blockDim.x * kLoads) {
       uint4 v[kLoads];
@@ -986,8 +870,6 @@ template <class Out>
 constexpr auto kernel() {
   if constexpr (kMode >= 2) {
     return nm_decode_mma_kernel<Out>;
-  } else if constexpr (kMode == 1) {
-    return nm_decode_rows_kernel<Out>;
   } else {
     return nm_decode_kernel<Out>;
   }
