@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import pytest
 
+from cutlass_nm.arch import HOPPER
 from cutlass_nm.families.nm_decode.family import MAX_SPLIT, SMEM_BUDGET, Config, fixed_smem, plan
+
+SMS = HOPPER.sm_count
 
 
 @pytest.mark.parametrize("n,k,keep,group", [(4096, 4096, 2, 8), (11008, 4096, 16, 32), (1000, 1003, 7, 64),
                                             (64, 16384, 1, 8), (4096, 11008, 3, 7), (520, 1003, 2, 128)])
-@pytest.mark.parametrize("cfg", [Config(1, 4, 4), Config(4, 8, 4), Config(16, 16, 4), Config(16, 4, 1)])
+@pytest.mark.parametrize("cfg", [Config(1, 4, 2), Config(4, 8, 2), Config(16, 16, 2), Config(16, 4, 1),
+                                 Config(1, 4, 2, transpose=1), Config(4, 8, 1, 2, push=1)])
 def test_plan_pieces_fit_and_cover(n, k, keep, group, cfg):
     nnz = -(-k // group) * keep
     stride = -(-nnz // 8) * 8
-    split, piece, smem = plan(cfg, n, stride, keep, group, 132)
+    split, piece, smem = plan(cfg, n, stride, keep, group, SMS)
     assert 1 <= split <= MAX_SPLIT and smem <= SMEM_BUDGET
     chunks = stride // 8
-    red = cfg.warps * cfg.rows * cfg.max_tokens * 4
+    red = fixed_smem(cfg)
     for s in range(split):  # every piece's x columns fit the staged buffer, as the kernel computes them
         cb, ce = chunks * s // split, chunks * (s + 1) // split
         for p0 in range(cb, ce, piece):
@@ -26,11 +30,11 @@ def test_plan_pieces_fit_and_cover(n, k, keep, group, cfg):
 
 
 def test_plan_splits_only_with_clusters():
-    assert plan(Config(1, 4, 4), 4096, 1024, 2, 8, 132)[0] > 1
-    assert plan(Config(1, 4, 4), 4096, 1024, 2, 8, 132, clusters=False)[0] == 1
+    assert plan(Config(1, 4, 2), 2048, 1024, 2, 8, SMS)[0] > 1
+    assert plan(Config(1, 4, 2), 2048, 1024, 2, 8, SMS, clusters=False)[0] == 1
 
 
-@pytest.mark.parametrize("warps,ahead,tokens", [(4, 4, 16), (8, 2, 8), (16, 2, 8), (2, 8, 16)])
+@pytest.mark.parametrize("warps,ahead,tokens", [(4, 1, 16), (8, 2, 8), (16, 2, 8), (16, 2, 16)])
 def test_bulk_rings_are_counted_and_leave_room_for_x(warps, ahead, tokens):
     """bulk = 1 reserves 2·ahead steps of 1048 bytes per warp (the template's kRingBytes) before x's pieces, and
     every config check() accepts still plans a piece (8192² 2:8 and 4096² 16:32 at vector 32)."""
@@ -43,23 +47,24 @@ def test_bulk_rings_are_counted_and_leave_room_for_x(warps, ahead, tokens):
     for n, k, keep, group in ((8192, 8192, 2, 8), (4096, 4096, 16, 32)):
         problem = Problem(tokens, n, k, KernelTypes("f16", "f16", False), f"{keep}:{group}", 32)
         if fam.check(bulk, problem) is None:
-            _, piece, smem = plan(bulk, n, -(-k // group) * keep, keep, group, 132)
+            _, piece, smem = plan(bulk, n, -(-k // group) * keep, keep, group, SMS)
             assert piece >= 1 and smem <= SMEM_BUDGET
-    big = Config(max_tokens=16, warps=16, ahead=4, mode=2, bulk=1)
+    big = Config(max_tokens=16, warps=16, ahead=2, mode=2, bulk=1)
     assert "staged x" in fam.check(big, Problem(16, 4096, 4096, KernelTypes("f16", "f16", False), "2:8", 32))
-    assert "mode=2" in fam.check(Config(max_tokens=8, mode=1, bulk=1), Problem(8, 4096, 4096,
-                                                                                 KernelTypes("f16", "f16", False)))
+    assert "mode=2" in fam.check(Config(max_tokens=8, mode=3, bulk=1), Problem(8, 4096, 4096,
+                                                                                 KernelTypes("f16", "f16", False),
+                                                                                 "128:2:8"))
 
 
 def test_fixed_split_is_used_while_chunks_allow():
     """Config.split fixes the CTAs per cluster (a launch argument), still capped by the chunks a CTA must keep and
     by clusters being available; 0 keeps the rule that fills two CTAs per SM."""
     auto = Config(max_tokens=8, warps=8, ahead=2, mode=2)
-    assert plan(auto, 8192, 2048, 2, 8, 132)[0] == 8  # 32 row blocks x 8 = 256 CTAs
+    assert plan(auto, 8192, 2048, 2, 8, SMS)[0] == 8  # 32 row blocks x 8 = 256 CTAs
     for split in (1, 2, 4, 8):
-        assert plan(Config(max_tokens=8, warps=8, ahead=2, mode=2, split=split), 8192, 2048, 2, 8, 132)[0] == split
-    assert plan(Config(max_tokens=8, warps=8, ahead=2, mode=2, split=8), 8192, 128, 2, 8, 132)[0] == 2  # 8 steps
-    assert plan(Config(max_tokens=8, warps=8, ahead=2, mode=2, split=4), 8192, 2048, 2, 8, 132, clusters=False)[0] == 1
+        assert plan(Config(max_tokens=8, warps=8, ahead=2, mode=2, split=split), 8192, 2048, 2, 8, SMS)[0] == split
+    assert plan(Config(max_tokens=8, warps=8, ahead=2, mode=2, split=8), 8192, 128, 2, 8, SMS)[0] == 2  # 8 steps
+    assert plan(Config(max_tokens=8, warps=8, ahead=2, mode=2, split=4), 8192, 2048, 2, 8, SMS, clusters=False)[0] == 1
 
 
 class _Recorder:
@@ -74,8 +79,8 @@ class _Recorder:
 
 
 def test_pdl_is_off_on_the_call_that_builds_the_layout(monkeypatch):
-    """pdl = 1 overlaps a launch with the previous kernel, which on a weight's first call is the one writing the
-    kernel layout the launch reads before its wait: that call launches without it, later calls with it."""
+    """Every launch overlaps the previous kernel by programmatic dependent launch, except a weight's first call:
+    the kernel before it writes the layout that launch reads before its wait."""
     import types as pytypes
 
     import torch
@@ -85,34 +90,33 @@ def test_pdl_is_off_on_the_call_that_builds_the_layout(monkeypatch):
     from cutlass_nm.families.launch import DeviceInfo
     from cutlass_nm.families.nm_decode import family as nm_decode
 
-    monkeypatch.setattr(nm_decode, "device_info", lambda dev: DeviceInfo(132, (9, 0), "fake"))
+    monkeypatch.setattr(nm_decode, "device_info", lambda dev: DeviceInfo(SMS, (9, 0), "fake"))
     monkeypatch.setattr(nm_decode.torch.cuda, "current_stream", lambda dev: pytypes.SimpleNamespace(cuda_stream=0))
     x, y = torch.randn(2, 512, dtype=torch.float16), torch.empty(2, 256, dtype=torch.float16)
-    for pdl in (1, 0):
+    for cfg in (Config(max_tokens=8, mode=2), Config(max_tokens=2, warps=8)):
         lib = pytypes.SimpleNamespace(cnm_run=_Recorder(0), cnm_max_active_clusters=_Recorder(1))
-        launch = nm_decode._Launcher(lib, Config(max_tokens=8, mode=2, pdl=pdl), KernelTypes("f16", "f16", False))
+        launch = nm_decode._Launcher(lib, cfg, KernelTypes("f16", "f16", False))
         w = cutlass_nm.prune(torch.randn(256, 512, dtype=torch.float16), "2:8", vector=32)[0]
         launch(x, w, None, y)
         launch(x, w, None, y)
-        assert [call[-2] for call in lib.cnm_run.calls] == [0, pdl]  # the pdl argument, before the stream
+        assert [call[-2] for call in lib.cnm_run.calls] == [0, 1]  # the pdl argument, before the stream
 
 
 def test_max_ctas_pads_shared_memory_to_the_cap():
     """max_ctas = 2: every launch's shared memory lets two CTAs share an SM and not three (1 KB reserved per CTA),
     staged or not; check() refuses a register bound for more CTAs than the cap."""
     from cutlass_nm.families import KernelTypes, Problem, get_family
-    from cutlass_nm.families.base import SMEM_PER_SM_H100
 
     for cfg in (Config(max_tokens=8, warps=8, ahead=2, mode=2, max_ctas=2), Config(max_tokens=1, warps=4, max_ctas=2)):
-        smem = plan(cfg, 8192, 2048, 2, 8, 132)[2]
-        assert 2 * (smem + 1024) <= SMEM_PER_SM_H100 < 3 * (smem + 1024) and smem <= SMEM_BUDGET
+        smem = plan(cfg, 8192, 2048, 2, 8, SMS)[2]
+        assert 2 * (smem + 1024) <= HOPPER.smem_per_sm < 3 * (smem + 1024) and smem <= SMEM_BUDGET
     problem = Problem(1, 8192, 8192, KernelTypes("f16", "f16", False), "2:8", 32)
     fam = get_family("nm_decode")
     assert "max_ctas" in fam.check(Config(max_tokens=8, warps=8, mode=2, min_ctas=3, max_ctas=2), problem)
     assert fam.check(Config(max_tokens=8, warps=8, mode=2, min_ctas=2, max_ctas=2), problem) is None
 
 
-@pytest.mark.parametrize("wsplit,tokens", [(2, 8), (4, 16), (8, 1), (8, 4)])
+@pytest.mark.parametrize("wsplit,tokens", [(4, 8), (4, 16), (8, 1), (8, 4)])
 def test_wsplit_rows_sums_and_narrow_x(wsplit, tokens):
     """wsplit = W: a CTA owns 256 / W rows (8 warps) and keeps one fp32 slot per warp and row, so the grid at 8192²
     needs no cluster at W = 8; mode 2 below 8 tokens stages exactly max_tokens tokens of x (2 bytes each), so one
@@ -120,7 +124,7 @@ def test_wsplit_rows_sums_and_narrow_x(wsplit, tokens):
     cfg = Config(max_tokens=tokens, warps=8, ahead=2, mode=2, split=8 // wsplit, wsplit=wsplit)
     assert cfg.block_rows == 256 // wsplit
     assert fixed_smem(cfg) == 256 * tokens * 4
-    split, piece, smem = plan(cfg, 8192, 2048, 2, 8, 132)  # 2:8 at k = 8192
+    split, piece, smem = plan(cfg, 8192, 2048, 2, 8, SMS)  # 2:8 at k = 8192
     assert split == 8 // wsplit and (8192 // cfg.block_rows) * split == 256
     if tokens == 1:  # 8192 columns (+ one group, + 16 of slack) x 2 bytes: one piece for the whole row
         assert piece == 2048 // 16 and smem == fixed_smem(cfg) + (8192 + 8 + 16) * 2
@@ -133,7 +137,7 @@ def test_wsplit_check_refuses_what_the_template_cannot_build():
     fam = get_family("nm_decode")
     problem = Problem(1, 4096, 4096, KernelTypes("f16", "f16", False), "2:8", 32)
     assert fam.check(Config(max_tokens=8, warps=8, ahead=2, mode=2, wsplit=8), problem) is None
-    for bad in (Config(max_tokens=8, warps=8, ahead=2, mode=2, bulk=1, wsplit=2),  # rings are per warp's steps
+    for bad in (Config(max_tokens=8, warps=8, ahead=2, mode=2, bulk=1, wsplit=4),  # rings are per warp's steps
                 Config(max_tokens=8, warps=4, ahead=2, mode=2, wsplit=8),  # fewer warps than W
                 Config(max_tokens=1, warps=8, wsplit=2)):  # mode 0
         assert "wsplit" in fam.check(bad, problem)
