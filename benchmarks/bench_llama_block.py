@@ -1,7 +1,7 @@
 """A LLaMA-style decoder block with random weights (no downloads), dense against 2:4 and V:N:M sparsified.
 
-    python3 benchmarks/bench_llama_block.py --out benchmarks/results/h100/llama_block.json   # on a GPU
-    python3 benchmarks/bench_llama_block.py --tiny                                           # CPU smoke run
+    python3 benchmarks/bench_llama_block.py --out llama_block.json   # on a GPU
+    python3 benchmarks/bench_llama_block.py --tiny                     # CPU smoke run
 
 Reports prefill (batch x 2048 tokens) and decode (1-16 tokens) latency of the block and of its MLP
 alone, dense against sparse (same run), the output difference against the masked-dense block, and
@@ -191,7 +191,7 @@ def precompile_block(patterns: list[str], dims: tuple[int, int], token_counts: l
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="small dims, CPU ok (a smoke run, no figures)")
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--out", type=Path, help="write the result JSON here")
     ap.add_argument("--patterns", default="2:4,128:2:8,128:2:8+glu",
                     help="comma-separated patterns to sparsify with; '+glu': gate and up pruned together and fused")
     ap.add_argument("--decode", default="1,4,16", help="comma-separated decode batch sizes (one token each)")

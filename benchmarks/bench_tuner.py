@@ -1,12 +1,13 @@
 """Optuna against an exhaustive sweep, on the H100, for three 2:4 problems (issue 4's first acceptance).
 
-    python3 benchmarks/bench_tuner.py --out benchmarks/results/h100/tuner.json
+    python3 benchmarks/bench_tuner.py --out tuner.json     # needs an sm_90 GPU; ~10 minutes on an H100
 
 For each problem: every valid config of the sm90 space in the FIXED sub-space below is
 measured in the isolated worker (the exhaustive sweep; its best 3 re-timed), then a fresh Optuna
 study gets 25 % of the sweep's trial count (warm start and re-timing included in that budget's
 process) and its winner is compared with the sweep's. cuBLAS and cuSPARSELt are timed in the same
-run, so every figure is also a ratio.
+run, so every figure is also a ratio. The JSON is in ``cutlass-nm bench``'s format: per problem, rows for cuBLAS,
+each cuSPARSELt mode, the sweep's best and Optuna's best (with the study's counts).
 """
 
 from __future__ import annotations
@@ -46,10 +47,34 @@ def cublas_ms(m: int, n: int, k: int) -> float:
     return t
 
 
+def suite_rows(t: dict) -> list[dict]:
+    """One problem as ``cutlass-nm bench`` rows (``speedup_vs_cusparselt_best``: over the fastest cuSPARSELt mode)."""
+    base = {"m": t["m"], "n": t["n"], "k": t["k"], "name": None, "dtype": "f16", "engine": "tensor", "timing": "graph"}
+    cb = t["cublas_ms"]
+    cs = min((v["median_ms"] for v in t["cusparselt"].values() if "median_ms" in v), default=None)
+
+    def row(impl: str, ms: float, family: str | None = None, pattern: str | None = "2:4", **extra) -> dict:
+        return {**base, "family": family, "impl": impl, "pattern": pattern, "sparsity": 0.5 if pattern else 0.0,
+                "tuned": impl == "sptc24_sm90_optuna", "config": extra.pop("config", None), "median_ms": ms,
+                "speedup_vs_cublas": cb / ms, "speedup_vs_cusparselt_best": cs / ms if cs else None, **extra}
+
+    rows = [row("cublas", cb, pattern=None)]
+    rows += [row(name, v["median_ms"], p20_ms=v["p20_ms"], p80_ms=v["p80_ms"], reps=v["reps"])
+             for name, v in t["cusparselt"].items() if "median_ms" in v]
+    rows.append(row("sptc24_sm90_sweep_best", t["sweep_best_ms"], "sptc24_sm90", config=t["sweep_best_config"],
+                    space_points=t["space_points"], sweep_s=t["sweep_s"]))
+    if t["optuna_best_ms"]:
+        rows.append(row("sptc24_sm90_optuna", t["optuna_best_ms"], "sptc24_sm90", config=t["optuna_best_config"],
+                        space_points=t["space_points"], optuna_trials=t["optuna_trials"],
+                        optuna_measured=t["optuna_measured"], optuna_pruned=t["optuna_pruned"],
+                        optuna_s=t["optuna_s"], optuna_over_sweep=t["optuna_over_sweep"]))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path)
-    ap.add_argument("--fraction", type=float, default=0.25)
+    ap.add_argument("--out", type=Path, help="write the result JSON here")
+    ap.add_argument("--fraction", type=float, default=0.25, help="Optuna's trials as a fraction of the sweep's points")
     args = ap.parse_args()
     fam = get_family("sptc24_sm90")
     types = KernelTypes("f16", "f16", False)
@@ -89,7 +114,7 @@ def main() -> None:
                "optuna_speedup_vs_cublas": base / res.best_ms if res.best_ms else None}
         cs = [v["median_ms"] for v in cslt.values() if "median_ms" in v]
         row["optuna_speedup_vs_cusparselt_best"] = min(cs) / res.best_ms if cs and res.best_ms else None
-        rows.append(row)
+        rows += suite_rows(row)
         print(json.dumps({k2: v for k2, v in row.items() if not isinstance(v, dict)}), flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
