@@ -92,12 +92,15 @@ SECTIONS = {
     "sptc24": (RESULTS / "h100" / "sptc24_interleaved.json", sptc24_section),
     "tuner": (RESULTS / "h100" / "tuner.json", tuner_section),
 }
+OPTIONAL = {"suite"}  # skipped where a README has no markers for it
 
 
 def render(readme: str, sections: dict = SECTIONS) -> str:
     for name, (path, fn) in sections.items():
         pattern = re.compile(rf"(<!-- results:{name} -->\n)(?:.*?\n)?(<!-- /results:{name} -->)", re.S)
         if not pattern.search(readme):
+            if name in OPTIONAL:
+                continue
             raise SystemExit(f"README.md has no <!-- results:{name} --> section")
         body = fn(json.loads(path.read_text()))
         readme = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), readme)
