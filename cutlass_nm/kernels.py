@@ -33,6 +33,13 @@ def get_kernel(kid: KernelId) -> Callable:
     """The launcher for a kernel id, compiling it on first use (minutes for a new sm90 kernel)."""
     launcher = _LOADED.get(kid)
     if launcher is None:
+        family = get_family(kid[0])
+        needs = family.helpers(kid[1], kid[2])
+        cold = [k for k in (kid, *needs) if k not in _LOADED and not is_cached(*_source(k)[:2])] if needs else []
+        if len(cold) > 1:  # the kernel and the helpers its launcher calls: compiled in parallel
+            log.warning("cutlass_nm: compiling %s on first use", ", ".join(kernel_name(k) for k in cold))
+            precompile(cold)
+        helpers = [get_kernel(h) for h in needs]
         with _LOCK:
             launcher = _LOADED.get(kid)
             if launcher is None:
@@ -42,7 +49,7 @@ def get_kernel(kid: KernelId) -> Callable:
                                 "`cutlass-nm build` compiles ahead of time, in parallel)", name)
                 artifact = build(source, arch, name)
                 lib = ctypes.CDLL(str(artifact.path))
-                launcher = get_family(kid[0]).bind(lib, kid[1], kid[2])
+                launcher = family.bind(lib, kid[1], kid[2], helpers) if needs else family.bind(lib, kid[1], kid[2])
                 _LOADED[kid] = launcher
     return launcher
 

@@ -21,8 +21,10 @@ TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 GLU = get_family("vnm_glu_sm90")
 # (m, hidden, k): a tail in m (17: one token past the decode path), k not a multiple of M, an LLM-like one
 GLU_SHAPES = [(17, 256, 512), (133, 384, 1000), (300, 640, 2056), (2048, 1024, 4096)]
-GLU_VARIANTS = [{}, {"tile_k": 64, "stages": 6}, {"tile_n": 64, "stages": 4}, {"mma_pipe": 1},
-                {"producer": 0, "transpose": 0}, {"cluster": 2}, {"cluster": 2, "raster": 0}]
+# the heuristic's config, then every other knob value: 64 gathered columns, 64 tokens, our mainloop, 2 stages, a
+# CTA pair sharing A and E (with and without token-tile groups)
+GLU_VARIANTS = [{}, {"tile_k": 64, "stages": 6}, {"tile_n": 64, "stages": 4}, {"mma_pipe": 1}, {"stages": 2},
+                {"cluster": 2}, {"cluster": 2, "raster": 0}]
 PATTERNS = ["128:2:8", "128:2:7", "128:2:16"]
 MLP_M = [1, 5, 16, 17, 133, 1024]
 

@@ -38,8 +38,6 @@ def _precompile_in_parallel():
     if not torch.cuda.is_available() or os.environ.get("CUTLASS_NM_TEST_PRECOMPILE") == "0":
         return
     from cutlass_nm.families import KernelTypes, Problem, get_family
-    from cutlass_nm.families.vnm_sm80.family import fallback_config as sm80_fallback
-    from cutlass_nm.families.vnm_sm90.family import fallback_config
     from cutlass_nm.kernels import precompile
 
     kids = set()
@@ -52,10 +50,7 @@ def _precompile_in_parallel():
                     p = Problem(m, n, k, types)
                     cfg = fam.heuristic(p)
                     kids.add((name, cfg, types))
-                    if name == "vnm_sm90" and cfg.tile_m == 128:  # V = 64 weights run its tile_m = 64 twin
-                        kids.add((name, fallback_config(cfg, p), types))
-                    if name == "vnm_sm80" and cfg.tile_m == 128:
-                        kids.add((name, sm80_fallback(cfg), types))
+                    kids.update(fam.helpers(cfg, types))  # a tile_m = 128 kernel's tile_m = 64 twin (V = 64)
         types = KernelTypes("bf16", "f32", True)
         kids.add((name, fam.heuristic(Problem(96, 256, 512, types)), types))
     if "vnm_sm90" in _families():
@@ -103,36 +98,42 @@ def test_sm90_rejects_v32():
         cutlass_nm.matmul(x, w, family="vnm_sm90")
 
 
-# vnm_sm90's transpose / gather / producer / consumer-mainloop variants other than the heuristic's (transpose 1,
-# cp.async gather, batched producer, CUTLASS's mainloop): each against fp64, tails, m = 1, V = 64 via the
-# tile_m = 64 twin, bf16 with bias.
-SM90_VARIANTS = [(1, 0, 0, 0), (1, 1, 0, 0), (0, 0, 1, 0), (1, 0, 1, 1)]  # (transpose, gather, producer, mma_pipe)
+# vnm_sm90's knob values beside the heuristic's, each against fp64 on tails, m = 1, V = 64 (through the tile_m = 64
+# twin) and bf16 with bias: our pipelined mainloop, the shallowest pipelines, 7 stages, tile_n = 256 (the large-m
+# tile, which these shapes' heuristic does not reach), a CTA pair sharing A and E, token-tile groups.
+SM90_VARIANTS = [{"mma_pipe": 1}, {"stages": 2}, {"stages": 3, "mma_pipe": 1}, {"tile_k": 64, "stages": 7},
+                 {"tile_n": 256, "tile_k": 64, "stages": 4}, {"cluster": 2}, {"raster": 1}]
 
 
 SM90_CASES = [((1, 256, 512), "128:2:8", torch.float16, False), ((133, 320, 1000), "128:2:10", torch.float16, False),
               ((300, 640, 2056), "64:2:7", torch.bfloat16, True), ((1024, 2048, 4096), "128:2:16", torch.float16, True)]
 
 
-def _sm90_variant(variant: tuple[int, int, int, int], case: tuple):
-    """(kernel id, its V = 64 twin) of a variant of the heuristic config for a case."""
+def _sm90_variant(variant: dict, case: tuple):
+    """(kernel id, its helper kernel ids) of a variant of the heuristic config for a case."""
     from cutlass_nm.families import KernelTypes, Problem, get_family
-    from cutlass_nm.families.vnm_sm90.family import fallback_config
 
-    (m, n, k), _, dtype, with_bias = case
+    (m, n, k), pattern, dtype, with_bias = case
     d = "f16" if dtype == torch.float16 else "bf16"
     types = KernelTypes(d, d, with_bias)
     fam = get_family("vnm_sm90")
-    p = Problem(m, n, k, types)
-    cfg = fam.Config.from_record({**fam.heuristic(p).to_record(), "transpose": variant[0], "gather": variant[1],
-                                  "producer": variant[2], "mma_pipe": variant[3]})
-    return ("vnm_sm90", cfg, types), ("vnm_sm90", fallback_config(cfg, p), types)
+    p = Problem(m, n, k, types, pattern)
+    cfg = fam.Config.from_record({**fam.heuristic(p).to_record(), **variant})
+    assert fam.check(cfg, p) is None, (variant, case)
+    return ("vnm_sm90", cfg, types), fam.helpers(cfg, types)
 
 
 def _sm90_variant_kids() -> set:
-    return {kid for v in SM90_VARIANTS for c in SM90_CASES for kid in _sm90_variant(v, c)}
+    kids = set()
+    for v in SM90_VARIANTS:
+        for c in SM90_CASES:
+            kid, helpers = _sm90_variant(v, c)
+            kids.update([kid, *helpers])
+    kids.update(_sm90_tile_m_256())
+    return kids
 
 
-@pytest.mark.parametrize("variant", SM90_VARIANTS, ids=lambda v: f"tr{v[0]}g{v[1]}p{v[2]}m{v[3]}")
+@pytest.mark.parametrize("variant", SM90_VARIANTS, ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()))
 @pytest.mark.parametrize("case", SM90_CASES, ids=lambda c: f"{'x'.join(map(str, c[0]))}-{c[1]}")
 def test_sm90_variants_match_reference(variant, case):
     if torch.cuda.get_device_capability() != (9, 0):
@@ -142,6 +143,31 @@ def test_sm90_variants_match_reference(variant, case):
     (m, n, k), pattern, dtype, with_bias = case
     kid, _ = _sm90_variant(variant, case)
     x, w, bias, ref = _case(m, n, k, pattern, dtype, seed=11, with_bias=with_bias)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    get_kernel(kid)(x, w, bias, out)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all(), "unwritten (poisoned) or non-finite outputs"
+    assert rel_err(out, ref) < TOL[dtype]
+
+
+def _sm90_tile_m_256() -> list:
+    """vnm_sm90 with 256-row tiles (two 128-row MMA tiles on two consumers), for V = 256 weights."""
+    from cutlass_nm.families import KernelTypes, get_family
+
+    cfg = get_family("vnm_sm90").Config(tile_m=256, tile_n=128, tile_k=64, stages=4, consumers=2)
+    return [("vnm_sm90", cfg, KernelTypes(d, d, b)) for d, b in (("f16", False), ("bf16", True))]
+
+
+@pytest.mark.parametrize("kid", _sm90_tile_m_256(), ids=lambda kid: kid[2].dtype)
+@pytest.mark.parametrize("shape", [(1, 256, 512), (133, 768, 1000)], ids=lambda s: "x".join(map(str, s)))
+def test_sm90_tile_m_256_matches_reference(kid, shape):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("vnm_sm90 needs sm_90")
+    from cutlass_nm.kernels import get_kernel
+
+    m, n, k = shape
+    dtype = torch.float16 if kid[2].dtype == "f16" else torch.bfloat16
+    x, w, bias, ref = _case(m, n, k, "256:2:8", dtype, seed=13, with_bias=kid[2].bias)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
     get_kernel(kid)(x, w, bias, out)
     torch.cuda.synchronize()

@@ -116,27 +116,28 @@ class _FakeFn:
         return 0
 
 
-def test_tile_m_128_hands_v64_weights_to_its_twin(monkeypatch):
-    from cutlass_nm import kernels
+def test_tile_m_128_hands_v64_weights_to_its_twin():
     from cutlass_nm.families.vnm_sm80 import family as vnm_sm80
 
-    calls = []
-    monkeypatch.setattr(kernels, "get_kernel", lambda kid: lambda *a: calls.append(kid))
     lib = type("Lib", (), {"cnm_run": _FakeFn()})()
     cfg = FAM.heuristic(Problem(2048, 4096, 4096, F16))
     assert cfg.tile_m == 128
-    launcher = vnm_sm80._Launcher(lib, cfg, F16)
+    (kid,) = FAM.helpers(cfg, F16)  # resolved by kernels.get_kernel before bind
+    assert kid == ("vnm_sm80", fallback_config(cfg), F16) and kid[1].tile_m == 64
+    assert FAM.helpers(kid[1], F16) == []
+    calls = []
+    launcher = FAM.bind(lib, cfg, F16, [lambda *a: calls.append(a)])
+    assert isinstance(launcher, vnm_sm80._Launcher)
     w, _ = cutlass_nm.prune(torch.randn(128, 256), "64:2:8")
     launcher(torch.randn(4, 256), w, None, torch.empty(4, 128))
-    (kid,) = calls
-    assert kid[0] == "vnm_sm80" and kid[1].tile_m == 64 and kid[2] == F16
+    assert len(calls) == 1 and calls[0][1] is w
     w32, _ = cutlass_nm.prune(torch.randn(64, 256), "32:2:8")
     with pytest.raises(cutlass_nm.ShapeError, match="V % tile_m"):
         launcher(torch.randn(4, 256), w32, None, torch.empty(4, 64))
 
 
 def test_estimate_ranks_the_measured_fastest_first():
-    """tune.perfmodel's warm start: of the five configs timed on the H100 (vnm_sm80.json), the fastest ranks first."""
+    """tune.perfmodel's warm start: of five configs timed on the H100 at 8192^3, the fastest ranks first."""
     from cutlass_nm.tune.perfmodel import rank
 
     specs = ["128x128x64x64x64x4x1", "128x256x64x64x64x3x1", "128x128x128x64x32x3x1", "128x64x64x64x32x6x1",

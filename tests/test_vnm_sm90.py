@@ -10,7 +10,7 @@ import torch
 import cutlass_nm
 from cutlass_nm import ConfigError
 from cutlass_nm.families import FAMILIES, KernelTypes, Problem, get_family
-from cutlass_nm.families.vnm_sm90.family import Config, gathered_k, kernel_layout
+from cutlass_nm.families.vnm_sm90.family import Config, fallback_config, gathered_k, kernel_layout, smem_bytes
 from cutlass_nm.formats import Sparse24Weight, meta_sm90
 
 FAM = get_family("vnm_sm90")
@@ -43,6 +43,7 @@ def test_source_interpolates_only_validated_values(types):
     assert "constexpr int kTileM = 128;" in src and "constexpr int kTileN = 256;" in src
     assert "constexpr int kStages = 4;" in src and "constexpr int kConsumers = 2;" in src
     assert ("constexpr bool kHasBias = true;" in src) == types.bias
+    assert f"sizeof(SharedStorage) == {smem_bytes(cfg)}" in src  # the template checks the family's sizes
     assert "using ElementOut = float;" in src if types.out_dtype == "f32" else "cutlass::half_t;" in src
 
 
@@ -67,28 +68,40 @@ def test_from_record_roundtrip():
     assert Config.from_record(cfg.to_record()) == cfg
 
 
-def test_records_before_the_transpose_and_gather_keys_keep_the_original_kernel():
-    old = {"tile_m": 128, "tile_n": 256, "tile_k": 64, "stages": 5, "consumers": 2}
-    cfg = Config.from_record(old)
-    assert cfg.transpose == 0 and cfg.gather == 0
-    src = FAM.source(cfg, F16)
-    assert "constexpr int kTranspose = 0;" in src and "constexpr int kGather = 0;" in src
-    new = Config.from_record({**old, "transpose": 1, "gather": 1})
-    src = FAM.source(new, F16)
-    assert "constexpr int kTranspose = 1;" in src and "constexpr int kGather = 1;" in src
-    for key in ("transpose", "gather"):
-        with pytest.raises(ConfigError):
-            Config.from_record({**old, key: 2})
+@pytest.mark.parametrize("key", ["transpose", "gather", "producer"])
+def test_records_with_removed_variants_are_rejected(key):
+    """The padded transpose, the TMA gather and the unbatched producer were removed: no record selects them."""
+    with pytest.raises(ConfigError):
+        Config.from_record({"tile_m": 128, "tile_n": 256, "tile_k": 64, "stages": 5, "consumers": 2, key: 1})
 
 
-def test_v64_fallback_keeps_the_transpose_and_gather_variants():
-    from cutlass_nm.families.vnm_sm90.family import fallback_config
-
+def test_shared_memory_plan():
+    """smem_bytes: the stages, 16 bytes of barriers per stage and two k-tiles of indices, 1024-byte aligned; the
+    space check uses it (H100: 232448 bytes)."""
+    cfg = Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2)
+    assert smem_bytes(cfg) == -(-(5 * (128 * 64 + 128 * 64 // 8 + 256 * 64 * 2 + 16) + 512) // 1024) * 1024
     p = Problem(2048, 4096, 4096, F16)
-    for tr, g in itertools.product((0, 1), (0, 1)):
-        cfg = Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, transpose=tr, gather=g)
-        twin = fallback_config(cfg, p)
-        assert twin.tile_m == 64 and (twin.transpose, twin.gather) == (tr, g) and FAM.check(twin, p) is None
+    for c in (Config(**dict(zip(Config.SPACE, v, strict=True))) for v in itertools.product(*Config.SPACE.values())):
+        verdict = FAM.check(c, p)
+        if smem_bytes(c) > 232448:
+            assert verdict is not None
+        elif verdict is not None:
+            assert "shared memory" not in verdict
+
+
+def test_v64_twin_of_every_heuristic_config():
+    """A tile_m = 128 heuristic config names its tile_m = 64 twin as a helper kernel (same tile_n, tile_k, stages,
+    raster; one consumer, CUTLASS's mainloop, no cluster); the twin is valid and needs no helper."""
+    for m in (128, 256, 2048, 8192):
+        p = Problem(m, 4096, 4096, F16)
+        cfg = FAM.heuristic(p)
+        (kid,) = FAM.helpers(cfg, F16)
+        twin = kid[1]
+        assert kid == ("vnm_sm90", fallback_config(cfg), F16)
+        assert (twin.tile_m, twin.consumers, twin.mma_pipe, twin.cluster) == (64, 1, 0, 1)
+        assert (twin.tile_n, twin.tile_k, twin.stages, twin.raster) == (cfg.tile_n, cfg.tile_k, cfg.stages, cfg.raster)
+        assert FAM.check(twin, p) is None and FAM.helpers(twin, F16) == []
+    assert FAM.helpers(FAM.heuristic(Problem(16, 4096, 4096, F16)), F16) == []
 
 
 @pytest.mark.parametrize("pattern,shape", [("64:2:8", (130, 200)), ("128:2:7", (256, 101)), ("64:2:16", (64, 64))])
@@ -118,44 +131,60 @@ class _FakeFn:
         return 64
 
 
-def test_tile_m_128_hands_v64_weights_to_its_tile_m_64_twin(monkeypatch):
-    from cutlass_nm import kernels
+def _fake_lib():
+    return type("Lib", (), {"cnm_run": _FakeFn(), "cnm_meta_atom_k": _FakeFn(), "cnm_transpose": _FakeFn()})()
+
+
+def test_tile_m_128_hands_v64_weights_to_its_tile_m_64_twin():
     from cutlass_nm.families.vnm_sm90 import family as vnm_sm90
 
-    calls = []
-    monkeypatch.setattr(kernels, "get_kernel", lambda kid: lambda *a: calls.append(kid))
-    lib = type("Lib", (), {"cnm_run": _FakeFn(), "cnm_meta_atom_k": _FakeFn(), "cnm_transpose": _FakeFn()})()
     cfg = FAM.heuristic(Problem(2048, 4096, 4096, F16))
     assert cfg.tile_m == 128
-    launcher = vnm_sm90._Launcher(lib, cfg, F16)
+    calls = []
+    launcher = FAM.bind(_fake_lib(), cfg, F16, [lambda *a: calls.append(a)])
+    assert isinstance(launcher, vnm_sm90._Launcher)
     w, _ = cutlass_nm.prune(torch.randn(128, 256), "64:2:8")
     launcher(torch.randn(4, 256), w, None, torch.empty(4, 128))
-    (kid,) = calls
-    assert kid[0] == "vnm_sm90" and kid[1].tile_m == 64 and kid[1].consumers == 1 and kid[2] == F16
-    assert FAM.check(kid[1], Problem(4, 128, 256, F16)) is None
+    assert len(calls) == 1 and calls[0][1] is w
     w32, _ = cutlass_nm.prune(torch.randn(64, 256), "32:2:8")
     with pytest.raises(cutlass_nm.ShapeError, match="V % tile_m"):
         launcher(torch.randn(4, 256), w32, None, torch.empty(4, 64))
+    alone = FAM.bind(_fake_lib(), cfg, F16)  # bound without its twin: V = 64 is a shape error, not a lookup
+    with pytest.raises(cutlass_nm.ShapeError, match="V % tile_m"):
+        alone(torch.randn(4, 256), w, None, torch.empty(4, 128))
 
 
-def test_batched_producer_rejects_what_it_cannot_run():
-    p = Problem(2048, 4096, 4096, F16)
-    assert "TMA gather" in FAM.check(Config(tile_m=128, tile_n=256, consumers=2, gather=1, producer=1), p)
+def test_get_kernel_resolves_the_twin_before_bind(monkeypatch):
+    """kernels.get_kernel loads a family's helper kernels first and hands their launchers to bind()."""
+    from cutlass_nm import kernels
+
+    cfg = FAM.heuristic(Problem(2048, 4096, 4096, F16))
+    (twin_kid,) = FAM.helpers(cfg, F16)
+    twin = object()
+    monkeypatch.setattr(kernels, "_LOADED", {twin_kid: twin})
+    monkeypatch.setattr(kernels, "is_cached", lambda *a: True)
+    monkeypatch.setattr(kernels, "build", lambda *a: type("Artifact", (), {"path": "lib.so"})())
+    monkeypatch.setattr(kernels.ctypes, "CDLL", lambda path: _fake_lib())
+    launcher = kernels.get_kernel(("vnm_sm90", cfg, F16))
+    assert launcher.twin is twin and kernels.get_kernel(("vnm_sm90", cfg, F16)) is launcher
+
+
+def test_producer_rejects_what_it_cannot_address():
     huge = Problem(2**17, 4096, 2**14, F16)  # xt would need offsets past 2^31 elements
-    assert "2^31" in FAM.check(Config(tile_m=128, tile_n=256, consumers=2, producer=1), huge)
-    assert FAM.check(Config(tile_m=128, tile_n=256, consumers=2, producer=0), huge) is None
+    assert "2^31" in FAM.check(Config(tile_m=128, tile_n=256, consumers=2), huge)
+    assert FAM.check(Config(tile_m=128, tile_n=256, consumers=2), Problem(2**16, 4096, 2**14, F16)) is None
 
 
 @pytest.mark.nvcc
 @pytest.mark.parametrize("tile_n", [256, 128, 64])  # 4, 8 and 16 gathered rows per producer pass
-def test_batched_producer_addresses_match_cute(tmp_path, tile_n):
-    """The batched producer's shared-memory addresses (unswizzled CuTe offsets split per row pass, then the 128B
+def test_producer_addresses_match_cute(tmp_path, tile_n):
+    """The producer's shared-memory addresses (unswizzled CuTe offsets split per row pass, then the 128B
     swizzle) equal CuTe's swizzled layout of B for every element of every stage: the template's host probe."""
     import subprocess
 
     from cutlass_nm.build.compiler import cutlass_include_dirs, nvcc_path
 
-    cfg = Config(tile_m=64, tile_n=tile_n, tile_k=64, stages=3, transpose=1, producer=1)
+    cfg = Config(tile_m=64, tile_n=tile_n, tile_k=64, stages=3)
     src = tmp_path / "probe.cu"
     src.write_text(FAM.source(cfg, F16))
     exe = tmp_path / "probe"

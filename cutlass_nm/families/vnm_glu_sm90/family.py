@@ -1,15 +1,10 @@
 """SwiGLU over co-pruned V:N:M gate and up weights on Hopper: one wgmma.sp GEMM, one gathered B for both.
 
-A gated MLP's gate and up projections read the same x. Pruned together (``formats.glu.fuse_glu``: each
-V-block of gate rows and the same V-block of up rows keep the same columns), they form one 2V:2:M weight whose
-blocks are [gate block b; up block b]. This family runs it with 256-row CTA tiles (V = 128): the CTA gathers the
-block's x rows once for 256 weight rows (vnm_sm90 gathers them once per 128), and its epilogue writes
-h = silu(gate) · up, transposed (hidden x m, tokens contiguous): the layout the down projection's vnm_sm90 kernel
-gathers from, so neither the SiLU, the product nor a transpose of h costs a pass over memory.
-
-Same template as vnm_sm90 (templates/vnm_sm90.cu, ``kGlu`` = 1), same config fields; ``tile_m`` is 256 on two
-consumer warpgroups, no bias. The launcher writes into ``ht`` ((hidden rounded to the down weight's padded k) x
-ldx, ldx = m rounded up to 8).
+Gate and up pruned together (``formats.glu.fuse_glu``) form one 256:2:M weight whose V-blocks are [gate block b;
+up block b]. This family runs vnm_sm90's kernel with 256-row CTA tiles on two consumer warpgroups (x gathered once
+for both halves) and a SwiGLU epilogue that writes h = silu(gate) · up transposed into ``ht`` ((hidden rounded to
+the down weight's padded k) x ldx, ldx = m rounded up to 8): the layout the down projection's vnm_sm90 kernel
+gathers from. No bias.
 """
 
 from __future__ import annotations
@@ -39,15 +34,11 @@ class Config(vnm_sm90.Config):
     tile_k: int = 128
     stages: int = 3
     consumers: int = 2
-    transpose: int = 1
-    gather: int = 0
-    producer: int = 1
     mma_pipe: int = 0
     raster: int = 1
 
-    # vnm_sm90's space with the SwiGLU tile: 256 rows on 2 consumers, at most 128 tokens (accumulators), cp.async
-    SPACE: ClassVar = {**vnm_sm90.Config.SPACE, "tile_m": (256,), "tile_n": (64, 128), "consumers": (2,),
-                       "gather": (0,)}
+    # vnm_sm90's space with the SwiGLU tile: 256 rows on 2 consumers, at most 128 tokens (accumulators)
+    SPACE: ClassVar = {**vnm_sm90.Config.SPACE, "tile_m": (256,), "tile_n": (64, 128), "consumers": (2,)}
 
 
 class _VnmGluSm90Family(Family):
@@ -75,13 +66,12 @@ class _VnmGluSm90Family(Family):
         return vnm_sm90.emit(cfg, types, glu=True)
 
     def heuristic(self, problem: Problem) -> Config:
-        """128 tokens per CTA (the 128 accumulators per thread that fit), 3 stages of 128 gathered columns (H100,
-        LLaMA-7B gate/up: 2-7 % faster than 6 stages of 64 at 2048 and 8192 tokens, 2:8 and 2:16;
-        results/h100/glu_cluster_a7a0a4b.jsonl)."""
+        """The default Config: 128 tokens per CTA (the most accumulators that fit), 3 stages of 128 gathered
+        columns, token-tile groups (``raster`` = 1)."""
         return Config()
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
-        return _Launcher(lib, cfg, types)
+        return _Launcher(lib, cfg, types)  # fused weights only (V = 256): no tile_m = 64 twin
 
     def output_shape(self, m: int, n: int) -> tuple[int, int]:
         """What the kernel writes for m tokens of an n-row fused weight: hT, (n / 2) x (m rounded up to 8)."""

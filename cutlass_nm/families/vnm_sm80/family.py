@@ -1,7 +1,7 @@
 """V:N:M (VENOM) on Ampere Sparse Tensor Cores: mma.sp m16n8k32 over the gathered 2:4 weight; runs on sm_80+.
 
 y = x·Wᵀ is, per V-block b of W's rows, ``x[:, gather_index[b]] · Wg[rows of b]ᵀ`` with Wg = ``w.gathered_24()``.
-The kernel (templates/vnm_sm80.cu) runs Dᵀ = Wg · Bg with one CTA per (tile_m rows inside one V-block, tile_n
+The kernel (``kernel.cu``) runs Dᵀ = Wg · Bg with one CTA per (tile_m rows inside one V-block, tile_n
 tokens) on CUTLASS 2.x's sparse multistage mainloop (cp.async stages, mma.sp, sm80 metadata iterator); B is read
 from xT (x transposed once per call, token-contiguous rows) by CUTLASS's predicated tile iterator in gather mode,
 whose K coordinate goes through the CTA's V-block row of the gather index. The epilogue writes y row-major
@@ -12,6 +12,7 @@ index entries that point at a zero row appended to xT.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -57,11 +58,10 @@ class Config(FamilyConfig):
         "swizzle": (1, 2, 4, 8),
     }
 
-    def estimate_ms(self, problem: Problem, sm_count: int = 132) -> float:
-        """Estimate for ranking (tune.perfmodel): the gathered operands' L2 -> SM traffic (B once per row tile, A
-        once per token tile) at a rate that grows with the bytes a SM keeps in flight (stages - 1 per resident
-        CTA) up to the 4.35 TB/s vnm_sm80 reached on the H100, or CTA waves of mma.sp, whichever is larger.
-        Calibrated on the five configs of benchmarks/results/h100/vnm_sm80.json (it ranks their fastest first)."""
+    def estimate_ms(self, problem: Problem, sm_count: int = HOPPER.sm_count) -> float:
+        """Ranking estimate (tune.perfmodel): the gathered operands' L2 -> SM traffic (B once per row tile, A once
+        per token tile) at a rate that grows with the bytes an SM keeps in flight (stages - 1 per resident CTA) up
+        to the 4.35 TB/s vnm_sm80 reached on the H100, or CTA waves of mma.sp, whichever is larger."""
         v = _block_rows(problem)
         pattern_m = Pattern.parse(problem.pattern).m if v is not None else 8
         m, n, k = problem.m, problem.n, problem.k
@@ -69,7 +69,7 @@ class Config(FamilyConfig):
         stage = smem_per_stage(self)
         threads = 32 * (self.tile_m // self.warp_m) * (self.tile_n // self.warp_n)
         regs = min(255, 64 + 2 * self.warp_m * self.warp_n // 32)
-        resident = max(1, min(HOPPER.smem_per_sm // (self.stages * stage), 65536 // (threads * regs)))
+        resident = max(1, min(HOPPER.smem_per_sm // (self.stages * stage), HOPPER.regs_per_sm // (threads * regs)))
         in_flight_kb = resident * (self.stages - 1) * stage / 1024
         rate = min(4.35e12, 4.35e12 * in_flight_kb / 154)
         rows, toks = -(-n // self.tile_m), -(-m // self.tile_n)
@@ -127,16 +127,20 @@ class _VnmSm80Family(Family):
             stages=int(c.stages), swizzle=int(c.swizzle), has_bias="true" if types.bias else "false")
 
     def heuristic(self, problem: Problem) -> Config:
-        """Small m: a 64-token tile. Else 128x128x64, 4 stages (64x64 warps): the fastest of five configs on the
-        H100 at 4096^3 and 8192^3, V = 128, 2:8 and 2:16 (its tile_m = 64 twin where V = 64)."""
+        """m <= 64: a 64x64x128 tile. Else 128x128x64, 4 stages, 64x64 warps, or its tile_m = 64 twin where
+        ``problem.pattern`` names V = 64 (a V = 64 weight under a tile_m = 128 kernel also runs on the twin)."""
         if problem.m <= 64:
             return Config(tile_m=64, tile_n=64, tile_k=128, warp_m=32, warp_n=32, stages=4)
         cfg = Config(tile_m=128, tile_n=128, tile_k=64, warp_m=64, warp_n=64, stages=4)
         v = _block_rows(problem)
         return fallback_config(cfg) if v is not None and v % 128 else cfg
 
-    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
-        return _Launcher(lib, cfg, types)
+    def helpers(self, cfg: Config, types: KernelTypes) -> list[tuple[str, Config, KernelTypes]]:
+        """A tile_m = 128 kernel runs V = 64 weights on its tile_m = 64 twin: that kernel's id."""
+        return [(self.name, fallback_config(cfg), types)] if cfg.tile_m > 64 else []
+
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, helpers: Sequence[Callable] = ()) -> _Launcher:
+        return _Launcher(lib, cfg, types, *helpers)
 
 
 def _block_rows(problem: Problem) -> int | None:
@@ -156,20 +160,19 @@ def fallback_config(cfg: Config) -> Config:
 class _Launcher:
     """A loaded vnm_sm80 kernel: ``launcher(x, w, bias, y)`` on torch's current stream."""
 
-    def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
+    def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, twin: Callable | None = None) -> None:
+        """``twin``: the launcher of :func:`fallback_config`'s kernel, which runs V = 64 weights for tile_m = 128."""
         vp, i32 = ctypes.c_void_p, ctypes.c_int
         lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, i32, vp]
         lib.cnm_run.restype = i32
-        self.run, self.cfg, self.types = lib.cnm_run, cfg, types
+        self.run, self.cfg, self.types, self.twin = lib.cnm_run, cfg, types, twin
 
     def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
         v = w.pattern.v
         if v % self.cfg.tile_m:
-            if v % 64 == 0:  # a V = 64 weight under a tile_m = 128 kernel: its tile_m = 64 twin runs it
-                from ...kernels import get_kernel
-
-                get_kernel((FAMILY.name, fallback_config(self.cfg), self.types))(x, w, bias, y)
+            if v % 64 == 0 and self.twin is not None:  # a V = 64 weight under tile_m = 128: the tile_m = 64 twin
+                self.twin(x, w, bias, y)
                 return
             raise ShapeError(f"vnm_sm80 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
                              "(its CTA tiles are 64 or 128 rows: V >= 64)")

@@ -1,15 +1,15 @@
 """V:N:M (VENOM) on Hopper Sparse Tensor Cores: wgmma.sp over the gathered 2:4 weight, B rows gathered per CTA.
 
 y = x·Wᵀ is, per V-block b of W's rows, ``x[:, gather_index[b]] · Wg[rows of b]ᵀ`` with Wg = ``w.gathered_24()``.
-The kernel (templates/vnm_sm90.cu) runs the GEMM Dᵀ = Wg · Bg with one CTA per (tile_m rows inside one V-block,
-tile_n tokens): A (compressed values) and E (metadata) by TMA with CUTLASS's sparse-collective descriptors, B by
-16-byte cp.async from xT (x transposed once per call by our own kernel, token-contiguous) at the rows the block's
-gather index names.
+The kernel (``kernel.cu``) runs Dᵀ = Wg · Bg with one CTA per (tile_m rows inside one V-block, tile_n tokens): A
+(compressed values) and E (metadata) by TMA, B by 16-byte cp.async from xT (x transposed once per call,
+token-contiguous) at the rows the block's gather index names.
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from string import Template
 from typing import ClassVar
@@ -32,27 +32,17 @@ ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "flo
 
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
-    """CTA tile (tile_m rows of W inside one V-block, tile_n tokens, tile_k gathered columns), pipeline depth,
-    consumer warpgroups (2 split tile_m = 128 in halves; tile_m = 256, for V = 256 weights, in two 128-row MMA
-    tiles each), the per-call x transpose (0: padded shared-memory tile
-    whose stores conflict 8 ways, the original; 1: swizzled tile, conflict-free stores) and the B gather (0: 16-byte
-    cp.async by the producer warpgroup, the original; 1: one TMA box of 64 tokens x 1 row per gathered row and
-    64-token chunk, swizzled by the copy engine) and, for the cp.async gather, how its producer issues (0: one
-    row at a time, the original; 1: batches of index loads, then the batch's copies back to back), and the consumer
-    mainloop (``mma_pipe`` 0: CUTLASS's sparse collective, which drains each k-tile's wgmma.sp batch; 1: ours,
-    one batch kept in flight), and the CTA order (``raster`` 0: weight tiles
-    fastest, the original; 1: token tiles in L2-sized groups, each weight tile with its group's token tiles in a
-    row, so a weight larger than L2 is read from DRAM once per group), and the CTAs per cluster along the tokens
-    (``cluster`` 2: two CTAs of one weight tile share its A and metadata by TMA multicast; cp.async gather only)."""
+    """CTA tile (tile_m rows of W inside one V-block, tile_n tokens, tile_k gathered columns), pipeline stages,
+    consumer warpgroups (2 split tile_m = 128 in halves, or run tile_m = 256 as two 128-row MMA tiles), the
+    consumer mainloop (``mma_pipe`` 0: CUTLASS's sparse collective; 1: ours, one wgmma.sp batch kept in flight),
+    the CTA order (``raster`` 0: weight tiles fastest; 1: token tiles in L2-sized groups, each weight tile with its
+    group's token tiles in a row) and the CTAs per ``cluster`` along the tokens (2: A and E shared by multicast)."""
 
     tile_m: int = 64
     tile_n: int = 128
     tile_k: int = 64
     stages: int = 4
     consumers: int = 1
-    transpose: int = 0
-    gather: int = 0
-    producer: int = 0
     mma_pipe: int = 0
     raster: int = 0
     cluster: int = 1
@@ -63,19 +53,15 @@ class Config(FamilyConfig):
         "tile_k": (64, 128),
         "stages": (2, 3, 4, 5, 6, 7, 8),
         "consumers": (1, 2),
-        "transpose": (0, 1),
-        "gather": (0, 1),
-        "producer": (0, 1),
         "mma_pipe": (0, 1),
         "raster": (0, 1),
         "cluster": (1, 2),
     }
 
     def estimate_ms(self, problem: Problem, sm_count: int = HOPPER.sm_count) -> float:
-        """Estimate for ranking (tune.perfmodel): the gathered B (once per weight tile) and A with its metadata
-        (once per token tile, once per cluster) through L2, at a rate that falls below ~128 KB of stages in flight,
-        or CTA waves of wgmma.sp over the gathered K, whichever is larger; short K loops pay the pipeline fill, and
-        the unbatched producer (producer 0) and the TMA gather (gather 1) their measured 1.3x and 2.3x (H100)."""
+        """Ranking estimate (tune.perfmodel): the gathered B (once per weight tile) and A with its metadata (once
+        per token tile, once per cluster) through L2, at a rate that falls below ~128 KB of stages in flight, or CTA
+        waves of wgmma.sp over the gathered K, whichever is larger; short K loops pay the pipeline fill."""
         group = getattr(parse_or_none(problem.pattern), "m", 8)
         m, n, k = problem.m, problem.n, problem.k
         kg = -(-4 * -(-k // group) // K_ALIGN) * K_ALIGN
@@ -86,25 +72,32 @@ class Config(FamilyConfig):
         in_flight = (self.stages - 1) * smem_per_stage(self)
         rate = HOPPER.l2_bandwidth * min(1.0, in_flight / 128e3)
         mma = -(-rows * toks // sm_count) * 2.0 * self.tile_m * self.tile_n * kg / (HOPPER.sparse_flops / sm_count)
-        slow = (2.3 if self.gather else 1.0) * (1.3 if self.gather == 0 and self.producer == 0 else 1.0)
-        return max(traffic / rate, mma) * (1 + 8 / (kg / self.tile_k + 8)) * slow * 1e3
+        return max(traffic / rate, mma) * (1 + 8 / (kg / self.tile_k + 8)) * 1e3
 
 
 def emit(cfg: Config, types: KernelTypes, glu: bool) -> str:
-    """The kernel source for ``cfg`` (plain epilogue, or ``glu``: the SwiGLU epilogue of ``vnm_glu_sm90``)."""
+    """The kernel source for ``cfg`` (plain epilogue, or ``glu``: the SwiGLU epilogue of ``vnm_glu_sm90``). The
+    shared-memory sizes this module plans with go in too: the template static_asserts its own equal them."""
     c = type(cfg).from_record(cfg.to_record())  # only validated ints reach the source
     return Template(package_file(TEMPLATES[0]).read_text()).substitute(
         element=ELEMENTS[types.dtype], element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m),
         tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
-        has_bias="true" if types.bias else "false", transpose=int(c.transpose), gather=int(c.gather),
-        producer=int(c.producer), mma_pipe=int(c.mma_pipe), raster=int(c.raster), cluster=int(c.cluster),
-        glu=1 if glu else 0,
+        has_bias="true" if types.bias else "false", mma_pipe=int(c.mma_pipe), raster=int(c.raster),
+        cluster=int(c.cluster), glu=1 if glu else 0, stage_bytes=smem_per_stage(c), smem_bytes=smem_bytes(c),
         sparse_mainloop=package_file(TEMPLATES[1]).read_text())
 
 
 def smem_per_stage(cfg: Config) -> int:
-    """Compressed A (half of K, 16-bit), metadata (2 bits per kept value), gathered B (16-bit)."""
+    """Bytes of one pipeline stage: compressed A (half of K, 16-bit), metadata (2 bits per kept value), gathered B
+    (16-bit)."""
     return cfg.tile_m * cfg.tile_k + cfg.tile_m * cfg.tile_k // 8 + cfg.tile_n * cfg.tile_k * 2
+
+
+def smem_bytes(cfg: Config) -> int:
+    """The kernel's dynamic shared memory: the stages, their full and empty barriers (8 bytes each) and two k-tiles
+    of gather indices, in a 1024-byte aligned block."""
+    raw = cfg.stages * (smem_per_stage(cfg) + 16) + 2 * cfg.tile_k * 4
+    return -(-raw // 1024) * 1024
 
 
 def gathered_k(w: VNMWeight) -> int:
@@ -128,10 +121,6 @@ class _VnmSm90Family(Family):
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := half_inputs_only(problem.types)) is not None:
             return reason
-        if cfg.gather == 1 and cfg.producer == 1:
-            return "producer=1 batches the cp.async gather: it does not apply to the TMA gather (gather=1)"
-        if cfg.gather == 1 and cfg.cluster > 1:
-            return "cluster=2 multicasts A and E beside the cp.async gather: it does not apply to gather=1"
         if cfg.consumers == 2 and cfg.tile_m == 64:
             return "two consumer warpgroups split tile_m in halves of 64: tile_m must be 128 or 256"
         if cfg.tile_m == 256 and cfg.consumers != 2:
@@ -142,8 +131,7 @@ class _VnmSm90Family(Family):
         if acc > MAX_ACC_PER_THREAD:
             return f"{cfg.tile_m}x{cfg.tile_n} over {cfg.consumers} warpgroup(s) needs {acc} > " \
                    f"{MAX_ACC_PER_THREAD} accumulators per thread"
-        need = cfg.stages * smem_per_stage(cfg) + 1024
-        if need > (cap := target().smem_per_block):
+        if smem_bytes(cfg) > (cap := target().smem_per_block):
             return f"{cfg.stages} stages of {smem_per_stage(cfg)} B do not fit in {cap} B of shared memory"
         if (reason := pipelined_mma_rule(cfg.mma_pipe, cfg.stages)) is not None:
             return reason
@@ -154,50 +142,49 @@ class _VnmSm90Family(Family):
             return f"cluster={cfg.cluster} with raster=1 launches at most {65535 * cfg.cluster} CTAs"
         if token_tiles > 65535:
             return f"at most 65535 token tiles of {cfg.tile_n}"
-        if cfg.producer == 1 and (problem.k + K_ALIGN) * (-(-problem.m // 8) * 8) >= 2**31:
-            return "producer=1 addresses the transposed x with 32-bit offsets: k * m must stay below 2^31"
+        if (problem.k + K_ALIGN) * (-(-problem.m // 8) * 8) >= 2**31:
+            return "the gather addresses the transposed x with 32-bit offsets: k * m must stay below 2^31"
         return None
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
         return emit(cfg, types, glu=False)
 
     def heuristic(self, problem: Problem) -> Config:
-        """Swizzled transpose and batched producer throughout (H200: benchmarks/results/h200/vnm_producer.md and
-        vnm_small_m.md). 128x256x64, 5 stages, 2 consumers: the fastest or within 2 % of it on all 12 rows with
-        m >= 2048 (V = 128, 2:8 and 2:16), and at m = 256 where it still makes half a wave of CTAs; with fewer CTAs
-        (256 x 4096) 128x128x64, 8 stages was 1.3x faster. m <= 64: a 64x64x128 tile. V = 64 weights run the
-        tile_m = 64 fallback (the Problem does not carry V)."""
+        """m <= 64: a 64x64x128 tile, 6 stages. Else 128x256x64, 5 stages, 2 consumers, or, where that makes under
+        half a wave of CTAs, 128x128x64, 8 stages; ``raster`` = 1 where the weight tiles outnumber half the SMs.
+        The choice does not depend on V (parsed from ``problem.pattern``): under a tile_m = 128 config a V = 64
+        weight runs on the config's tile_m = 64 twin (:meth:`helpers`)."""
         if problem.m <= 64:
-            return Config(tile_m=64, tile_n=64, tile_k=128, stages=6, transpose=1, producer=1)
-        # token-tile groups when a wave spans under two token tiles (H100, 2048 tokens: 11008 x 4096 7 % faster,
-        # 4096 x 11008, 32 weight tiles, no faster, 6 % slower at 8192 tokens; results/h100/gated_mlp_283ec21.json)
+            return Config(tile_m=64, tile_n=64, tile_k=128, stages=6)
         sms = target().sm_count
         raster = int(2 * -(-problem.n // 128) > sms)
         ctas = -(-problem.n // 128) * -(-problem.m // 256)
         if 2 * ctas < sms:
-            return Config(tile_m=128, tile_n=128, tile_k=64, stages=8, consumers=2, transpose=1, producer=1,
-                          raster=raster)
-        return Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, transpose=1, producer=1,
-                      raster=raster)
+            return Config(tile_m=128, tile_n=128, tile_k=64, stages=8, consumers=2, raster=raster)
+        return Config(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, raster=raster)
 
-    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
-        return _Launcher(lib, cfg, types)
+    def helpers(self, cfg: Config, types: KernelTypes) -> list[tuple[str, Config, KernelTypes]]:
+        """A tile wider than 64 rows runs V = 64 weights on its tile_m = 64 twin: that kernel's id."""
+        return [(self.name, fallback_config(cfg), types)] if cfg.tile_m > 64 else []
+
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, helpers: Sequence[Callable] = ()) -> _Launcher:
+        return _Launcher(lib, cfg, types, *helpers)
 
 
-def fallback_config(cfg: Config, problem: Problem) -> Config:
-    """The tile_m = 64 config a tile_m = 128 kernel hands V = 64 weights to: the same tile on one consumer
-    warpgroup where that fits, else 64x256x64, 5 stages."""
-    same = Config(tile_m=64, tile_n=cfg.tile_n, tile_k=cfg.tile_k, stages=cfg.stages, consumers=1,
-                  transpose=cfg.transpose, gather=cfg.gather, producer=cfg.producer, raster=cfg.raster)
-    return same if FAMILY.check(same, problem) is None else Config(tile_m=64, tile_n=256, tile_k=64, stages=5,
-                                                                   transpose=cfg.transpose, gather=cfg.gather,
-                                                                   producer=cfg.producer, raster=cfg.raster)
+def fallback_config(cfg: Config) -> Config:
+    """The tile_m = 64 config a wider kernel hands V = 64 weights to: the same tile on one consumer warpgroup
+    where that fits, else 64x256x64, 5 stages (CUTLASS's mainloop, no cluster, the same raster)."""
+    same = Config(tile_m=64, tile_n=cfg.tile_n, tile_k=cfg.tile_k, stages=cfg.stages, consumers=1, raster=cfg.raster)
+    probe = Problem(cfg.tile_n, 64, 64, KernelTypes("f16", "f16", False))  # the rules that do not depend on a shape
+    return same if FAMILY.check(same, probe) is None else Config(tile_m=64, tile_n=256, tile_k=64, stages=5,
+                                                                 raster=cfg.raster)
 
 
 class _Launcher:
     """A loaded vnm_sm90 kernel: ``launcher(x, w, bias, y)`` on torch's current stream."""
 
-    def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
+    def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, twin: Callable | None = None) -> None:
+        """``twin``: the launcher of :func:`fallback_config`'s kernel, which runs V = 64 weights for a wider tile."""
         vp, i32 = ctypes.c_void_p, ctypes.c_int
         lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, vp]
         lib.cnm_run.restype = i32
@@ -207,6 +194,7 @@ class _Launcher:
         self.run, self.cfg, self.types = lib.cnm_run, cfg, types
         self.transpose_only = lib.cnm_transpose
         self.atom = lib.cnm_meta_atom_k()
+        self.twin = twin
 
     def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor,
                  xt: torch.Tensor | None = None) -> None:
@@ -214,11 +202,8 @@ class _Launcher:
         from xt, which already holds x transposed, and skips its own transpose."""
         v = w.pattern.v
         if v % self.cfg.tile_m:
-            if v % 64 == 0:  # a V = 64 weight under a tile_m = 128 kernel: its tile_m = 64 twin runs it
-                from ...kernels import get_kernel
-
-                problem = Problem(x.shape[0], w.out_features, x.shape[1], self.types)
-                get_kernel((FAMILY.name, fallback_config(self.cfg, problem), self.types))(x, w, bias, y, xt)
+            if v % 64 == 0 and self.twin is not None:  # a V = 64 weight under a wider tile: the tile_m = 64 twin
+                self.twin(x, w, bias, y, xt)
                 return
             raise ShapeError(f"vnm_sm90 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
                              "(Hopper's sparse MMA tiles are 64 rows: V >= 64)")

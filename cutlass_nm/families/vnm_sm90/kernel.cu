@@ -1,14 +1,15 @@
 // cutlass_nm: V:N:M (VENOM) SpMM on Hopper Sparse Tensor Cores (wgmma.sp), C ABI launcher.
-// Generated from cutlass_nm/codegen/templates/vnm_sm90.cu.
+// Generated from cutlass_nm/families/vnm_sm90/kernel.cu.
 //
 // GEMM view: D(n x m, col-major = y row-major) = Wg(n x Kg, 2:4 over gathered columns) * Bg(Kg x m), where for
 // the V-block b of a CTA's rows, Bg[c, t] = xT[gidx[b, c], t] (xT = x transposed, padded_k x m_pad).
 // One CTA computes TM rows (inside one V-block) x TN tokens. Warp-specialized:
 //   * producer warpgroup: one thread issues the TMA loads of the compressed values A and the metadata E of a
 //     stage (CUTLASS's sparse-collective descriptors); all 128 threads gather the B rows of the stage with 16-byte
-//     cp.async (zero-filled past the gather row / token tail) into the swizzled MN-major layout wgmma reads, and
-//     arrive on the stage's full barrier when their copies land (cp.async.mbarrier.arrive.noinc);
-//   * consumer warpgroup(s): CUTLASS's sparse collective mma() or ours (mma_pipe = 1, templates/sparse_mainloop.cuh:
+//     cp.async (zero-filled past the gather row / token tail), a batch of index loads then that batch's copies back
+//     to back, into the swizzled MN-major layout wgmma reads, and arrive on the stage's full barrier when their
+//     copies land (cp.async.mbarrier.arrive.noinc);
+//   * consumer warpgroup(s): CUTLASS's sparse collective mma() or ours (mma_pipe = 1, codegen/sparse_mainloop.cuh:
 //     one wgmma.sp batch kept in flight), from shared memory, then a predicated
 //     register epilogue (bias per row, conversion, tails in n and m), or, kGlu = 1, the SwiGLU epilogue: the
 //     tile's first half of rows is a gate block, its second half the up block that shares its gathered columns,
@@ -39,12 +40,6 @@ constexpr int kTileK = ${tile_k};
 constexpr int kStages = ${stages};
 constexpr int kConsumers = ${consumers};
 constexpr bool kHasBias = ${has_bias};
-constexpr int kGather = ${gather};  // B rows: 0 = 16-byte cp.async by the producer warpgroup, 1 = TMA 1-row boxes
-constexpr int kTranspose = ${transpose};  // 0: padded tile (8-way store conflicts), 1: swizzled, conflict-free
-// kGather = 0 only. 0: one gathered row per step (its index load, address and cp.async form a dependent chain of
-// ~50 cycles, 16 of them per stage at tile_n = 256); 1: a batch of index loads first, then that many cp.async back
-// to back (the loop fully unrolled: constant destination offsets).
-constexpr int kProducer = ${producer};
 // 0: CUTLASS's sparse consumer mainloop (drains each k-tile's wgmma.sp batch); 1: cnm::PipelinedSparseMma.
 constexpr int kMmaPipe = ${mma_pipe};
 // 0: y(m x n) = x Wg^T (+ bias). 1: SwiGLU over a fused gate/up weight whose V = kTileM blocks are [gate rows of
@@ -75,16 +70,8 @@ using TiledMma = typename Mainloop::TiledMma;
 using Pipeline = typename Mainloop::MainloopPipeline;
 using PipeState = typename Mainloop::PipelineState;
 using SparseConfig = typename Mainloop::SparseConfig;
-// The TMA gather writes 128-byte rows at their unswizzled offsets and lets the copy engine apply the 128B swizzle
-// from the shared-memory address bits: B must be the MN-major SW128 layout, 1024-byte aligned (smem_A, first in
-// the 1024-aligned storage, is a multiple of 1024 bytes).
-static_assert(kGather == 0 || cute::is_same_v<typename Mainloop::SmemLayoutAtomB, GMMA::Layout_MN_SW128_Atom<Element>>,
-              "the TMA gather needs B in the MN-major 128B-swizzled layout");
-static_assert(kGather == 0 || cosize_v<typename Mainloop::SmemLayoutA> * sizeof(Element) % 1024 == 0,
-              "the TMA gather needs smem_B 1024-byte aligned");
 static_assert(kTileN % 64 == 0 && kTileK % 4 == 0 && kTileK / 4 <= 32, "gather tiling");
 static_assert(size(TiledMma{}) == 128 * kConsumers, "one consumer warpgroup per MMA warpgroup");
-static_assert(kClusterN == 1 || kGather == 0, "A/E multicast with the cp.async gather only");
 static_assert(kGlu == 0 || (kTileM == 256 && kConsumers == 2 && !kHasBias), "SwiGLU: 256-row tiles, 2 consumers");
 
 struct alignas(1024) SharedStorage {
@@ -92,6 +79,10 @@ struct alignas(1024) SharedStorage {
   typename Mainloop::PipelineStorage pipeline;
   int gidx[2][kTileK];
 };
+// The family plans with its own sizes (smem_per_stage, smem_bytes in family.py): they must be these.
+static_assert(sizeof(typename Mainloop::TensorStorage) == size_t(kStages) * ${stage_bytes},
+              "family.py's smem_per_stage differs from the collective's shared storage per stage");
+static_assert(sizeof(SharedStorage) == ${smem_bytes}, "family.py's smem_bytes differs from sizeof(SharedStorage)");
 
 struct Params {
   typename Mainloop::Params mainloop;
@@ -102,60 +93,9 @@ struct Params {
   int n, m, ldx, kg, tiles_per_block, padded_k;
   // weight tiles, token tiles (a multiple of kClusterN), token tiles per group (kRaster = 1; a multiple of kClusterN)
   int m_tiles, n_tiles, raster_group;
-  CUtensorMap tma_x;   // xt (padded_k x ldx), 64 x 1 boxes, 128B swizzle (kGather = 1)
 };
 
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  uint32_t d = cute::cast_smem_ptr_to_uint(dst);
-  int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
-}
-
-// kGather = 1: lanes 0..kTileK/4-1 of each producer warp own one gathered row of every k-tile and issue its
-// kTileN/64 TMA boxes (64 tokens x 1 row, 128 bytes) at the row's unswizzled 128-byte slot of the SW128 atom; the
-// copy engine swizzles by address. Rows past the gathered columns (-1) read row padded_k, out of bounds: zeros.
-// Thread 0 arms the stage's full barrier with A + E + B bytes (Pipeline transaction_bytes); the other threads'
-// boxes complete_tx on it (the phase cannot complete before thread 0's arrive).
-template <class TA, class SA, class TE, class SE, class SB>
-__device__ void produce_tma(Params const& p, Pipeline& pipeline, TA const& tAgA, SA& tAsA, TE const& tEgE, SE& tEsE,
-                            SB& sB, int m_tile, int n_tile) {
-  constexpr int kRowsPerWarp = kTileK / 4;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const bool issuer = lane < kRowsPerWarp;
-  const int kk = warp * kRowsPerWarp + lane;
-  auto const& ml = p.mainloop;
-  const int* gi = p.gidx + size_t(m_tile / p.tiles_per_block) * p.kg;
-  const int tok0 = n_tile * kTileN;
-  const int k_tiles = p.kg / kTileK;
-  int next_row = issuer ? __ldg(gi + kk) : 0;
-  PipeState write = cutlass::make_producer_start_state<Pipeline>();
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int row = next_row;
-    if (issuer && kt + 1 < k_tiles) next_row = __ldg(gi + (kt + 1) * kTileK + kk);
-    pipeline.producer_acquire(write);
-    auto* bar = pipeline.producer_get_barrier(write);
-    const int stage = write.index();
-    if (tid == 0) {
-      copy(ml.tma_load_a.with(*bar, 0), tAgA(_, _, _, kt), tAsA(_, _, _, stage));
-      copy(ml.tma_load_e.with(*bar, 0), tEgE(_, _, _, kt), tEsE(_, _, _, stage));
-    }
-    if (issuer) {
-      const int src_row = row >= 0 ? row : p.padded_k;
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < kTileN / 64; ++c) {
-        uint32_t dst = cute::cast_smem_ptr_to_uint(raw_pointer_cast(&sB(64 * c, kk, stage))) & ~0x7Fu;
-        asm volatile(
-            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-            ::"r"(dst), "l"(reinterpret_cast<uint64_t>(&p.tma_x)), "r"(tok0 + 64 * c), "r"(src_row),
-            "r"(cute::cast_smem_ptr_to_uint(bar))
-            : "memory");
-      }
-    }
-    ++write;
-  }
-}
-
-// kProducer = 1. B's shared-memory address without CuTe's per-element swizzled-pointer arithmetic: CuTe's layout of
+// B's shared-memory address without CuTe's per-element swizzled-pointer arithmetic: CuTe's layout of
 // smem_B without its swizzle is a sum over (token, row, stage), and the rows a thread copies, r0 + i * kStep with
 // r0 < kStep, never carry into r0's digits (kStep divides 8 or is a multiple of it), so each copy's offset is the
 // thread's (token, r0) part + a compile-time row part + the stage's part; the 128B swizzle (bits 4-6 ^= bits 7-9)
@@ -164,8 +104,8 @@ __device__ void produce_tma(Params const& p, Pipeline& pipeline, TA const& tAgA,
 constexpr int kStep = 128 / (kTileN / 8);  // gathered rows the producer warpgroup covers per pass
 constexpr int kPasses = kTileK / kStep;
 using SmemLayoutB = typename Mainloop::SmemLayoutB;
-static_assert(kProducer == 0 || cute::is_same_v<typename Mainloop::SmemLayoutAtomB, GMMA::Layout_MN_SW128_Atom<Element>>,
-              "the batched producer computes MN-major 128B-swizzled addresses");
+static_assert(cute::is_same_v<typename Mainloop::SmemLayoutAtomB, GMMA::Layout_MN_SW128_Atom<Element>>,
+              "the producer computes MN-major 128B-swizzled addresses");
 static_assert(kStep % 8 == 0 || 8 % kStep == 0, "no carries between a thread's first row and its pass offsets");
 
 CUTE_HOST_DEVICE uint32_t b_offset(int n, int k, int s) {  // elements, unswizzled
@@ -219,10 +159,6 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
   Tensor tEgE = tma_e.partition_S(gE);
   Tensor tEsE = tma_e.partition_D(sE);
 
-  if constexpr (kGather == 1) {
-    produce_tma(p, pipeline, tAgA, tAsA, tEgE, tEsE, sB, m_tile, n_tile);
-    return;
-  }
   // The gather index of a k-tile is staged in shared memory (double-buffered), loaded one k-tile ahead by
   // the first kTileK producer threads so its latency hides behind the previous tile's copies (loading it 4 k-tiles
   // ahead measured no faster on the H100: results/h100/NOTES.md, 2026-11-24).
@@ -235,7 +171,7 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
   for (int kt = 0; kt < k_tiles; ++kt) {
     int* idx = smem.gidx[kt & 1];
     if (tid < kTileK) {
-      idx[tid] = kProducer == 0 || next_row < 0 ? next_row : next_row * p.ldx;  // batched: xt element offsets
+      idx[tid] = next_row < 0 ? next_row : next_row * p.ldx;  // xt element offsets
       if (kt + 1 < k_tiles) next_row = __ldg(gi + (kt + 1) * kTileK + tid);
     }
     cutlass::arch::NamedBarrier::sync(128, 1);
@@ -249,20 +185,10 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
     const int j = tid % kChunks;
     const int tok = tok0 + j * 8;
     const bool tok_ok = tok < p.ldx;
-    if constexpr (kProducer == 0) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int kk = tid / kChunks; kk < kTileK; kk += 128 / kChunks) {
-        int row = idx[kk];
-        bool valid = tok_ok && row >= 0;
-        const Element* src = valid ? p.xt + size_t(row) * p.ldx + tok : p.xt;
-        cp_async_16(&sB(j * 8, kk, stage), src, valid);
-      }
-    } else {
-      const int r0 = tid / kChunks;
-      const uint32_t base = cute::cast_smem_ptr_to_uint(smem.tensors.smem_B.begin()) +
-                            (b_offset(j * 8, r0, 0) + b_offset(0, 0, stage)) * uint32_t(sizeof(Element));
-      gather_rows(p, idx, base, r0, tok, tok_ok);
-    }
+    const int r0 = tid / kChunks;
+    const uint32_t base = cute::cast_smem_ptr_to_uint(smem.tensors.smem_B.begin()) +
+                          (b_offset(j * 8, r0, 0) + b_offset(0, 0, stage)) * uint32_t(sizeof(Element));
+    gather_rows(p, idx, base, r0, tok, tok_ok);
     cutlass::arch::cpasync_barrier_arrive_noinc(reinterpret_cast<uint64_t const*>(bar));
     ++write;
   }
@@ -321,7 +247,6 @@ __device__ void epilogue(Params const& p, Accum const& accum, int thread_idx, in
 }
 
 // xt(padded_k x ldx) = x(m x k)^T, zero past m and k: the token-contiguous rows the GEMM gathers.
-// kTranspose = 0: a [k][token] tile padded by 8 elements; its scalar stores hit one bank 8 ways.
 constexpr int kTr = 64;
 __device__ __forceinline__ uint4 load_x8(const Element* x, int m, int k, int t, int kc, bool vec) {
   alignas(16) Element v[8];
@@ -331,30 +256,8 @@ __device__ __forceinline__ uint4 load_x8(const Element* x, int m, int k, int t, 
   return *reinterpret_cast<uint4*>(v);
 }
 
-__global__ void __launch_bounds__(256) transpose_padded(const Element* __restrict__ x, Element* __restrict__ xt,
-                                                        int m, int k, int padded_k, int ldx) {
-  __shared__ alignas(16) Element tile[kTr][kTr + 8];  // [k][token]
-  const int t0 = blockIdx.x * kTr, k0 = blockIdx.y * kTr;
-  const bool vec = k % 8 == 0;
-  for (int i = threadIdx.x; i < kTr * kTr / 8; i += 256) {
-    int r = i / (kTr / 8), c = (i % (kTr / 8)) * 8;  // token r, k offset c
-    alignas(16) Element v[8];
-    *reinterpret_cast<uint4*>(v) = load_x8(x, m, k, t0 + r, k0 + c, vec);
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < 8; ++j) tile[c + j][r] = v[j];
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < kTr * kTr / 8; i += 256) {
-    int r = i / (kTr / 8), c = (i % (kTr / 8)) * 8;  // k row r, token offset c
-    int kr = k0 + r, t = t0 + c;
-    if (kr < padded_k && t < ldx) {
-      *reinterpret_cast<uint4*>(xt + size_t(kr) * ldx + t) = *reinterpret_cast<const uint4*>(&tile[r][c]);
-    }
-  }
-}
-
-// kTranspose = 1: unpadded [k][token] tile (128-byte rows of eight 16-byte chunks), chunk q of row r stored at
-// q ^ swz(r). A warp loads 16 tokens x 32 contiguous bytes of k (one sector per token) and stores, per element,
+// The transpose's shared-memory tile: [k][token], unpadded (128-byte rows of eight 16-byte chunks), chunk q of row
+// r stored at q ^ swz(r). A warp loads 16 tokens x 32 contiguous bytes of k (one sector per token) and stores, per element,
 // 2 rows r, r + 8 x 16 tokens: swz differs between them in bits 1-2, so the 4 chunks touched are distinct (one
 // wavefront). The read side moves whole 16-byte chunks, 4 full rows per warp (4 wavefronts for 512 bytes).
 __device__ __forceinline__ int tr_swz(int r) { return (r ^ ((r >> 3) << 1)) & 7; }
@@ -396,11 +299,7 @@ __global__ void __launch_bounds__(256) transpose_swizzled(const Element* __restr
 
 void transpose(const Element* x, Element* xt, int m, int k, int padded_k, int ldx, cudaStream_t stream) {
   dim3 grid((ldx + kTr - 1) / kTr, (padded_k + kTr - 1) / kTr);
-  if constexpr (kTranspose == 1) {
-    transpose_swizzled<<<grid, 256, 0, stream>>>(x, xt, m, k, padded_k, ldx);
-  } else {
-    transpose_padded<<<grid, 256, 0, stream>>>(x, xt, m, k, padded_k, ldx);
-  }
+  transpose_swizzled<<<grid, 256, 0, stream>>>(x, xt, m, k, padded_k, ldx);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ const Params p) {
@@ -420,12 +319,12 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ cons
   }
 
   typename Pipeline::Params pp;
-  pp.transaction_bytes = Mainloop::TmaTransactionBytesMK + (kGather == 1 ? kTileN * kTileK * sizeof(Element) : 0);
+  pp.transaction_bytes = Mainloop::TmaTransactionBytesMK;
   pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pp.is_leader = threadIdx.x == 0;
   pp.num_consumers = 128 * kConsumers;
-  // kGather 0: the TMA thread's arrive.expect_tx + one cp.async arrival per producer thread; 1: thread 0's alone
-  pp.num_producers = kGather == 1 ? 1 : 129;
+  // the TMA thread's arrive.expect_tx + one cp.async arrival per producer thread
+  pp.num_producers = 129;
   Pipeline pipeline(smem.pipeline, pp, ClusterShape{});
   if constexpr (kClusterN > 1) {  // the peer's barriers are initialised before anyone signals them
     cute::cluster_arrive_relaxed();
@@ -439,7 +338,6 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ cons
     if (threadIdx.x == 0) {
       cute::prefetch_tma_descriptor(p.mainloop.tma_load_a.get_tma_descriptor());
       cute::prefetch_tma_descriptor(p.mainloop.tma_load_e.get_tma_descriptor());
-      if constexpr (kGather == 1) cute::prefetch_tma_descriptor(&p.tma_x);
     }
     produce(p, pipeline, smem, m_tile, n_tile);
   } else {
@@ -503,23 +401,10 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
            padded_k,
            (n + kTileM - 1) / kTileM,
            ((m + kTileN - 1) / kTileN + kClusterN - 1) / kClusterN * kClusterN,
-           1,
-           {}};
+           1};
   // a group's slice of xt (raster_group token tiles x padded_k rows) within 16 MB, a third of the H100's L2
   p.raster_group = max(1, min(p.n_tiles, int((16u << 20) / (unsigned(kTileN) * unsigned(padded_k) * sizeof(Element)))));
   p.raster_group = max(kClusterN, p.raster_group / kClusterN * kClusterN);
-  if constexpr (kGather == 1) {
-    // xt as a 2-D tensor: tokens (ldx, contiguous) x rows (padded_k); boxes of 64 tokens x 1 row, 128B swizzle.
-    cuuint64_t dims[2] = {cuuint64_t(ldx), cuuint64_t(padded_k)};
-    cuuint64_t strides[1] = {cuuint64_t(ldx) * sizeof(Element)};
-    cuuint32_t box[2] = {64, 1};
-    cuuint32_t elem_strides[2] = {1, 1};
-    CUresult r = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
-        &p.tma_x, cute::TMA::to_CUtensorMapDataType<Element>(), 2, xt, dims, strides, box, elem_strides,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) return 1000 + int(cudaErrorInvalidValue);
-  }
   static int smem_set = 0;
   int smem = int(sizeof(SharedStorage));
   if (!smem_set) {
