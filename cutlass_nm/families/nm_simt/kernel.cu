@@ -1,23 +1,17 @@
-// cutlass_nm: general N:M SpMM on CUDA cores (fp32 FMA), C ABI launcher.
-// Generated from cutlass_nm/codegen/templates/nm_simt.cu. y(m x n) = x(m x k) * W^T (+ bias), W in the
-// general N:M format (formats/nm.py), handed over in the layout of families/nm_simt.py::simt_layout:
+// cutlass_nm: general N:M SpMM on CUDA cores (fp32 FMA), C ABI launcher; the template of families/nm_simt.
+// y(m x n) = x(m x k) * W^T (+ bias), W in the general N:M format (formats/nm.py), in family.py's simt_layout:
 //   wt   [nnz_pad][n_pad] float  the kept weights, compressed-k major (a CTA's rows are contiguous)
 //   cols [n_pad / vector][nnz_pad] int32  column of each kept weight *within its k-tile* (shared by a vector
 //        of rows); nnz_pad = G_pad * N with the group count padded to a multiple of the k-tile's groups
-// A CTA owns kBR rows of W x kBT tokens; each k-tile is `kgroups` groups of M columns of x (dense, staged in
-// shared memory token-major by cp.async) and `kgroups * N` compressed steps. A thread owns kTR consecutive
-// rows x kTT tokens (strided by 8); a warp is 4 row groups x 8 token groups, so with vector >= kTR every
-// thread needs one column per step and lanes of a row group read x as a broadcast.
-// Three kernel modes: 1 (fast: 16-byte cp.async of x, compile-time pitch, one column per thread per step),
-// 2 (x_transposed: x is first transposed to x^T [k][m] in a workspace, so a k-tile is staged column-major
-// [ktd][kBT] and a thread reads its tokens as float4s: 2 loads per 8 tokens instead of 8) and 0 (general: any
-// k alignment, any M, vector = 1): same arithmetic, runtime geometry, scalar x loads. With kCompact (mode 2 only),
-// a stage holds kKC rows of x^T listed per CTA and k-tile (rows [n_pad / kBR][ktiles][kKC], -1 = zeros) and a
-// k-tile is as many M-groups as keep that list within kKC (families/nm_simt.py::compact_layout). With kTma (mode 2,
-// sm_90), a producer warp (kOwnProducer below; else computing warp 0) fills the stages: one lane brings each
-// stage's x^T tile and kept weights by two TMA copies, the warp's lanes the column indices by cp.async, all
-// completing on the stage's full mbarrier; each computing warp releases a stage on its empty mbarrier, so no
-// CTA-wide barrier sits in the k loop. The x^T tile is then unpadded ([ktd][kBT]).
+// A CTA owns kBR rows of W x kBT tokens; each k-tile is `kgroups` groups of M columns of x staged in shared
+// memory and `kgroups * N` compressed steps. A thread owns kTR consecutive rows x kTT tokens; a warp is 4 row
+// groups x 8 token groups, so with vector >= kTR every thread needs one column per step and the lanes of a row
+// group read x as a broadcast. Modes: 1 (16-byte cp.async of token-major x, compile-time pitch), 2 (x_transposed:
+// x^T [k][m] from a prep kernel, staged column-major, a thread's tokens read as float4s) and 0 (general: any k
+// alignment, any M, vector < kTR; runtime geometry, scalar x loads). With kTma (mode 2, sm_90) a producer warp
+// fills each stage's x^T tile and kept weights by two TMA copies completing on the stage's full mbarrier, and the
+// computing warps release stages on empty mbarriers (no CTA-wide barrier in the k loop).
+// Per-config numbers that family.py also uses are substituted from it and re-derived here by static_assert.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -34,12 +28,12 @@ constexpr int kBR = ${block_rows};
 constexpr int kBT = ${block_tokens};
 constexpr int kTR = ${thread_rows};
 constexpr int kTT = ${thread_tokens};
-constexpr int kKC = ${k_cols};  // target dense columns per k-tile (kCompact: rows of x^T per stage)
+constexpr int kKC = ${k_cols};  // target dense columns per k-tile
 constexpr int kStages = ${stages};
 constexpr int kSplit = ${split_k};
 constexpr bool kTransposed = ${x_transposed};  // mode 2 where the fast path applies
-constexpr bool kCompact = ${compact};  // mode 2 with x^T rows listed per CTA and k-tile
 constexpr bool kTma = ${tma};  // mode 2: stages filled by TMA where the GPU has it (sm_90)
+constexpr int kMaxGroup = ${max_group};  // the largest M the launcher accepts
 // split-K sums (split_reduce): 0 = partials in the workspace + the split_reduce kernel; 1 = every split adds into y
 // (fp32, zeroed first); 2 = the split's CTAs run as one thread block cluster and sum the tile through distributed
 // shared memory (sm_90), each storing a 1 / kSplit slice of it (before sm_90: as 0, Params::cluster false);
@@ -50,32 +44,27 @@ constexpr bool kAtomicSplit = kSplit > 1 && (${split_reduce} == 1 || kTailSplit)
 constexpr bool kClusterSplit = kSplit > 1 && ${split_reduce} == 2;
 // k_warps: groups of warps that each cover the whole CTA tile and split every k-tile's kept steps between them (group
 // g takes the g-th run of steps, a multiple of 4 long); after the k loop the groups' sums meet in shared memory and
-// group 0 writes the tile. The same CTA tile and thread tile with k_warps x the warps: fewer outputs a CTA (more
-// CTAs at small m without split-K across CTAs), at the cost of a shared-memory sum of the tile.
+// group 0 writes the tile.
 constexpr int kKWarps = ${k_warps};
 constexpr int kWarpRows = 4 * kTR, kWarpTokens = 8 * kTT;
 constexpr int kWarpsR = kBR / kWarpRows, kWarpsT = kBT / kWarpTokens;
 constexpr int kGroupWarps = kWarpsR * kWarpsT;  // the warps of one k group
 constexpr int kThreads = 32 * kGroupWarps * kKWarps;
 // two CTAs per SM where 128 registers per thread hold the tile (the compiler may otherwise take more and
-// halve the resident warps)
-constexpr int kMinBlocks = kTR * kTT <= 64 && kThreads <= 256 ? 2 : 1;
+// halve the resident warps); family.py: ctas_per_sm
+constexpr int kMinBlocks = ${min_blocks};
+static_assert(kMinBlocks == (kTR * kTT <= 64 && kThreads <= 256 ? 2 : 1), "family.py's ctas_per_sm drifted");
 // kTma at one CTA per SM: a producer warpgroup after the computing warps fills the stages (one warp of it works).
 // A 9th warp alone would put 3 warps on one scheduler and cap every thread at 168 registers (a sub-partition's
 // 16384 / 96), spilling the 8 x 16 tile's ~210; so the producer is a whole warpgroup that gives its registers back
 // (setmaxnreg 40) and the computing warpgroups take kConsumerRegs. Two CTAs per SM (128-register tiles) or other
 // than 128 or 256 computing threads (512 would leave them < 128 registers): computing warp 0 fills the stages.
-constexpr bool kOwnProducer = kTma && kMinBlocks == 1 && (kThreads == 128 || kThreads == 256);
-constexpr int kProducerThreads = kOwnProducer ? 128 : 0;
-// kFuseX (fuse_x, with the producer warpgroup): no separate transpose kernel; the producer group's three idle warps
-// transpose fp32 x into the x^T workspace inside the GEMM, claiming 32 x 32 pieces of each (k-tile, token tile)
-// chunk by atomics in k order, and warp 0 starts a chunk's TMA box once all its pieces are released (cnm_run
-// falls back to the transpose kernel where x is not fp32, 16-byte aligned, or k or the k-tile not a multiple of 4).
-constexpr bool kFuseX = ${fuse_x} && kOwnProducer;
-static_assert(!(kFuseX && kTailSplit), "fuse_x counts chunks per blockIdx.y: not with a 1-D tail-split grid");
-// kFuseX: four float4 loads in flight a lane; 56 keeps the computing warps at 224 (ptxas: 12-20 bytes of the
-// producer's registers spilled, none of the computing warps'), where 64 would leave them 216
-constexpr int kProducerRegs = kFuseX ? 56 : 40;
+// family.py: producer_threads
+constexpr int kProducerThreads = ${producer_threads};
+constexpr bool kOwnProducer = kProducerThreads > 0;
+static_assert(kOwnProducer == (kTma && kMinBlocks == 1 && (kThreads == 128 || kThreads == 256)) &&
+              kProducerThreads == (kOwnProducer ? 128 : 0), "family.py's producer_threads drifted");
+constexpr int kProducerRegs = 40;
 // setmaxnreg moves registers within the CTA's launch allocation (ptxas's count, a multiple of 8 up to 65536 / threads):
 // the computing warps may take only what the producer group gives back, or setmaxnreg.inc waits forever
 constexpr int kEntryRegs = std::min(255, 65536 / (kThreads + 128)) / 8 * 8;
@@ -84,15 +73,17 @@ constexpr int kConsumerRegs =
 static_assert(!kOwnProducer || kConsumerRegs >= 200, "the computing warps' register tile needs ~210 registers");
 static_assert(!kOwnProducer || kThreads * kConsumerRegs + 128 * kProducerRegs <= kEntryRegs * (kThreads + 128),
               "setmaxnreg cannot hand out more registers than the CTA was launched with");
-// Chained k-tiles in the TMA loop (below) for 16-row thread tiles (and one k group). H100 with outer_fma's order of
-// stop 33 (results/h100/NOTES.md), same-run A/Bs: unchained 16 x 8 tiles 6-9 % slower (48 rows), chained 8 x 16 tiles
-// 0-8 % slower (16 rows); at stop 32, with row-by-row FMAs, chaining gained 16 x 8 tiles only 0.1-1.3 %.
-// chain = 1 chains 8 x 16 tiles too (H100, stop 34, with outer_fma's token order below: 0.4-4.4 % faster at 16:32 to
-// 8:32, 3-5 % slower at 4:32, results/h100/ab_nm_simt_vmix_d6750da.json; the family's heuristic takes it at densities
-// >= 1/4).
+// Chained k-tiles in the TMA loop (below): always for 16-row thread tiles (one k group), for 8 x 16 tiles with chain.
 constexpr bool kChain = kKWarps == 1 && (kTR >= 16 || (${chain} && kTR * kTT == 128));
-constexpr int kPitchFast = kKC + 4;  // floats; = 4 mod 8 words: 8 consecutive tokens hit 8 bank groups
-constexpr int kPitchT = kTma ? kBT : kBT + 4;  // mode 2: floats per column of the x^T tile (TMA boxes: unpadded)
+// Shared memory: the config's terms of family.py's smem_bound (which states the whole formula); cnm_run adds the
+// pattern's and vector's stage size at run time.
+constexpr int kPitchFast = ${pitch_fast};  // mode 1: floats per token row; = 4 mod 8 words: 8 tokens, 8 bank groups
+constexpr int kPitchT = ${pitch_t};        // mode 2: floats per column of the x^T tile (TMA boxes: unpadded)
+constexpr int kSumTileBytes = ${sum_tile_bytes};  // the tile of sums that reuses the stages after the k loop
+constexpr int kBarrierBytes = ${barrier_bytes};   // per stage: kTma's full and empty mbarriers
+static_assert(kPitchFast == kKC + 4 && kPitchT == (kTma ? kBT : kBT + 4), "family.py's pitches drifted");
+static_assert(kSumTileBytes == (kClusterSplit || kKWarps > 1 ? kBR * kBT * 4 : 0), "family.py's sum_tile drifted");
+static_assert(kBarrierBytes == (kTma ? 16 : 0), "family.py's barrier bytes drifted");
 static_assert(kTT % 4 == 0, "mode 2 reads a thread's tokens as float4s");
 static_assert(kBR % kWarpRows == 0 && kBT % kWarpTokens == 0, "tile must be a whole number of warps");
 static_assert(kTR % 4 == 0, "thread rows are read as float4");
@@ -103,7 +94,6 @@ struct Params {
   int m_pad;
   const float* wt;
   const int* cols;
-  const int* rows;   // kCompact: x^T rows staged per CTA and k-tile, [n_pad / kBR][ktiles][kKC]
   const Element* bias;
   void* y;         // m x n (Out) or the split-K partials [kSplit][m][n] float
   int m, n, k, keep, group, vector, kgroups, ktd, ktc, pitch, nvb, n_pad, nnz_pad, ktiles;
@@ -113,12 +103,6 @@ struct Params {
   int tiles_x;     // kTailSplit: row tiles (CTA b's tile is b, or dp + (b - dp) / kSplit, row tile first)
   int dp;          // kTailSplit: tiles run whole (a multiple of the resident CTAs)
   CUtensorMap tma_x, tma_w;  // kTma: x^T (k x m_pad, boxes kBT x ktd) and the kept weights (nnz_pad x n_pad, kBR x ktc)
-  // kFuseX (null where cnm_run fell back): row-major fp32 x, and per (k-tile, token tile) chunk a count of claimed
-  // and one of finished 32 x 32 pieces ([ktiles][gridDim.y] each, zeroed before the launch); pieces a chunk
-  const float* x_rows;
-  unsigned* claimed;
-  unsigned* finished;
-  int pieces;
 };
 
 // CNM_TRACE (benchmarks/trace_nm_simt.py only; never defined by the library): with tma, per CTA and k-tile, the SM
@@ -345,11 +329,8 @@ __device__ __forceinline__ void cluster_reduce(const Params& p, const float* til
 
 // acc += wv ⊗ xv: one k step of the thread's kTR x kTT register tile, along the longer side of the tile with every
 // other line reversed, so consecutive FMAs always share one operand register (the reuse cache's) and each line starts
-// on the register the line before ended on. H100 (results/h100/NOTES.md, stop 33), against plain row-by-row order:
-// 2.2-4.1 % faster on all 16 rows timed (2048 tokens, 16:32 to 4:32); along the longer side rather than always by
-// rows: 16 x 8 tiles another 1.0-2.6 % at 2048 tokens, level at 256.
-// Chained 8 x 16 tiles walk tokens from the last, rows alternately down and up: their SASS then has 0.15-0.19
-// register-bank conflicts an FFMA in the k loop against 0.23-0.26 with the row order (stop 34, sass_conflicts.py).
+// on the register the line before ended on. Chained 8 x 16 tiles walk tokens from the last, rows alternately down
+// and up (fewer register-bank conflicts in their SASS than the row order).
 __device__ __forceinline__ void outer_fma(const float (&wv)[kTR], const float (&xv)[kTT], float (&acc)[kTR][kTT]) {
   constexpr bool kFromLast = kTR < kTT && kChain;        // token lines from the last
   constexpr bool kByToken = kTR > kTT || kFromLast;      // lines of one token (else of one row)
@@ -396,8 +377,7 @@ struct TileCopier {
   static_assert(kMode != 2 || kThreads % kChunks == 0, "mode 2: threads must cover whole x^T rows");
   static_assert(kThreads % kWChunks == 0, "threads must cover whole W steps");
 
-  static constexpr int kRowsPer = (kKC + kRowStep - 1) / kRowStep;  // compact: x^T rows this thread copies
-  const float* x0;   // this thread's first x chunk at k-tile 0 (compact: at x^T row 0)
+  const float* x0;   // this thread's first x chunk at k-tile 0
   int64_t x_step;    // elements between this thread's successive x chunks (rows of x^T or tokens)
   int x_first, x_stride, x_limit;  // mode 2: first row, row step, rows; mode 1: first token, token step, tokens
   int x_dst, x_dst_step;           // floats into the stage
@@ -407,7 +387,6 @@ struct TileCopier {
   int64_t w_step;
   int w_first, w_dst;
   const int* c0;
-  const int* r0;     // compact: this CTA's row lists
   int row0_;
 
   __device__ TileCopier(const Params& p, int row0, int tok0, int vb0) {
@@ -415,7 +394,7 @@ struct TileCopier {
     if (kMode == 2) {
       const int c = (t % kChunks) * 4;
       x_first = t / kChunks; x_stride = kRowStep; x_limit = p.ktd;
-      x0 = p.x + (kCompact ? 0 : static_cast<int64_t>(x_first) * p.m_pad) + tok0 + c;
+      x0 = p.x + static_cast<int64_t>(x_first) * p.m_pad + tok0 + c;
       x_step = static_cast<int64_t>(kRowStep) * p.m_pad;
       x_dst = x_first * kPitchT + c; x_dst_step = kRowStep * kPitchT;
       tok_ok = tok0 + c < p.m_pad; x_col = 0;
@@ -436,7 +415,6 @@ struct TileCopier {
     w_step = static_cast<int64_t>(kWStep) * p.n_pad;
     w_dst = w_first * kBR + r;
     c0 = p.cols + static_cast<int64_t>(vb0) * p.nnz_pad;
-    r0 = kCompact ? p.rows + static_cast<int64_t>(row0 / kBR) * p.ktiles * kKC : nullptr;
     row0_ = row0;
   }
 
@@ -447,16 +425,6 @@ struct TileCopier {
 #if __CUDA_ARCH__ >= 900
     const int lane = threadIdx.x & 31;
     if (lane == 0) {
-      if (kFuseX && p.x_rows != nullptr) {  // the chunk's x^T rows, written by the producer warps of the CTAs
-        const unsigned* done = p.finished + kt * gridDim.y + blockIdx.y;  // sharing this token tile (and split)
-        unsigned v;
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(done) : "memory");
-        while (v < unsigned(p.pieces)) {  // the chunk's pieces are still being written (how often: not measured)
-          __nanosleep(64);
-          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(done) : "memory");
-        }
-        asm volatile("fence.proxy.async.global;" ::: "memory");  // their generic stores, before the TMA reads
-      }
       const uint32_t xs = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
       const uint32_t ws = xs + p.x_bytes;
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -478,22 +446,7 @@ struct TileCopier {
     float* xs = reinterpret_cast<float*>(stage);
     float* ws = reinterpret_cast<float*>(stage + p.x_bytes);
     const int k0 = kt * p.ktd, j0 = kt * p.ktc;
-    if constexpr (kMode == 2 && kCompact) {  // the listed rows of x^T: indices first, then the copies
-      const int* list = r0 + kt * kKC;
-      int row[kRowsPer];
-#pragma unroll
-      for (int i = 0; i < kRowsPer; ++i) {
-        const int r = x_first + i * x_stride;
-        row[i] = r < kKC ? __ldg(list + r) : -1;
-      }
-#pragma unroll
-      for (int i = 0; i < kRowsPer; ++i) {
-        if (x_first + i * x_stride >= kKC) break;
-        const bool ok = tok_ok && row[i] >= 0;
-        cutlass::arch::cp_async_zfill<16, cutlass::arch::CacheOperation::Global>(
-            xs + x_dst + i * x_dst_step, ok ? x0 + static_cast<int64_t>(row[i]) * p.m_pad : p.x, ok);
-      }
-    } else if constexpr (kMode == 2) {  // rows k0 + r of x^T, out-of-range rows or tokens zero-filled
+    if constexpr (kMode == 2) {  // rows k0 + r of x^T, out-of-range rows or tokens zero-filled
       const float* src = x0 + static_cast<int64_t>(k0) * p.m_pad;
       float* dst = xs + x_dst;
       for (int r = x_first; r < x_limit; r += x_stride, src += x_step, dst += x_dst_step) {
@@ -541,74 +494,6 @@ struct TileCopier {
     }
   }
 };
-
-// kFuseX: element `i` of `v` (a lane-dependent index: selects, no local memory).
-__device__ __forceinline__ float pick(const float4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-// kFuseX: one warp transposes piece `piece` of chunk (kt, ty): 32 rows of x^T from kt * ktd (not past the chunk or
-// k) by 32 tokens from ty * kBT (tokens m .. m_pad - 1 as zeros, none past m_pad). Lane (q, r) = (lane % 8, lane / 8)
-// loads the float4 of columns c = r0 + 4q .. c + 3 of tokens 4h + r, four h at a time (four loads in flight); the four
-// lanes sharing q then transpose each 4 x 4 block by shuffles, so lane (q, r) holds column c + r of tokens 4h .. 4h + 3
-// and writes them as one float4. Then each lane fences (its stores visible at gpu scope and to the async proxy) and
-// lane 0 releases the piece. Few registers (setmaxnreg kProducerRegs).
-__device__ __forceinline__ void transpose_piece(const Params& p, int kt, int ty, int piece) {
-  const int lane = threadIdx.x & 31, q = lane & 7, r = lane >> 3;
-  const int per_row = (p.ktd + 31) / 32;
-  const int r0 = kt * p.ktd + (piece % per_row) * 32, t0 = ty * kBT + (piece / per_row) * 32;
-  const int r_end = min(p.k, (kt + 1) * p.ktd);  // k and ktd are multiples of 4: a lane's 4 columns are all in or out
-  const int c = r0 + 4 * q;
-  float* xt = const_cast<float*>(p.x);
-#pragma unroll 1
-  for (int h0 = 0; h0 < 8; h0 += 4) {
-    float4 a[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int t = t0 + 4 * (h0 + i) + r;
-      a[i] = t < p.m && c < r_end ? __ldg(reinterpret_cast<const float4*>(p.x_rows + int64_t(t) * p.k + c))
-                                  : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      // round j: this lane sends a[i][(r - j) % 4] and receives from lane (q, (r + j) % 4) its column c + r of token
-      // 4h + (r + j) % 4, which belongs at v[(r + j) % 4]
-      auto round = [&](int j) { return __shfl_sync(0xffffffffu, pick(a[i], (r - j) & 3), q + 8 * ((r + j) & 3)); };
-      const float4 got = make_float4(round(0), round(1), round(2), round(3));
-      const int t = t0 + 4 * (h0 + i);
-      if (c < r_end && t < p.m_pad) {  // m_pad and t are multiples of 4: the 4 tokens are all in or out
-        const float4 v = make_float4(pick(got, (4 - r) & 3), pick(got, (5 - r) & 3), pick(got, (6 - r) & 3),
-                                     pick(got, (7 - r) & 3));
-        *reinterpret_cast<float4*>(xt + int64_t(c + r) * p.m_pad + t) = v;
-      }
-    }
-  }
-  __threadfence();
-  asm volatile("fence.proxy.async.global;" ::: "memory");
-  __syncwarp();
-  if (lane == 0) {
-    unsigned* done = p.finished + kt * gridDim.y + ty;
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
-  }
-}
-
-// kFuseX: a producer warp claims and transposes pieces of this CTA's token tile, k-tile by k-tile over its split's
-// range [kt0, kt1), until every piece there is claimed; it waits on nothing, so a chunk some CTA waits for is always
-// finished by a running warp.
-__device__ __forceinline__ void transpose_chunks(const Params& p, int kt0, int kt1) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll 1
-  for (int kt = kt0; kt < kt1; ++kt) {
-    unsigned* claim = p.claimed + kt * gridDim.y + blockIdx.y;
-    while (true) {
-      int piece = 0;
-      if (lane == 0) piece = int(atomicAdd(claim, 1u));
-      piece = __shfl_sync(0xffffffffu, piece, 0);
-      if (piece >= p.pieces) break;
-      transpose_piece(p, kt, blockIdx.y, piece);
-    }
-  }
-}
 
 template <int kMode, class Out, bool kUseTma = false>
 __global__ void __launch_bounds__(kThreads + (kUseTma ? kProducerThreads : 0), kMinBlocks)
@@ -764,8 +649,6 @@ nm_simt_kernel(__grid_constant__ const Params p) {
 #endif
         if (warp == kThreads / 32)
           for (int i = 0; i < count; ++i) produce(i);
-        else if (kFuseX && p.x_rows != nullptr)
-          transpose_chunks(p, kt0, kt1);
         if (kClusterSplit && p.cluster) {  // the cluster's two barriers count every thread of its CTAs
           cluster_sync();
           cluster_sync();
@@ -1106,9 +989,6 @@ cudaError_t launch_reduce(const float* partials, const Element* bias, Out* y, in
   return cudaLaunchKernelEx(&config, split_reduce<Out>, partials, bias, y, m, n);
 }
 
-// kFuseX: chunks (k-tiles x token tiles) the workspace has counters for; a k-tile spans >= 4 columns of k when the
-// fused transpose runs (its column count is a multiple of 4), so k / 4 + 2 bounds the k-tiles
-int64_t fuse_chunks_bound(int m, int k) { return (int64_t(k) / 4 + 2) * ((m + kBT - 1) / kBT); }
 }  // namespace
 
 extern "C" {
@@ -1119,7 +999,7 @@ int cnm_trace_read(void* host, int ctas) {
 }
 #endif
 
-int cnm_abi_version() { return 2; }
+int cnm_abi_version() { return 3; }
 
 // Bytes of scratch cnm_run needs (widened x, split-K partials); 0 if none.
 long long cnm_workspace(int m, int n, int k) {
@@ -1127,33 +1007,28 @@ long long cnm_workspace(int m, int n, int k) {
   if (sizeof(Element) != sizeof(float)) bytes += ((int64_t(m) * k * 4 + 255) / 256) * 256;
   if (kTransposed) bytes += ((int64_t(k) * ((m + 3) / 4 * 4) * 4 + 255) / 256) * 256;
   if (partial_sums()) bytes += ((int64_t(kSplit) * m * n * 4 + 255) / 256) * 256;
-  if (kFuseX) bytes += fuse_chunks_bound(m, k) * 8;  // claimed + finished pieces per chunk
   return bytes;
 }
 
-// keep:group = N:M; vector: rows sharing an index row; kgroups: groups per k-tile (the layout's); rows: the
-// compact layout's x^T row lists (kCompact only, else null);
+// keep:group = N:M; vector: rows sharing an index row; kgroups: groups per k-tile (the layout's);
 // out_kind: 0 = the input type, 1 = float. x_aligned: x is 16-byte aligned. 0 on success, 2: bad arguments,
 // 3: does not fit in shared memory, else 1000 + cudaError_t.
-int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, const void* bias, void* y,
+int cnm_run(const void* x, const void* wt, const void* cols, const void* bias, void* y,
             void* workspace, int m, int n, int k, int keep, int group, int vector, int kgroups, int n_pad,
             int nnz_pad, int out_kind, int x_aligned, cudaStream_t stream) {
-  if (m < 1 || n < 1 || k < 1 || keep < 1 || group <= keep || group > 64 || vector < 1 || kgroups < 1 ||
+  if (m < 1 || n < 1 || k < 1 || keep < 1 || group <= keep || group > kMaxGroup || vector < 1 || kgroups < 1 ||
       n_pad % kBR || n_pad % vector || nnz_pad % (kgroups * keep))
     return 2;
-  if (kCompact && (!kTransposed || vector < kTR || rows == nullptr || group > kKC)) return 2;
   if (kAtomicSplit && out_kind != 1 && sizeof(Element) != sizeof(float)) return 2;  // adds into fp32 y only
   Params p{};
   p.wt = static_cast<const float*>(wt);
   p.cols = static_cast<const int*>(cols);
-  p.rows = static_cast<const int*>(rows);
   p.bias = static_cast<const Element*>(bias);
   p.m = m; p.n = n; p.k = k; p.keep = keep; p.group = group; p.vector = vector; p.kgroups = kgroups;
   p.ktd = kgroups * group; p.ktc = kgroups * keep; p.n_pad = n_pad; p.nnz_pad = nnz_pad;
   p.ktiles = nnz_pad / p.ktc;
   p.nvb = kBR >= vector ? kBR / vector : 1;
-  // workspace: [x widened (half inputs)][x^T (x_transposed)][split-K partials][kFuseX's piece counts], as
-  // cnm_workspace sizes it
+  // workspace: [x widened (half inputs)][x^T (x_transposed)][split-K partials], as cnm_workspace sizes it
   char* ws = static_cast<char*>(workspace);
   const bool half = sizeof(Element) != sizeof(float);
   char* widened = ws;
@@ -1171,15 +1046,9 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   enum Prep { kNone, kTranspose4, kTransposeWiden, kWiden };
   Prep prep = kNone;  // the prep kernel that runs just before the GEMM (launched below): the GEMM runs under PDL
   int mode;
-  if (kTransposed && (kCompact || (p.ktd <= kKC && vector >= kTR))) {
+  if (kTransposed && p.ktd <= kKC && vector >= kTR) {
     mode = 2;
-    if (kCompact) p.ktd = kKC;  // the stage holds the listed rows
-    const bool fuse = kFuseX && !kCompact && !half && x_aligned && k % 4 == 0 && p.ktd % 4 == 0 && major >= 9 &&
-                      int64_t(p.ktiles) * ((m + kBT - 1) / kBT) <= fuse_chunks_bound(m, k);
-    if (fuse)
-      p.x_rows = static_cast<const float*>(x);  // transposed inside the GEMM by its producer warps
-    else
-      prep = !half && x_aligned && k % 4 == 0 ? kTranspose4 : kTransposeWiden;
+    prep = !half && x_aligned && k % 4 == 0 ? kTranspose4 : kTransposeWiden;
     p.x = reinterpret_cast<const float*>(transposed);
   } else {
     if (half) {
@@ -1195,13 +1064,13 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   p.x_bytes = mode == 2 ? p.ktd * kPitchT * 4 : kBT * p.pitch * 4;
   p.w_bytes = p.ktc * kBR * 4;
   p.stage_bytes = ((p.x_bytes + p.w_bytes + p.nvb * p.ktc * 4 + 127) / 128) * 128;
-  // kClusterSplit and kKWarps > 1: the tile of sums reuses the stages' memory after the k loop (may need more)
-  p.bar_offset = std::max(p.stage_bytes * kStages, kClusterSplit || kKWarps > 1 ? kBR * kBT * 4 : 0);
-  const size_t smem = size_t(p.bar_offset) + (kTma ? 16 * kStages : 0);  // kTma: + 2 barriers per stage
+  // family.py's smem_bound, at run time: the tile of sums reuses the stages' memory after the k loop
+  p.bar_offset = std::max(p.stage_bytes * kStages, kSumTileBytes);
+  const size_t smem = size_t(p.bar_offset) + kBarrierBytes * kStages;
   if (smem > size_t(limit)) return 3;
   p.cluster = kClusterSplit && major >= 9;
   const bool partials_used = partial_sums();
-  const bool use_tma = kTma && !kCompact && mode == 2 && major >= 9;
+  const bool use_tma = kTma && mode == 2 && major >= 9;
   if (use_tma && !encode_maps(p)) return 1000 + int(cudaErrorInvalidValue);
   // kTailSplit: whole waves of tiles unsplit (CTA order: row tiles first, then token tiles)
   p.tiles_x = (n + kBR - 1) / kBR;
@@ -1235,13 +1104,6 @@ int cnm_run(const void* x, const void* wt, const void* cols, const void* rows, c
   cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess && zero != nullptr && prep == kNone)
     err = cudaMemsetAsync(zero, 0, size_t(zero_count) * 4, stream);
-  if (p.x_rows != nullptr && err == cudaSuccess) {  // kFuseX: the chunks' piece counts start at zero every call
-    const int64_t chunks = int64_t(p.ktiles) * ((m + kBT - 1) / kBT);
-    p.claimed = reinterpret_cast<unsigned*>(ws);
-    p.finished = p.claimed + chunks;
-    p.pieces = (p.ktd + 31) / 32 * (kBT / 32);
-    err = cudaMemsetAsync(ws, 0, size_t(chunks) * 8, stream);
-  }
   const bool pdl = prep != kNone && major >= 9;
   if (err == cudaSuccess)
     err = partials_used || out_kind == 1 ? launch_mode<float>(mode, use_tma, p, smem, limit, pdl, stream)
