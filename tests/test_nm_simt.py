@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -12,15 +13,16 @@ from cutlass_nm import ConfigError, InputError
 from cutlass_nm.families import FAMILIES, KernelTypes, Problem
 from cutlass_nm.families.nm_simt.family import (
     FAMILY,
+    MAX_GROUP,
     Config,
-    compact_layout,
-    compact_steps,
-    cta_vectors,
+    ctas_per_sm,
     kgroups_for,
+    producer_threads,
     simt_layout,
     smem_bound,
     tail_split_for,
     tail_waves,
+    template_constants,
 )
 from cutlass_nm.formats.nm import NMWeight, compress_nm
 from cutlass_nm.routing import default_family
@@ -37,17 +39,35 @@ def test_registered_and_space_is_discrete_ints():
         assert values and all(type(v) is int for v in values)
 
 
+def test_space_is_curated(monkeypatch):
+    """At most 100,000 points; on sm_90 only transposed, TMA-filled variants (the others lost there everywhere),
+    elsewhere (cp.async) both; every default value is in the space."""
+    assert math.prod(len(v) for v in Config.SPACE.values()) <= 100_000
+    assert FAMILY.space()["tma"] == (1,) and FAMILY.space()["x_transposed"] == (1,)
+    monkeypatch.setenv("CUTLASS_NM_PLAN_ARCH", "sm_80")
+    assert FAMILY.space() == Config.SPACE
+    assert Config.from_record(Config().to_record()) == Config()
+    for gone in ({"fuse_x": 0}, {"compact": 0}, {"block_rows": 64}, {"thread_rows": 4}, {"k_cols": 16},
+                 {"split_k": 8}):
+        with pytest.raises(ConfigError):
+            Config.from_record(gone)
+
+
 @pytest.mark.parametrize("types", [F32, KernelTypes("f16", "f16", True), KernelTypes("bf16", "f32", False)])
-def test_heuristic_is_valid(types):
+def test_heuristic_is_valid_and_in_the_space(types):
+    space = FAMILY.space()
     for m, n, k in [*LLAMA, (17, 1000, 1003), (1, 64, 7)]:
-        p = Problem(m, n, k, types)
-        assert FAMILY.check(FAMILY.heuristic(p), p) is None
+        for pattern, vector in (("2:4", 0), ("16:32", 1), ("4:32", 32), ("31:64", 8), ("3:7", 128)):
+            p = Problem(m, n, k, types, pattern, vector)
+            cfg = FAMILY.heuristic(p)
+            assert FAMILY.check(cfg, p) is None
+            assert all(getattr(cfg, name) in values for name, values in space.items()), cfg
 
 
 def test_check_rejects_impossible_configs():
     p = Problem(256, 4096, 4096, F32)
-    assert "warps" in FAMILY.check(Config(block_tokens=32, thread_tokens=8), p)
-    assert "threads" in FAMILY.check(Config(block_rows=256, block_tokens=256, thread_rows=4, thread_tokens=4), p)
+    assert "warps" in FAMILY.check(Config(block_tokens=64, thread_tokens=16), p)
+    assert "threads" in FAMILY.check(Config(block_rows=256, block_tokens=256), p)
     big = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=128, stages=5)
     assert "register" in FAMILY.check(Config(block_rows=256, block_tokens=256, thread_tokens=16), p)
     assert smem_bound(big) > 227 * 1024 and "shared memory" in FAMILY.check(big, p)
@@ -57,8 +77,8 @@ def test_check_rejects_impossible_configs():
     assert "shared memory" in FAMILY.check(long_k, Problem(256, 4096, 4096, F32, "2:4"))
     assert smem_bound(long_k, "1:8") < smem_bound(long_k, "2:4") <= smem_bound(long_k)
     assert "output" in FAMILY.check(Config(), Problem(256, 64, 64, KernelTypes("f32", "f16", False)))
-    valid = all_configs(FAMILY, p)
-    assert Config() in valid and 100 < len(valid) < 150000
+    valid = all_configs(FAMILY, p)  # sm_90's space: transposed, TMA-filled
+    assert replace(Config(), x_transposed=1, tma=1) in valid and 100 < len(valid) < 100_000
 
 
 def test_k_warps_doubles_threads_and_keeps_the_tile_in_shared_memory():
@@ -70,13 +90,13 @@ def test_k_warps_doubles_threads_and_keeps_the_tile_in_shared_memory():
     assert Config.from_record({k: v for k, v in two.to_record().items() if k != "k_warps"}).k_warps == 1
     p = Problem(256, 4096, 4096, F32, "4:32")
     assert FAMILY.check(two, p) is None
-    assert "threads" in FAMILY.check(replace(two, block_rows=256, thread_rows=4, thread_tokens=8), p)
+    assert "threads" in FAMILY.check(replace(two, block_rows=256, block_tokens=256), p)
 
 
 def test_from_record_is_strict():
-    cfg = Config(block_rows=64, split_k=4)
+    cfg = Config(block_rows=256, split_k=4)
     assert Config.from_record(cfg.to_record()) == cfg
-    for bad in ({"block_rows": 48}, {"stages": "3"}, {"split_k": True}, {"tile": 1}):
+    for bad in ({"block_rows": 48}, {"stages": "3"}, {"split_k": True}, {"tile": 1}, {"fuse_x": 1}):
         with pytest.raises(ConfigError):
             Config.from_record(bad)
 
@@ -105,60 +125,6 @@ def test_layout_reconstructs_the_weight(pattern, vector):
     assert dense[rows:].abs().sum() == 0 and dense[:, k:].abs().sum() == 0
 
 
-@pytest.mark.parametrize("pattern", ["1:8", "4:32", "3:7", "2:8", "16:32", "31:64"])
-@pytest.mark.parametrize(("vector", "block_rows"), [(8, 64), (32, 256), (64, 32), (32, 32), (128, 128), (64, 128)])
-@pytest.mark.parametrize("k_cols", [64, 96])
-def test_compact_layout_reconstructs_the_weight(pattern, vector, block_rows, k_cols):
-    """Each kept weight, read the way the kernel reads it (its place in its CTA's row list of its k-tile), lands on
-    its own column; every list fits k_cols rows and the k-tile its step cap."""
-    rows, k = 300, 1003
-    w = compress_nm(torch.randn(rows, k), pattern, vector, prune=True)
-    n, m = w.pattern.n, w.pattern.m
-    if m > k_cols:
-        pytest.skip("refused by the rule")
-    wt, cols, lists, n_pad, nnz_pad, kg = compact_layout(w, block_rows, k_cols)
-    tiles = nnz_pad // (kg * n)
-    assert kg * n <= compact_steps(n, k_cols, cta_vectors(block_rows, vector))
-    assert lists.shape == (n_pad // block_rows, tiles, k_cols)
-    assert wt.shape == (nnz_pad, n_pad) and cols.shape == (n_pad // vector, nnz_pad) and int(cols.max()) < k_cols
-    row = torch.arange(n_pad)
-    step = torch.arange(nnz_pad)
-    place = cols.long().repeat_interleave(vector, 0)  # (n_pad, nnz_pad)
-    column = lists.long()[(row // block_rows)[:, None], (step // (kg * n))[None, :], place]
-    weight = wt.T
-    assert bool((column[weight != 0] >= 0).all())  # a kept weight never reads a zero-filled row
-    dense = torch.zeros(n_pad, k + 1)
-    dense.scatter_add_(1, torch.where(column >= 0, column, k), weight)
-    assert torch.equal(dense[:rows, :k], w.to_dense().float())
-    assert dense[rows:, :k].abs().sum() == 0
-    listed = lists[lists >= 0]
-    assert int(listed.max()) < k
-    for c in range(lists.shape[0]):  # ascending, no column twice, inside the k-tile's span
-        for t in range(tiles):
-            got = lists[c, t][lists[c, t] >= 0]
-            assert torch.equal(got, got.unique()) and bool(((got // (kg * m)) == t).all())
-
-
-def test_compact_holds_more_steps_at_high_sparsity():
-    """At 1:8 with vector 32, 256-row CTAs and 96 staged rows, a k-tile holds >= 12 kept steps (a plain 64-column
-    k-tile holds 8): the point of compaction."""
-    w = compress_nm(torch.randn(1024, 4096), "1:8", 32, prune=True)
-    *_, kg = compact_layout(w, 256, 96)
-    assert kg >= 12
-
-
-def test_compact_one_vector_a_cta_keeps_a_step_per_staged_row():
-    """With one vector a CTA (vector 128, 128-row CTAs) a compact k-tile keeps as many steps as it stages rows, so at
-    4:32 it spans 8x the columns of a 64-column dense tile for the same x bytes; the smem bound counts those steps."""
-    w = compress_nm(torch.randn(512, 4096), "4:32", 128, prune=True)
-    *_, lists, _, _, kg = compact_layout(w, 128, 64)
-    assert kg * 4 == 64 and bool((lists >= 0).all())  # every staged row is used
-    cfg = Config(block_rows=128, block_tokens=256, thread_tokens=16, k_cols=64, stages=2, x_transposed=1, compact=1)
-    # x^T 64 x (256 + 4) floats, W 64 steps x 128 rows, indices 1 x 64
-    assert smem_bound(cfg, "4:32", 128) == 2 * (-(-(64 * 260 * 4 + 64 * 128 * 4 + 64 * 4) // 128) * 128)
-    assert compact_steps(4, 64, cta_vectors(128, 32)) == 16  # four vectors a CTA: the union bound of before
-
-
 def test_tma_smem_and_rule():
     """tma = 1: the xᵀ tile is unpadded (TMA boxes) and each stage has an 8-byte mbarrier; it needs whole xᵀ tiles."""
     tma = replace(WIDE3, tma=1)
@@ -167,8 +133,6 @@ def test_tma_smem_and_rule():
     assert smem_bound(tma, "16:32", 32) < smem_bound(WIDE3, "16:32", 32)
     assert FAMILY.check(tma, Problem(2048, 4096, 4096, F32, "4:32", 32)) is None
     assert "x_transposed" in FAMILY.check(replace(tma, x_transposed=0), Problem(2048, 4096, 4096, F32, "4:32", 32))
-    assert "compact=0" in FAMILY.check(replace(tma, compact=1, k_cols=96, stages=2),
-                                       Problem(2048, 4096, 4096, F32, "4:32", 32))
 
 
 @pytest.mark.parametrize("reduce", [1, 2, 3])
@@ -184,8 +148,6 @@ def test_split_reduce_rules(reduce):
     half = FAMILY.check(cfg, replace(p, types=KernelTypes("f16", "f16", False)))
     assert half is None if reduce == 2 else "f32" in half
     assert f"constexpr bool kClusterSplit = kSplit > 1 && {reduce} == 2;" in FAMILY.source(cfg, F32)
-    fused = FAMILY.check(replace(cfg, fuse_x=1), p)
-    assert fused is None if reduce != 3 else "fuse_x=0" in fused
 
 
 def test_cluster_split_shared_memory():
@@ -202,20 +164,8 @@ def test_cluster_split_shared_memory():
     assert smem_bound(small, "1:8", 32) == 131072 + 2 * 16
 
 
-def test_compact_rule():
-    w_rule = Config(block_rows=256, block_tokens=64, k_cols=96, stages=2, x_transposed=1, compact=1)
-    assert FAMILY.check(w_rule, Problem(2048, 4096, 4096, F32, "1:8", 32)) is None
-    assert "x_transposed" in FAMILY.check(replace(w_rule, x_transposed=0), Problem(2048, 4096, 4096, F32, "1:8", 32))
-    assert "k_cols" in FAMILY.check(replace(w_rule, k_cols=32), Problem(2048, 4096, 4096, F32, "1:64", 32))
-    assert "thread_rows" in FAMILY.check(w_rule, Problem(2048, 4096, 4096, F32, "1:8", 1))
-    assert "divide" in FAMILY.check(replace(w_rule, block_rows=64, thread_rows=4), Problem(2048, 4096, 4096, F32,
-                                                                                          "1:8", 48))
-
-
-# 256x64 CTAs of 8x8 tiles, 64-column k-tiles, 3 stages, x transposed: the heuristic's measured choice below
-# m = 1024; at vector 1 the launcher refused it for 16:32, 2:4, 31:64 and 1:2 (status 3: 36 LaunchErrors in
-# benchmarks/results/h200/gpu_tests_nm_simt_97a47db_failed.log) and ran it for 1:4, 2:8, 3:7, 5:16 and every
-# pattern at vectors 8, 32 and 64
+# 256x64 CTAs of 8x8 tiles, 64-column k-tiles, 3 stages, x transposed: at vector 1 an H200's launcher refused it
+# for 16:32, 2:4, 31:64 and 1:2 (status 3) and ran it for 1:4, 2:8, 3:7, 5:16 and every pattern at vectors 8-64
 WIDE3 = Config(block_rows=256, block_tokens=64, k_cols=64, stages=3, x_transposed=1)
 
 
@@ -231,9 +181,9 @@ def test_smem_bound_is_the_launchers_arithmetic():
     assert smem_bound(Config(), "3:7", 32) == 3 * 24832  # 18432 + 6144 + 4 rows x 12 x 4 = 24768 -> 24832
     assert smem_bound(Config(), "3:7", 64) == 3 * 24704  # 2 index rows: 24672 -> 24704
     assert smem_bound(Config(), "3:7", 1) == 3 * (18432 + 6144 + 128 * 12 * 4)  # 30720, a multiple of 128
-    # vector > block_rows: one index row
-    small = Config(block_rows=32, block_tokens=32, thread_rows=4, thread_tokens=4)
-    assert smem_bound(small, "2:4", 64) == smem_bound(small, "2:4", 32)
+    # vector >= block_rows: one index row. 2:4 in 32 columns: ktd 32, ktc 16; x 128 x 36 floats, W 8192 B
+    assert smem_bound(Config(), "2:4", 128) == 3 * 26752  # 18432 + 8192 + 64 = 26688 -> 26752
+    assert smem_bound(Config(), "2:4", 64) == 3 * 26752  # + 64 B of a second index row: the same 128 B
 
 
 @pytest.mark.parametrize("cfg", [WIDE3, Config(), Config(x_transposed=1, split_k=2),
@@ -410,30 +360,6 @@ def test_fp32_routing_and_refusals():
         cutlass_nm.matmul(torch.randn(4, 512, dtype=torch.float64), w24)
 
 
-@pytest.mark.nvcc
-def test_source_compiles(isolated_cache):
-    from cutlass_nm.kernels import precompile
-
-    kids = [(FAMILY.name, Config(split_k=2), KernelTypes("bf16", "f32", True)),
-            (FAMILY.name, Config(block_rows=256, block_tokens=64, k_cols=96, stages=2, x_transposed=1, compact=1),
-             KernelTypes("f32", "f32", True)),
-            (FAMILY.name, FUSED, KernelTypes("f32", "f32", True))]
-    assert not [r for r in precompile(kids, workers=1) if isinstance(r, Exception)]
-
-
-FUSED = Config(block_tokens=256, thread_tokens=16, k_cols=64, stages=3, x_transposed=1, tma=1, fuse_x=1)
-
-
-def test_fuse_x_needs_the_producer_warpgroup():
-    """fuse_x = 1 runs in the producer warpgroup's idle warps: tma at one CTA per SM with 128 or 256 computing threads
-    (the template's kOwnProducer); 8 x 8 tiles (two CTAs per SM) and cp.async stages are refused."""
-    p = Problem(2048, 4096, 4096, KernelTypes("f32", "f32", False), "8:32", 32)
-    assert FAMILY.check(FUSED, p) is None
-    assert "producer warpgroup" in FAMILY.check(replace(FUSED, tma=0), p)
-    two_ctas = Config(block_rows=256, block_tokens=64, k_cols=64, x_transposed=1, tma=1, fuse_x=1)  # 8 x 8, 256 thr
-    assert "producer warpgroup" in FAMILY.check(two_ctas, p)
-
-
 def test_check_refuses_groups_the_launcher_refuses():
     """M > 64 is refused by check() with the rule, before any compile or launch (the launcher would return 2)."""
     p = Problem(256, 4096, 4096, F32, "2:128", 32)
@@ -441,50 +367,6 @@ def test_check_refuses_groups_the_launcher_refuses():
     reason = FAMILY.check(cfg, p)
     assert reason is not None and "M <= 64" in reason and "2:128" in reason
     assert FAMILY.check(cfg, Problem(256, 4096, 4096, F32, "2:64", 32)) is None
-
-
-@pytest.mark.parametrize(("m", "k", "ktd", "block_tokens"), [(600, 512, 64, 256), (129, 1024, 56, 128),
-                                                            (17, 96, 64, 256), (300, 1004, 60, 128)])
-def test_fused_transpose_pieces_write_each_tma_box(m, k, ktd, block_tokens):
-    """The template's fuse_x transposition (transpose_piece) replayed lane by lane: loads of 4 columns x 4 tokens, the
-    shuffle rounds among the 4 lanes sharing columns, one float4 store a lane. The pieces of chunk (kt, ty) write
-    exactly the x^T elements its TMA box reads (rows kt*ktd .. +ktd below k, tokens ty*block_tokens .. +block_tokens
-    below m_pad), with x's values there and zeros for tokens m .. m_pad - 1, and nothing else."""
-    m_pad = -(-m // 4) * 4
-    x = torch.arange(1, m * k + 1, dtype=torch.float64).reshape(m, k)
-    ktiles, tiles = -(-k // ktd), -(-m // block_tokens)
-    per_row = -(-ktd // 32)
-    pieces = per_row * (block_tokens // 32)
-    for kt in range(ktiles):
-        r_end = min(k, (kt + 1) * ktd)
-        for ty in range(tiles):
-            xt = torch.full((k, m_pad), float("nan"), dtype=torch.float64)
-            for piece in range(pieces):
-                r0, t0 = kt * ktd + (piece % per_row) * 32, ty * block_tokens + (piece // per_row) * 32
-                for h in range(8):
-                    a = {}  # lane -> its float4: columns c .. c + 3 of token t0 + 4h + r
-                    for lane in range(32):
-                        q, r = lane % 8, lane // 8
-                        c, t = r0 + 4 * q, t0 + 4 * h + r
-                        a[lane] = x[t, c:c + 4].tolist() if t < m and c < r_end else [0.0] * 4
-                    for lane in range(32):
-                        q, r = lane % 8, lane // 8
-                        c, t = r0 + 4 * q, t0 + 4 * h
-                        src = [q + 8 * ((r + j) % 4) for j in range(4)]  # round j reads this lane
-                        got = [a[src[j]][(src[j] // 8 - j) % 4] for j in range(4)]  # what src sends
-                        if c < r_end and t < m_pad:
-                            assert c + r < k and t + 3 < m_pad
-                            assert bool(xt[c + r, t:t + 4].isnan().all())  # no element is written twice
-                            xt[c + r, t:t + 4] = torch.tensor([got[(4 - r) % 4], got[(5 - r) % 4],
-                                                               got[(6 - r) % 4], got[(7 - r) % 4]])
-            want = torch.full_like(xt, float("nan"))
-            rows, toks = slice(kt * ktd, r_end), slice(ty * block_tokens, min(m_pad, (ty + 1) * block_tokens))
-            want[rows, toks] = 0.0
-            t_hi = min(m, (ty + 1) * block_tokens)
-            if t_hi > ty * block_tokens:
-                want[rows, ty * block_tokens:t_hi] = x[ty * block_tokens:t_hi, rows].T
-            assert torch.equal(xt.isnan(), want.isnan())
-            assert torch.equal(xt.nan_to_num(), want.nan_to_num())
 
 
 def test_tail_split_estimate_counts_waves():
@@ -534,3 +416,35 @@ def test_chain_rule_and_heuristic():
     assert FAMILY.heuristic(p).chain == 1
     assert FAMILY.heuristic(replace(p, pattern="4:32")).chain == 0
     assert FAMILY.heuristic(replace(p, pattern="16:32")).chain == 0  # 16 x 8 tiles: chained without the flag
+
+
+@pytest.mark.nvcc
+def test_source_compiles(isolated_cache):
+    from cutlass_nm.kernels import precompile
+
+    own = Config(block_tokens=256, thread_tokens=16, k_cols=64, x_transposed=1, tma=1, chain=1)  # producer warpgroup
+    kids = [(FAMILY.name, Config(split_k=2), KernelTypes("bf16", "f32", True)),
+            (FAMILY.name, own, KernelTypes("f32", "f32", True)),
+            (FAMILY.name, replace(own, block_rows=256, block_tokens=64, thread_tokens=8, chain=0, split_k=2,
+                                  split_reduce=2), KernelTypes("f16", "f16", False))]
+    assert not [r for r in precompile(kids, workers=1) if isinstance(r, Exception)]
+
+
+@pytest.mark.parametrize("cfg", [Config(), Config(block_tokens=256, thread_tokens=16, x_transposed=1, tma=1),
+                                 Config(block_rows=256, block_tokens=64, x_transposed=1, tma=1, split_k=2,
+                                        split_reduce=2),
+                                 Config(block_tokens=128, thread_tokens=16, k_cols=128, x_transposed=1, tma=1,
+                                        k_warps=2)], ids=str)
+def test_template_takes_the_derived_constants(cfg):
+    """The numbers smem_bound and the heuristic derive per config are substituted into the template (which re-derives
+    each by static_assert): the launch bounds, the producer warpgroup, pitches, the tile of sums, barrier bytes."""
+    c = template_constants(cfg)
+    src = FAMILY.source(cfg, F32)
+    assert f"constexpr int kMinBlocks = {ctas_per_sm(cfg)};" in src
+    assert f"constexpr int kProducerThreads = {producer_threads(cfg)};" in src
+    assert f"constexpr int kMaxGroup = {MAX_GROUP};" in src
+    for name in ("pitch_fast", "pitch_t", "sum_tile_bytes", "barrier_bytes"):
+        assert f"= {c[name]};" in src
+    assert "${" not in src
+    # 8 x 8 tiles of <= 256 threads: two CTAs per SM, no producer warpgroup; 8 x 16 with tma: one, with it
+    assert ctas_per_sm(Config()) == 2 and producer_threads(cfg) == (128 if cfg.thread_tokens == 16 else 0)
