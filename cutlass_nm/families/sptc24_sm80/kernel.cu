@@ -1,5 +1,5 @@
 // cutlass_nm: 2:4 SpMM on Ampere Sparse Tensor Cores (mma.sp m16n8k32), C ABI launcher.
-// Generated from cutlass_nm/codegen/templates/sptc24_sm80.cu; the kernel type comes from
+// Generated from cutlass_nm/families/sptc24_sm80/kernel.cu; the kernel type comes from
 // cutlass_library's emitter. Computes D(M x N, row-major) = A(M x K, 2:4, compressed) * B(K x N, col-major),
 // i.e. y^T(n_out x m) = W * x^T with M = n_out, N = m; D's leading dimension ldd >= N, a multiple of 8. E is reordered metadata, ColumnMajorInterleaved<2>.
 #include <cstdint>

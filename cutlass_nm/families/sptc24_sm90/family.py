@@ -116,14 +116,15 @@ class _Sm90Family(Family):
             schedule=cfg.schedule, stages=cfg.stages, dtype=types.dtype, out_dtype=types.out_dtype,
             bias=types.bias, streamk=cfg.scheduler == "streamk")
         mainloop = package_file(self.templates[1]).read_text()
+        out_bytes = 4 if types.out_dtype == "f32" else 2
         return emit_sm90(op, self.template(self.templates[0]), sparse_mainloop=mainloop,
-                         has_bias="true" if types.bias else "false", mma_pipe=cfg.mma_pipe)
+                         has_bias="true" if types.bias else "false", mma_pipe=int(cfg.mma_pipe),
+                         stages_expected=pipeline_stages(cfg, out_bytes))
 
     def heuristic(self, problem: Problem) -> Config:
-        """Picked from the H100 sweep of both mainloops (benchmarks/results/h100/sptc24_pipe.json, graph-timed):
-        for m > 512 the best single config over the m >= 1024 shapes (cuSPARSELt's own tile, 128x256x64 cluster
-        2x1, on our pipelined mainloop: geomean 1.46x cuBLAS, 1.40x at worst), at small m the best there, where
-        the token count m is the GEMM's N. Pipelined only where the stages allow it (f32 output may not)."""
+        """m > 512: 128x256x64, cluster 2x1, raster n, swizzle 8; m <= 512: 128x64x128 (cluster 2x1 at m <= 32,
+        where the token count m is the GEMM's N). Our pipelined mainloop (``mma_pipe`` 1) where the stages allow
+        it (f32 output may not)."""
         if problem.m <= 32:
             cfg = Config(tile_m=128, tile_n=64, tile_k=128, cluster_m=2, cluster_n=1, mma_pipe=1)
         elif problem.m <= 512:

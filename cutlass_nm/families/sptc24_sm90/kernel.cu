@@ -1,5 +1,5 @@
 // cutlass_nm: 2:4 SpMM on Hopper Sparse Tensor Cores (wgmma.sp), C ABI launcher.
-// Generated from cutlass_nm/codegen/templates/sptc24_sm90.cu; the kernel type comes from
+// Generated from cutlass_nm/families/sptc24_sm90/kernel.cu; the kernel type comes from
 // cutlass_library's emitter. Computes D(M x N, col-major) = A(M x K, 2:4, compressed) * B(K x N, col-major)
 // [+ bias per row], i.e. y(m x n_out) = x(m x k) * W^T with M = n_out, N = m.
 #include <cstdint>
@@ -19,6 +19,9 @@ ${sparse_mainloop}${operation}
 namespace {
 // mma_pipe = 0: CUTLASS's emitted kernel as is; 1: the same kernel with cnm::PipelinedSparseMma as its mainloop.
 using Emitted = ${name};
+// The family plans shared memory with its own count of CUTLASS's automatic stages (pipeline_stages in family.py).
+static_assert(Emitted::CollectiveMainloop::DispatchPolicy::Stages == ${stages_expected},
+              "family.py's pipeline_stages differs from the collective's stage count");
 using Mainloop_ = cute::conditional_t<${mma_pipe} == 1, cnm::PipelinedSparseMma<typename Emitted::CollectiveMainloop>,
                                       typename Emitted::CollectiveMainloop>;
 using Kernel = cutlass::gemm::kernel::GemmUniversal<typename Emitted::ProblemShape, Mainloop_,

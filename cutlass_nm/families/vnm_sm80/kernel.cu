@@ -1,5 +1,5 @@
 // cutlass_nm: V:N:M (VENOM) SpMM on Ampere Sparse Tensor Cores (mma.sp m16n8k32), C ABI launcher.
-// Generated from cutlass_nm/codegen/templates/vnm_sm80.cu; runs on sm_80 and newer (Hopper included).
+// Generated from cutlass_nm/families/vnm_sm80/kernel.cu; runs on sm_80 and newer (Hopper included).
 //
 // GEMM view, per V-block b of W's rows: D(n x m) = Wg(n x kg, 2:4 over gathered columns) * Bg(kg x m), where
 // Bg[c, t] = xT[gidx[b, c], t] and xT (x transposed by this library, rows padded_k + 1, the last one zero) is

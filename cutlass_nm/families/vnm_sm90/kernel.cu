@@ -161,7 +161,7 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
 
   // The gather index of a k-tile is staged in shared memory (double-buffered), loaded one k-tile ahead by
   // the first kTileK producer threads so its latency hides behind the previous tile's copies (loading it 4 k-tiles
-  // ahead measured no faster on the H100: results/h100/NOTES.md, 2026-11-24).
+  // ahead measured no faster).
   const int* gi = p.gidx + size_t(m_tile / p.tiles_per_block) * p.kg;
   const int tok0 = n_tile * kTileN;
   constexpr int kChunks = kTileN / 8;  // 16-byte chunks per gathered row
