@@ -21,16 +21,11 @@ from .errors import (
     ShapeError,
     SparsityError,
 )
-from .formats import Sparse24Weight, compress_24, mask_24, validate_24
-from .formats.nm import NMWeight, compress_nm, mask_nm
-from .formats.vnm import VNMWeight, compress_vnm, mask_vnm
+from .formats import AnyWeight, NMWeight, Sparse24Weight, VNMWeight, compress_as, mask_for, validate_24
 from .nn import SparseLinear, sparsify
 from .patterns import Pattern
 
 __version__ = "0.1.0"
-
-
-AnyWeight = Sparse24Weight | VNMWeight | NMWeight
 
 
 def prune(w: torch.Tensor, pattern: str | Pattern = "2:4", *, vector: int = 32) -> tuple[AnyWeight, torch.Tensor]:
@@ -40,19 +35,13 @@ def prune(w: torch.Tensor, pattern: str | Pattern = "2:4", *, vector: int = 32) 
     format, whose kept positions are shared by ``vector`` consecutive rows (see formats/nm.py).
     """
     p = Pattern.parse(pattern)
-    if p.is_24:
-        mask = mask_24(w)
-        return compress_24(w * mask), mask
-    mask = mask_vnm(w, p) if p.is_vnm else mask_nm(w, p, vector)
-    return compress(w * mask, p, vector=vector), mask
+    mask = mask_for(w, p, vector)
+    return compress_as(w * mask, p, vector=vector), mask
 
 
 def compress(w: torch.Tensor, pattern: str | Pattern = "2:4", *, prune: bool = False, vector: int = 32) -> AnyWeight:
     """Compress a weight that already satisfies ``pattern`` (or prune it first with ``prune=True``)."""
-    p = Pattern.parse(pattern)
-    if p.is_24:
-        return compress_24(w, prune=prune)
-    return compress_vnm(w, p, prune=prune) if p.is_vnm else compress_nm(w, p, vector, prune=prune)
+    return compress_as(w, Pattern.parse(pattern), prune=prune, vector=vector)
 
 
 __all__ = [

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError, CutlassNMError, PatternError
 from ..families import FAMILIES
+from ..formats import weight_class
 from ..patterns import Pattern
 from .fingerprint import HARD, SOFT, STATUSES, EnvFields, ProblemKey
 
@@ -84,8 +85,8 @@ def validate_problem(rec: dict) -> ProblemKey:
         p = Pattern.parse(pattern)
     except PatternError as exc:
         raise RecordError(f"pattern: {exc}") from None
-    if family.startswith("sptc24") and not p.is_24:
-        raise RecordError(f"family {family} runs 2:4 only, record says {pattern}")
+    if not FAMILIES[family].runs(weight_class(p)):
+        raise RecordError(f"family {family} does not run {pattern} weights")
     m_bucket = _int(rec, "m_bucket", 1, MAX_DIM)
     if m_bucket & (m_bucket - 1):
         raise RecordError(f"m_bucket={m_bucket} is not a power of two")
