@@ -177,7 +177,7 @@ def precompile_block(patterns: list[str], dims: tuple[int, int], token_counts: l
         pattern, _, fuse = pattern.partition("+")
         kind = VNMWeight if Pattern.parse(pattern).v else Sparse24Weight
         for m in token_counts:
-            family = get_family(default_family(torch.device("cuda"), kind, m, dtype))
+            family = get_family(default_family(torch.device("cuda"), kind, m, dtype, pattern))
             for n, k in ((dim, dim), (hidden, dim), (dim, hidden)):
                 kids.add((family.name, family.heuristic(Problem(m, n, k, types, pattern)), types))
             if fuse:  # the fused gate/up weight (256:2:M): its glu kernel, or the decode path's

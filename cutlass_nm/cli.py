@@ -274,9 +274,12 @@ def tuned_family(pattern: Any, m: int) -> str:
     one)."""
     import torch
 
+    from .bench.run import NM_VECTOR
     from .routing import default_family, weight_class
 
-    return default_family(torch.device("cuda") if torch.cuda.is_available() else None, weight_class(pattern), m)
+    # the tuner times N:M weights of the format's default vector (make_weight): route as matmul routes those
+    return default_family(torch.device("cuda") if torch.cuda.is_available() else None, weight_class(pattern), m,
+                          pattern=pattern, vector=NM_VECTOR)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -140,7 +140,7 @@ def _resolve(key: tuple) -> Callable:
     """Slow path, once per problem: choose family and config, compile or load, remember. ``key`` is matmul's:
     (m, n, k, dtype, out_dtype, bias, device, family, weight type, pattern, vector (N:M weights; else 0))."""
     m, n, k, dtype, out_dtype, has_bias, device, family_name, kind, pattern, vector = key
-    family_name = family_name or default_family(device, kind, m, dtype)
+    family_name = family_name or default_family(device, kind, m, dtype, pattern, vector)
     if family_name not in FAMILIES:
         raise ShapeError(f"no kernel family {family_name!r} is built into this version for {kind.__name__} "
                          f"weights at m={m}; known families: {sorted(FAMILIES)}")

@@ -13,7 +13,7 @@ from .patterns import Pattern
 
 WEIGHTS = (Sparse24Weight, VNMWeight, NMWeight)
 KINDS: dict[type, str] = {Sparse24Weight: "24", VNMWeight: "vnm", NMWeight: "nm"}  # weight class -> pattern kind
-DECODE_MAX_M = 16  # largest m the decode family takes (N:M and V:N:M weights)
+DECODE_MAX_M = 16  # largest m the decode families take (N:M and V:N:M weights)
 
 
 def weight_class(pattern: Pattern) -> type:
@@ -30,13 +30,17 @@ def weight_kind(kind: type) -> str | None:
 
 
 def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: int = 1,
-                   dtype: torch.dtype = torch.float16) -> str:
-    """The family that runs a ``kind`` weight at ``m`` tokens of ``dtype`` on this GPU when none is forced
-    (``device=None``: an sm_90 GPU, e.g. to plan work on a machine without one)."""
+                   dtype: torch.dtype = torch.float16, pattern: Pattern | str | None = None, vector: int = 0) -> str:
+    """The family that runs a ``kind`` weight of ``pattern`` at ``m`` tokens of ``dtype`` on this GPU when none is
+    forced (``device=None``: an sm_90 GPU, e.g. to plan work on a machine without one). ``vector``: an N:M
+    weight's rows sharing positions (0: unknown)."""
     if kind is NMWeight:
-        return "nm_decode" if m <= DECODE_MAX_M and dtype != torch.float32 else "nm_simt"
+        if m > DECODE_MAX_M or dtype == torch.float32:
+            return "nm_simt"
+        return decode_family(kind, pattern, vector)
     if kind is VNMWeight and m <= DECODE_MAX_M:
-        return "nm_decode"  # the decode path's sparse tensor cores stream V:N:M faster than the GEMM tiles here
+        # the decode path's sparse tensor cores stream V:N:M faster than the GEMM tiles here
+        return decode_family(kind, pattern, vector)
     major, minor = (9, 0) if device is None else device_info(device).capability
     prefix = "vnm" if kind is VNMWeight else "sptc24"
     if (major, minor) == (9, 0):
@@ -44,3 +48,13 @@ def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: 
     if major >= 8:
         return f"{prefix}_sm80"  # also sm_100+/sm_120 until families for them exist
     raise ShapeError(f"Sparse Tensor Cores need compute capability >= 8.0, this GPU has {major}.{minor}")
+
+
+def decode_family(kind: type, pattern: Pattern | str | None = None, vector: int = 0) -> str:
+    """The decode family (m <= DECODE_MAX_M) of a ``kind`` weight: tensor cores (``nm_decode``) where a warp's 32
+    rows share their positions (an N:M ``vector`` that is a multiple of 32; a V:N:M pattern with V % 32 == 0, or
+    an unknown one), else CUDA cores (``nm_decode_simt``: any vector, V:N:M read as element-wise 2:M)."""
+    if kind is VNMWeight:
+        v = Pattern.parse(pattern).v if pattern is not None else None
+        return "nm_decode" if v is None or v % 32 == 0 else "nm_decode_simt"
+    return "nm_decode" if vector and vector % 32 == 0 else "nm_decode_simt"

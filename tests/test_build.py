@@ -40,9 +40,9 @@ def test_a_compile_error_is_reported_with_its_log(isolated_cache):
 
 
 def test_compile_nm_decode(isolated_cache):
-    dec = get_family("nm_decode")
+    dec = get_family("nm_decode_simt")
     cfg = dec.Config(max_tokens=16, warps=4, rows=2)
-    (res,) = precompile([("nm_decode", cfg, KernelTypes("bf16", "f32", True))])
+    (res,) = precompile([("nm_decode_simt", cfg, KernelTypes("bf16", "f32", True))])
     assert not isinstance(res, Exception), res
     lib = ctypes.CDLL(str(res.path))
     assert lib.cnm_abi_version() == 3 and lib.cnm_block_rows() == cfg.warps * cfg.rows

@@ -5,6 +5,7 @@ import torch
 
 import cutlass_nm
 from cutlass_nm import InputError, ShapeError
+from cutlass_nm.patterns import Pattern
 from cutlass_nm.routing import default_family
 
 
@@ -79,11 +80,18 @@ def test_default_family_by_weight_kind_gpu_and_m(monkeypatch):
     monkeypatch.setattr(routing, "device_info", lambda d: DeviceInfo(132, (9, 0), "H100"))
     assert default_family(dev) == "sptc24_sm90"
     assert default_family(dev, cutlass_nm.VNMWeight) == "nm_decode"  # m <= 16: sparse tensor cores, mode 3
-    assert default_family(dev, cutlass_nm.VNMWeight, m=16) == "nm_decode"
+    assert default_family(dev, cutlass_nm.VNMWeight, m=16, pattern="128:2:8") == "nm_decode"
+    assert default_family(dev, cutlass_nm.VNMWeight, m=16, pattern=Pattern.parse("32:2:16")) == "nm_decode"
     assert default_family(dev, cutlass_nm.VNMWeight, m=17) == "vnm_sm90"
     assert default_family(dev, cutlass_nm.VNMWeight, m=2048) == "vnm_sm90"
-    assert default_family(dev, NMWeight, m=16) == "nm_decode"
-    assert default_family(dev, NMWeight, m=17) == "nm_simt"
+    # N:M at m <= 16: tensor cores where a multiple of 32 rows share positions, else CUDA cores (unknown: 0)
+    assert default_family(dev, NMWeight, m=16, pattern="2:8", vector=32) == "nm_decode"
+    assert default_family(dev, NMWeight, m=1, pattern="3:7", vector=128) == "nm_decode"
+    assert [default_family(dev, NMWeight, m=16, pattern="2:8", vector=v) for v in (0, 1, 8, 16, 48)] == [
+        "nm_decode_simt"] * 5
+    assert default_family(dev, NMWeight, m=16) == "nm_decode_simt"
+    assert default_family(dev, NMWeight, m=17, vector=32) == "nm_simt"
+    assert default_family(dev, NMWeight, m=4, dtype=torch.float32, vector=32) == "nm_simt"
     monkeypatch.setattr(routing, "device_info", lambda d: DeviceInfo(108, (8, 0), "A100"))
     assert default_family(dev, cutlass_nm.VNMWeight, m=64) == "vnm_sm80"
     assert default_family(dev) == "sptc24_sm80"

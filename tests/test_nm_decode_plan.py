@@ -1,4 +1,5 @@
-"""The decode family's launch plan (CPU): split-K within a cluster, x pieces that fit shared memory."""
+"""The decode families' launch plan (CPU): split-K within a cluster, x pieces that fit shared memory. ``Config``:
+nm_decode's (tensor cores), ``Simt``: nm_decode_simt's (CUDA cores, the template's mode 0)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,16 @@ import pytest
 
 from cutlass_nm.arch import HOPPER
 from cutlass_nm.families.nm_decode.family import MAX_SPLIT, SMEM_BUDGET, Config, fixed_smem, plan
+from cutlass_nm.families.nm_decode_simt.family import Config as Simt
 
 SMS = HOPPER.sm_count
 
 
 @pytest.mark.parametrize("n,k,keep,group", [(4096, 4096, 2, 8), (11008, 4096, 16, 32), (1000, 1003, 7, 64),
                                             (64, 16384, 1, 8), (4096, 11008, 3, 7), (520, 1003, 2, 128)])
-@pytest.mark.parametrize("cfg", [Config(1, 4, 2), Config(4, 8, 2), Config(16, 16, 2), Config(16, 4, 1),
-                                 Config(1, 4, 2, transpose=1), Config(4, 8, 1, 2, push=1)])
+@pytest.mark.parametrize("cfg", [Simt(1, 4, 2), Simt(4, 8, 2), Simt(16, 16, 2), Simt(16, 4, 1),
+                                 Simt(1, 4, 2, transpose=1), Simt(4, 8, 1, 2, push=1),
+                                 Config(8, 8, 2, mode=3, ctas=3, push=1), Config(1, 8, 1, wsplit=8, ctas=-2)])
 def test_plan_pieces_fit_and_cover(n, k, keep, group, cfg):
     nnz = -(-k // group) * keep
     stride = -(-nnz // 8) * 8
@@ -30,8 +33,8 @@ def test_plan_pieces_fit_and_cover(n, k, keep, group, cfg):
 
 
 def test_plan_splits_only_with_clusters():
-    assert plan(Config(1, 4, 2), 2048, 1024, 2, 8, SMS)[0] > 1
-    assert plan(Config(1, 4, 2), 2048, 1024, 2, 8, SMS, clusters=False)[0] == 1
+    assert plan(Simt(1, 4, 2), 2048, 1024, 2, 8, SMS)[0] > 1
+    assert plan(Simt(1, 4, 2), 2048, 1024, 2, 8, SMS, clusters=False)[0] == 1
 
 
 @pytest.mark.parametrize("warps,ahead,tokens", [(4, 1, 16), (8, 2, 8), (16, 2, 8), (16, 2, 16)])
@@ -93,27 +96,31 @@ def test_pdl_is_off_on_the_call_that_builds_the_layout(monkeypatch):
     monkeypatch.setattr(nm_decode, "device_info", lambda dev: DeviceInfo(SMS, (9, 0), "fake"))
     monkeypatch.setattr(nm_decode.torch.cuda, "current_stream", lambda dev: pytypes.SimpleNamespace(cuda_stream=0))
     x, y = torch.randn(2, 512, dtype=torch.float16), torch.empty(2, 256, dtype=torch.float16)
-    for cfg in (Config(max_tokens=8, mode=2), Config(max_tokens=2, warps=8)):
+    for cfg in (Config(max_tokens=8, mode=2), Simt(max_tokens=2, warps=8)):
         lib = pytypes.SimpleNamespace(cnm_run=_Recorder(0), cnm_max_active_clusters=_Recorder(1))
-        launch = nm_decode._Launcher(lib, cfg, KernelTypes("f16", "f16", False))
+        launch = nm_decode.Launcher(lib, cfg, KernelTypes("f16", "f16", False), "nm_decode")
         w = cutlass_nm.prune(torch.randn(256, 512, dtype=torch.float16), "2:8", vector=32)[0]
         launch(x, w, None, y)
         launch(x, w, None, y)
         assert [call[-2] for call in lib.cnm_run.calls] == [0, 1]  # the pdl argument, before the stream
 
 
-def test_max_ctas_pads_shared_memory_to_the_cap():
-    """max_ctas = 2: every launch's shared memory lets two CTAs share an SM and not three (1 KB reserved per CTA),
-    staged or not; check() refuses a register bound for more CTAs than the cap."""
+def test_ctas_cap_pads_shared_memory():
+    """Exactly 2 CTAs per SM (nm_decode's ctas = -2: registers for 2, shared memory capped; nm_decode_simt's
+    max_ctas = 2): every launch's shared memory lets two CTAs share an SM and not three (1 KB reserved per CTA),
+    staged or not. ctas = c > 0 bounds registers only."""
     from cutlass_nm.families import KernelTypes, Problem, get_family
 
-    for cfg in (Config(max_tokens=8, warps=8, ahead=2, mode=2, max_ctas=2), Config(max_tokens=1, warps=4, max_ctas=2)):
+    for cfg in (Config(max_tokens=8, warps=8, ahead=2, mode=2, ctas=-2), Simt(max_tokens=1, warps=4, max_ctas=2)):
         smem = plan(cfg, 8192, 2048, 2, 8, SMS)[2]
         assert 2 * (smem + 1024) <= HOPPER.smem_per_sm < 3 * (smem + 1024) and smem <= SMEM_BUDGET
+    capped, bound = Config(max_tokens=8, warps=8, mode=2, ctas=-2), Config(max_tokens=8, warps=8, mode=2, ctas=2)
+    assert (capped.min_ctas, capped.max_ctas, bound.min_ctas, bound.max_ctas) == (2, 2, 2, 0)
+    assert plan(bound, 8192, 2048, 2, 8, SMS)[2] < plan(capped, 8192, 2048, 2, 8, SMS)[2]
     problem = Problem(1, 8192, 8192, KernelTypes("f16", "f16", False), "2:8", 32)
     fam = get_family("nm_decode")
-    assert "max_ctas" in fam.check(Config(max_tokens=8, warps=8, mode=2, min_ctas=3, max_ctas=2), problem)
-    assert fam.check(Config(max_tokens=8, warps=8, mode=2, min_ctas=2, max_ctas=2), problem) is None
+    assert fam.check(capped, problem) is None
+    assert "64 registers" in fam.check(Config(max_tokens=8, warps=16, mode=2, ctas=3), problem)
 
 
 @pytest.mark.parametrize("wsplit,tokens", [(4, 8), (4, 16), (8, 1), (8, 4)])
@@ -138,6 +145,6 @@ def test_wsplit_check_refuses_what_the_template_cannot_build():
     problem = Problem(1, 4096, 4096, KernelTypes("f16", "f16", False), "2:8", 32)
     assert fam.check(Config(max_tokens=8, warps=8, ahead=2, mode=2, wsplit=8), problem) is None
     for bad in (Config(max_tokens=8, warps=8, ahead=2, mode=2, bulk=1, wsplit=4),  # rings are per warp's steps
-                Config(max_tokens=8, warps=4, ahead=2, mode=2, wsplit=8),  # fewer warps than W
-                Config(max_tokens=1, warps=8, wsplit=2)):  # mode 0
+                Config(max_tokens=8, warps=4, ahead=2, mode=2, wsplit=8)):  # fewer warps than W
         assert "wsplit" in fam.check(bad, problem)
+    assert "wsplit" not in Simt.SPACE and Simt(max_tokens=1, warps=8).wsplit == 1  # CUDA cores: a warp per rows

@@ -351,7 +351,8 @@ def test_dispatch_refuses_fp32_for_every_family_but_simt():
 
 def test_fp32_routing_and_refusals():
     assert default_family(torch.device("cpu"), NMWeight, 3, torch.float32) == "nm_simt"
-    assert default_family(torch.device("cpu"), NMWeight, 3, torch.float16) == "nm_decode"
+    assert default_family(torch.device("cpu"), NMWeight, 3, torch.float16, vector=32) == "nm_decode"
+    assert default_family(torch.device("cpu"), NMWeight, 3, torch.float16, vector=1) == "nm_decode_simt"
     assert default_family(torch.device("cpu"), NMWeight, 17, torch.float16) == "nm_simt"
     w24 = cutlass_nm.compress(torch.randn(256, 512, dtype=torch.float32), "2:4", prune=True)
     with pytest.raises(InputError, match="float16 or bfloat16"):

@@ -19,7 +19,8 @@ PROBLEMS = {
     "vnm_sm80": Problem(2048, 4096, 4096, F16, "128:2:8"),
     "vnm_glu_sm90": Problem(2048, 22016, 4096, F16, "256:2:8"),
     "nm_simt": Problem(2048, 4096, 4096, KernelTypes("f32", "f32", False), "2:8"),
-    "nm_decode": Problem(4, 4096, 4096, F16, "2:8"),
+    "nm_decode": Problem(4, 4096, 4096, F16, "2:8", 32),
+    "nm_decode_simt": Problem(4, 4096, 4096, F16, "2:8", 1),
 }
 
 
