@@ -16,7 +16,7 @@ from cutlass_nm.bench.shapes import Shape
 from cutlass_nm.families import KernelTypes
 
 ROOT = Path(__file__).resolve().parents[1]
-# bench_sptc24's row keys: every suite row has them too
+# the row keys every suite row has
 SPTC24_KEYS = {"m", "n", "k", "dtype", "tuned", "impl", "config", "median_ms", "p20_ms", "p80_ms", "reps", "timing",
                "tflops", "rel_err", "speedup_vs_cublas", "speedup_vs_cusparselt_best"}
 SUITE_KEYS = SPTC24_KEYS | {"family", "pattern", "sparsity", "engine", "tflops_effective", "gbps", "ideal_ms",

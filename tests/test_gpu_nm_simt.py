@@ -93,7 +93,7 @@ def _precompiled():
 
 
 def kernel_ids() -> list:
-    """Every kernel this module runs (also read by benchmarks/precompile_tests.py: a cache built off the GPU)."""
+    """Every kernel this module runs (a cache can be built off the GPU from this list)."""
     kids = {(FAMILY.name, FAMILY.heuristic(p), p.types) for p in _heuristic_problems()}
     kids |= {(FAMILY.name, cfg, t) for cfg, types in CONFIGS.values() for t in types}
     return sorted(kids, key=str)

@@ -332,7 +332,7 @@ def test_tuner_problem_carries_the_measured_vector(tmp_path):
     assert checked and all(FAMILY.check(c, res.problem) is None for c in checked)
 
 
-@pytest.mark.parametrize("name", ["sptc24_sm90", "sptc24_sm80", "vnm_sm90", "nm_decode"])
+@pytest.mark.parametrize("name", ["sptc24_sm90", "sptc24_sm80", "vnm_sm90", "nm_decode", "nm_decode_simt"])
 def test_half_families_reject_fp32_in_check(name):
     fam = FAMILIES[name]
     assert "fp16/bf16" in fam.check(fam.Config(), Problem(256, 4096, 4096, F32))
