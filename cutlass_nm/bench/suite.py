@@ -10,10 +10,10 @@ baseline), cuSPARSELt 2:4 after ``mm_search`` (in child processes: some of its p
 registered in ``cutlass_nm.families.FAMILIES`` at each pattern of its weight kind (shapes.PATTERNS), with its
 tuned config from the tuning DB (``tuned: true``, the DB's nearest problem) or else its heuristic
 (``tuned: false``). Families that cannot run a shape (e.g. nm_decode above m = 16) are listed under
-``skipped``. Rows follow benchmarks/bench_sptc24.py's schema (time median/p20/p80, dense-equivalent
-``tflops``, ``rel_err``, ``speedup_vs_*``) plus family, pattern, sparsity, ``tflops_effective`` (nonzero
-flops), ``gbps``, and ``pct_of_ideal`` against ``bench.roofline.ideal_ms``. The baselines multiply the
-2:4-pruned weight as a dense matrix (as in bench_sptc24 and cuSPARSELt's own run).
+``skipped``. Rows hold the time (median/p20/p80), dense-equivalent ``tflops``, ``rel_err``,
+``speedup_vs_*``, family, pattern, sparsity, ``tflops_effective`` (nonzero flops), ``gbps``, and
+``pct_of_ideal`` against ``bench.roofline.ideal_ms``. The baselines multiply the
+2:4-pruned weight as a dense matrix (as cuSPARSELt's own run does).
 """
 
 from __future__ import annotations
