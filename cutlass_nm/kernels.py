@@ -49,7 +49,7 @@ def get_kernel(kid: KernelId) -> Callable:
                                 "`cutlass-nm build` compiles ahead of time, in parallel)", name)
                 artifact = build(source, arch, name)
                 lib = ctypes.CDLL(str(artifact.path))
-                launcher = family.bind(lib, kid[1], kid[2], helpers) if needs else family.bind(lib, kid[1], kid[2])
+                launcher = family.bind(lib, kid[1], kid[2], helpers)
                 _LOADED[kid] = launcher
     return launcher
 

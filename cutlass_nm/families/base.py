@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -142,9 +142,10 @@ class Family(ABC):
         """A good config for ``problem`` without tuning (the fallback of last resort)."""
 
     @abstractmethod
-    def bind(self, lib: Any, cfg: Any, types: KernelTypes) -> Callable[..., None]:
-        """A launcher over the loaded library: ``launcher(x, w, bias, y)`` writes y on torch's current stream. A
-        family with :meth:`helpers` takes a fourth argument, ``helpers``: their launchers, in that order."""
+    def bind(self, lib: Any, cfg: Any, types: KernelTypes, helpers: Sequence[Callable[..., None]] = ()
+             ) -> Callable[..., None]:
+        """A launcher over the loaded library: ``launcher(x, w, bias, y)`` writes y on torch's current stream.
+        ``helpers`` are the launchers of :meth:`helpers`' kernel ids, in that order (resolved before this call)."""
 
     def helpers(self, cfg: Any, types: KernelTypes) -> list[tuple[str, Any, KernelTypes]]:
         """Kernel ids (family, config, types) of other kernels the launcher of ``cfg`` calls: resolved by the

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -280,7 +281,7 @@ class _DecodeFamily(Family):
         return Config(max_tokens=mma_tokens, warps=8, ahead=2, mode=2, bulk=int(small), ctas=-2 if small else 3,
                       prefetch=0 if small else 4, push=int(small))
 
-    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> Launcher:
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, helpers: Sequence[Callable] = ()) -> Launcher:
         return Launcher(lib, cfg, types, self.name)
 
 

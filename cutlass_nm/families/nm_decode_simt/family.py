@@ -9,6 +9,7 @@ holds them; this family fixes the tensor-core-only fields (bulk, prefetch, min_c
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -79,7 +80,7 @@ class _DecodeSimtFamily(Family):
         warps, rows = {2: (16, 1), 4: (16, 2), 8: (16, 2), 16: (16, 1)}[tokens]
         return Config(max_tokens=tokens, warps=warps, rows=rows)
 
-    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> Launcher:
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, helpers: Sequence[Callable] = ()) -> Launcher:
         return Launcher(lib, cfg, types, self.name)
 
     def fingerprint_files(self) -> tuple[str, ...]:

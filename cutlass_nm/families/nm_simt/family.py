@@ -10,6 +10,7 @@ arguments, so one binary serves every pattern. :class:`Config` lists the knobs, 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import ClassVar
@@ -322,7 +323,7 @@ class _SimtFamily(Family):
         fitting = (c for c in (replace(kw, stages=3), replace(kw, stages=2)) if self.check(c, problem) is None)
         return next(fitting, None)  # None: the stages do not fit this vector, or a last-wave split not fp32 out
 
-    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, helpers: Sequence[Callable] = ()) -> _Launcher:
         return _Launcher(lib, cfg, types)
 
 

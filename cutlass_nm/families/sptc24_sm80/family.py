@@ -9,6 +9,7 @@ the tile K, n % 32 == 0; m % 8 != 0 costs a zero-padded copy of x.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -91,7 +92,7 @@ class _Sm80Family(Family):
             return Config(tile_m=128, tile_n=64, tile_k=64, warp_m=64, warp_n=32, stages=4)
         return Config()
 
-    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, helpers: Sequence[Callable] = ()) -> _Launcher:
         return _Launcher(lib, types)
 
 

@@ -10,6 +10,7 @@ gathers from. No bias.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -70,7 +71,7 @@ class _VnmGluSm90Family(Family):
         columns, token-tile groups (``raster`` = 1)."""
         return Config()
 
-    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> _Launcher:
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, helpers: Sequence[Callable] = ()) -> _Launcher:
         return _Launcher(lib, cfg, types)  # fused weights only (V = 256): no tile_m = 64 twin
 
     def output_shape(self, m: int, n: int) -> tuple[int, int]:
