@@ -8,6 +8,11 @@ import pytest
 import torch
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fuzz", type=int, default=40, help="cases of the GPU fuzz test (tests/test_gpu_fuzz.py)")
+    parser.addoption("--fuzz-seed", type=int, default=0, help="seed of the GPU fuzz test's cases")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     no_gpu = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine: pytest -m gpu)")
     no_nvcc = pytest.mark.skip(reason="needs nvcc on PATH (install the CUDA toolkit or set PATH)")
