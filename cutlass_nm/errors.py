@@ -33,3 +33,7 @@ class BuildError(CutlassNMError, RuntimeError):
 
 class LaunchError(CutlassNMError, RuntimeError):
     """A compiled kernel refused the problem or failed to launch."""
+
+
+class StoreError(CutlassNMError, RuntimeError):
+    """A tuning database that cannot be used: unreachable, not ours, corrupt, or a records file that is not one."""
