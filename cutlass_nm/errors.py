@@ -37,3 +37,7 @@ class LaunchError(CutlassNMError, RuntimeError):
 
 class StoreError(CutlassNMError, RuntimeError):
     """A tuning database that cannot be used: unreachable, not ours, corrupt, or a records file that is not one."""
+
+
+class DeviceError(CutlassNMError, RuntimeError):
+    """No usable CUDA GPU where the operation needs one (e.g. tuning or timing on a CPU-only machine)."""
