@@ -77,7 +77,8 @@ def test_resource_usage_parse():
 
 def _rec(**over) -> dict:
     rec = {**key().to_dict(), "environment": env().to_dict(), "m": 2048, "config": CONFIGS[0].to_record(),
-           "status": "ok", "p50_ms": 1.0, "iterations": 5, "host": "h", "uid": "u" * 36, "created_at": "2026-01-01"}
+           "status": "ok", "p50_ms": 1.0, "iterations": 5, "host": "h", "uid": "0" * 8 + "-0000" * 3 + "-" + "0" * 12,
+           "created_at": "2026-01-01"}
     rec.update(over)
     return rec
 

@@ -14,7 +14,7 @@ from store_helpers import CONFIGS, SM90, env, key, write_many
 from cutlass_nm.families import KernelTypes, Problem
 from cutlass_nm.store.db import make_engine, redact, upgrade
 from cutlass_nm.store.lookup import TunedSelector
-from cutlass_nm.store.store import Store
+from cutlass_nm.store.store import ImportRejected, Store
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -124,9 +124,10 @@ def test_hostile_records_are_rejected_with_reasons(tmp_path, caplog):
         bad_lines.append(json.dumps(rec))
     bad_lines.append("{not json")
     dst = Store(f"sqlite:///{tmp_path / 'b.sqlite'}")
-    with caplog.at_level("WARNING", logger="cutlass_nm.store"):
-        stats = dst.merge([header, *bad_lines])
-    assert stats == {"new": 0, "known": 0, "rejected": len(bad_lines), "skipped_env": 0}
+    with caplog.at_level("WARNING", logger="cutlass_nm.store"), pytest.raises(ImportRejected) as exc:
+        dst.merge([header, good, *bad_lines])  # one good record: all or nothing
+    assert [line for line, _ in exc.value.rejects] == list(range(3, 3 + len(bad_lines)))
+    assert exc.value.total == len(bad_lines) + 1 and "nothing imported" in str(exc.value)
     assert dst.count() == 0
     assert "config" in caplog.text and "rejected" in caplog.text
 

@@ -1,5 +1,9 @@
 """Dispatch-time lookup: tuned winners for this GPU, with fallbacks; never breaks ``matmul``.
 
+The database is opened read-only (never created, migrated or switched to WAL) with bounded waits
+(``$CUTLASS_NM_DB_TIMEOUT``, at most 0.5 s on a writer's lock): an unreachable, slow, locked, corrupt or foreign
+database gives one warning and the heuristic configs; a malformed winner row is skipped with one warning.
+
 Order: exact key -> same environment, nearest m bucket (then nearest n, k) -> an environment that
 differs only in soft fields (driver, torch), with one warning -> ``None`` (the family's heuristic).
 The winners of this machine's hard environment (per family: each family's templates have their own hash)
@@ -80,38 +84,45 @@ class TunedSelector:
         if self._table is not None:
             return self._table
         self._table = {}
-        from .db import default_url, redact, sqlite_file
+        from .db import MissingDatabase, default_url, redact
         from .store import Store
 
+        url = self.url or default_url()
         try:
-            db_file = sqlite_file(self.url or default_url())
-            if self.quiet_if_missing and db_file is not None and not db_file.exists():
-                return self._table
             from ..families import FAMILIES
 
+            store = Store(url, read_only=True)  # never creates, migrates or changes the file
             envs = {name: self._env or current_environment(name) for name in FAMILIES}
-            store = Store(self.url, create=False)
             hard_keys = {e.hard_key for e in envs.values()}
             rows = [row for key in hard_keys for row in store.winners(hard_key=key)]
-            if self.objective != "time":
-                self._by_objective = self._tabulate(
-                    [row for key in hard_keys for row in store.winners(hard_key=key, objective=self.objective)], envs)
-        except Exception as exc:  # missing, locked, corrupt or unreachable: fall back, once
-            self._warn_once("db", f"cutlass_nm: tuning DB {redact(self.url or default_url())} unusable "
-                                  f"({exc.__class__.__name__}: {str(exc)[:120]}); using heuristic configs")
+            by_objective = [] if self.objective == "time" else [
+                row for key in hard_keys for row in store.winners(hard_key=key, objective=self.objective)]
+        except Exception as exc:  # missing, unreachable, locked, corrupt, foreign or too slow: fall back, once
+            if self.quiet_if_missing and isinstance(exc, MissingDatabase):  # normal before any tuning
+                return self._table
+            self._warn_once("db", f"cutlass_nm: tuning DB {redact(url)} unusable "
+                                  f"({exc.__class__.__name__}: {str(exc)[:200]}); using heuristic configs")
             return self._table
-        self._table = self._tabulate(rows, envs)
+        rejected: list[str] = []
+        self._table = self._tabulate(rows, envs, rejected)
+        if by_objective:
+            self._by_objective = self._tabulate(by_objective, envs, rejected)
+        if rejected:
+            self._warn_once("rows", f"cutlass_nm: skipped {len(rejected)} malformed winner row(s) of tuning DB "
+                                    f"{redact(url)} ({rejected[0]}); the other winners are used")
         return self._table
 
     @staticmethod
-    def _tabulate(rows: list, envs: dict[str, EnvFields]) -> dict[ProblemKey, tuple[Any, bool]]:
+    def _tabulate(rows: list, envs: dict[str, EnvFields], rejected: list[str]) -> dict[ProblemKey, tuple[Any, bool]]:
+        """The usable winners by problem; each malformed row is skipped, its reason appended to ``rejected``."""
         table: dict[ProblemKey, tuple[Any, bool]] = {}
         for env_row, w in rows:
             try:
                 key = validate_problem({c: getattr(w, c) for c in ProblemKey.__dataclass_fields__})
                 cfg = validate_config(key.family, w.config)
             except RecordError as exc:
-                log.warning("winner %s rejected: %s", w.id, exc)
+                log.debug("winner %s rejected: %s", w.id, exc)
+                rejected.append(f"winner {w.id}: {str(exc)[:120]}")
                 continue
             env = envs.get(key.family)
             if env is None or env_row.hard_key != env.hard_key:  # measured with another family's templates

@@ -10,13 +10,14 @@ import uuid
 from collections.abc import Collection, Iterable, Iterator
 from typing import IO, Any
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Connection, Engine, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from .db import is_current, make_engine, upgrade
+from ..errors import StoreError
+from .db import is_current, make_engine, mark, schema_state, upgrade
 from .fingerprint import EnvFields, ProblemKey, all_template_hashes
 from .schema import Claim, Environment, Measurement, Winner
 from .validate import RecordError, validate_measurement
@@ -25,6 +26,8 @@ log = logging.getLogger("cutlass_nm.store")
 FORMAT = "cutlass_nm.tuning/1"
 PROBLEM_COLUMNS = ("family", "pattern", "m_bucket", "n", "k", "dtype", "out_dtype", "layout", "bias", "alignment")
 ENERGY_COLUMNS = ("joules", "avg_power_w", "sm_clock_mhz")
+MAX_LINE = 64 * 1024  # a record is ~1 kB
+MAX_DEPTH = 3  # record -> environment / config -> values
 OBJECTIVES = ("time", "energy", "edp")  # a winner is kept for each; "pareto" tuning feeds all three
 
 
@@ -37,14 +40,34 @@ def objective_score(objective: str, p50_ms: float, joules: float | None) -> floa
     return joules if objective == "energy" else joules * p50_ms
 
 
-class Store:
-    """A tuning database at ``url`` (default: ``$CUTLASS_NM_DB`` or SQLite in the user cache dir)."""
+class ImportRejected(StoreError):
+    """An import in which some records failed validation: nothing was written. ``rejects``: (line, reason)."""
 
-    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
-        self.engine: Engine = make_engine(url)
+    def __init__(self, source: str, rejects: list[tuple[int, str]], total: int) -> None:
+        self.source, self.rejects, self.total = source, rejects, total
+        shown = "; ".join(f"line {line}: {reason}" for line, reason in rejects[:3])
+        more = f"; and {len(rejects) - 3} more" if len(rejects) > 3 else ""
+        super().__init__(f"{source}: {len(rejects)} of {total} records rejected, nothing imported ({shown}{more}); "
+                         "fix or drop those lines and import again")
+
+
+class Store:
+    """A tuning database at ``url`` (default: ``$CUTLASS_NM_DB`` or SQLite in the user cache dir).
+
+    ``create``: create or migrate the schema (writers). ``read_only``: never create, migrate or change anything
+    (lookups, listings). ``timeout``: the longest wait in seconds (see :func:`.db.make_engine`).
+    """
+
+    def __init__(self, url: str | None = None, *, create: bool = True, read_only: bool = False,
+                 timeout: float | None = None) -> None:
+        self.engine: Engine = make_engine(url, read_only=read_only, timeout=timeout)
         self.url = self.engine.url.render_as_string(hide_password=True)
-        if create and not is_current(self.engine):
-            upgrade(self.engine)
+        self.read_only = read_only
+        if create and not read_only:
+            if is_current(self.engine):
+                mark(self.engine)
+            else:
+                upgrade(self.engine)
         self._env_ids: dict[tuple[str, str], int] = {}
 
     def _insert(self, table):
@@ -54,15 +77,18 @@ class Store:
     def environment_id(self, env: EnvFields) -> int:
         """Get or create the row of ``env`` (race-safe across processes)."""
         key = (env.hard_key, env.soft_key)
-        if key in self._env_ids:
-            return self._env_ids[key]
-        with self.engine.begin() as conn:
-            conn.execute(self._insert(Environment).values(hard_key=env.hard_key, soft_key=env.soft_key,
-                                                          **env.to_dict()).on_conflict_do_nothing())
-            env_id = conn.execute(select(Environment.id).where(Environment.hard_key == env.hard_key,
-                                                               Environment.soft_key == env.soft_key)).scalar_one()
-        self._env_ids[key] = env_id
-        return env_id
+        if key not in self._env_ids:
+            with self.engine.begin() as conn:
+                self._env_ids[key] = self._environment_id(conn, env)
+        return self._env_ids[key]
+
+    def _environment_id(self, conn: Connection, env: EnvFields) -> int:
+        """The row of ``env`` inside the caller's transaction (inserted first: a SQLite writer takes its lock
+        before it reads)."""
+        conn.execute(self._insert(Environment).values(hard_key=env.hard_key, soft_key=env.soft_key,
+                                                      **env.to_dict()).on_conflict_do_nothing())
+        return conn.execute(select(Environment.id).where(Environment.hard_key == env.hard_key,
+                                                         Environment.soft_key == env.soft_key)).scalar_one()
 
     # -- writing ------------------------------------------------------------------------------
     def record(self, env: EnvFields, key: ProblemKey, m: int, config: Any, status: str = "ok", *,
@@ -82,13 +108,18 @@ class Store:
         return rec["uid"]
 
     def _write(self, records: list[dict]) -> int:
-        """Insert validated records (skipping known uids) and update winners; returns how many were new."""
+        """Insert validated records (skipping known uids) and update winners, all in one transaction; returns how
+        many were new."""
         new = 0
-        for r in records:
-            env_id = self.environment_id(r["environment"])
-            key = r["key"].to_dict()
-            cfg = r["config"].to_record()
-            with self.engine.begin() as conn:
+        env_ids: dict[tuple[str, str], int] = {}
+        with self.engine.begin() as conn:
+            for r in records:
+                env = r["environment"]
+                ek = (env.hard_key, env.soft_key)
+                env_id = env_ids.get(ek) or self._env_ids.get(ek) or self._environment_id(conn, env)
+                env_ids[ek] = env_id
+                key = r["key"].to_dict()
+                cfg = r["config"].to_record()
                 res = conn.execute(self._insert(Measurement).values(
                     uid=r["uid"], environment_id=env_id, **key, m=r["m"], config=cfg,
                     config_key=json.dumps(cfg, sort_keys=True), status=r["status"], p20_ms=r["p20_ms"],
@@ -108,6 +139,7 @@ class Store:
                         set_={"config": ins.excluded.config, "p50_ms": ins.excluded.p50_ms,
                               "score": ins.excluded.score, "measurement_uid": ins.excluded.measurement_uid},
                         where=Winner.score > ins.excluded.score))
+        self._env_ids.update(env_ids)  # committed: safe to remember
         return new
 
     def claim(self, study: str, config: Any) -> bool:
@@ -122,9 +154,11 @@ class Store:
     # -- reading ------------------------------------------------------------------------------
     def winners(self, hard_key: str | None = None, objective: str = "time") -> list[tuple[Environment, Winner]]:
         """Winners under ``objective`` (time by default), optionally of one hard environment. A database not yet
-        upgraded to 0003 (opened with ``create=False``) has time winners only."""
-        if not is_current(self.engine):
-            return self._old_winners(hard_key) if objective == "time" else []
+        upgraded to 0003 (opened with ``create=False``) has time winners only; one with no schema yet, none.
+        A config that is not JSON reads as :class:`.db.Unparsable` (validation rejects that row alone)."""
+        state = schema_state(self.engine)
+        if state != "current":
+            return self._old_winners(hard_key) if objective == "time" and state == "old" else []
         with Session(self.engine) as s:
             q = select(Environment, Winner).join(Winner, Winner.environment_id == Environment.id)
             q = q.where(Winner.objective == objective)
@@ -144,6 +178,9 @@ class Store:
             return [(row[0], row) for row in s.execute(q).all()]
 
     def measurements(self, **filters: Any) -> list[tuple[Environment, Measurement]]:
+        """Measurements whose columns equal ``filters``, oldest first (none where there is no schema yet)."""
+        if schema_state(self.engine) == "none":
+            return []
         with Session(self.engine) as s:
             q = select(Environment, Measurement).join(Measurement, Measurement.environment_id == Environment.id)
             for col, val in filters.items():
@@ -151,6 +188,8 @@ class Store:
             return [(e, m) for e, m in s.execute(q.order_by(Measurement.id)).all()]
 
     def count(self) -> int:
+        if schema_state(self.engine) == "none":
+            return 0
         with Session(self.engine) as s:
             return s.query(Measurement).count()
 
@@ -165,30 +204,35 @@ class Store:
             rec = {c: getattr(m, c) for c in PROBLEM_COLUMNS}
             rec.update(environment=env_fields.to_dict(), hard_key=env.hard_key, m=m.m, config=m.config,
                        status=m.status, p20_ms=m.p20_ms, p50_ms=m.p50_ms, p80_ms=m.p80_ms, iterations=m.iterations,
-                       host=m.host, study=m.study, trial=m.trial, uid=m.uid, created_at=m.created_at.isoformat())
+                       host=m.host, study=m.study, trial=m.trial, uid=m.uid, created_at=_utc(m.created_at).isoformat())
             rec.update({c: getattr(m, c) for c in ENERGY_COLUMNS if getattr(m, c) is not None})
             out.write(json.dumps(rec) + "\n")
         return len(rows)
 
-    def merge(self, lines: Iterable[str], only_hard_keys: Collection[str] | None = None) -> dict[str, int]:
-        """Import exported records: idempotent (known uids are skipped), winners keep the fastest.
-
-        Records that fail validation are rejected with a logged reason; with ``only_hard_keys``, records of
-        other hard environments are skipped.
-        """
+    def merge(self, lines: Iterable[str], only_hard_keys: Collection[str] | None = None,
+              source: str = "records") -> dict[str, int]:
+        """Import exported records, all or nothing: every record is validated first; if any fails, nothing is
+        written and :class:`ImportRejected` lists each rejected line and why. Otherwise all are written in one
+        transaction: idempotent (known uids are skipped), winners keep the best. With ``only_hard_keys``, records
+        of other hard environments are skipped. ``source`` names the input in messages."""
         stats = {"new": 0, "known": 0, "rejected": 0, "skipped_env": 0}
-        good = []
-        for i, rec in enumerate(_records(lines)):
+        good, rejects, total = [], [], 0
+        for line, rec in _records(lines, source):
+            total += 1
             try:
+                if isinstance(rec, RecordError):
+                    raise rec
                 r = validate_measurement(rec)
             except RecordError as exc:
-                log.warning("record %d rejected: %s", i, exc)
-                stats["rejected"] += 1
+                log.warning("%s line %d rejected: %s", source, line, exc)
+                rejects.append((line, str(exc)))
                 continue
             if only_hard_keys is not None and r["environment"].hard_key not in only_hard_keys:
                 stats["skipped_env"] += 1
                 continue
             good.append(r)
+        if rejects:
+            raise ImportRejected(source, rejects, total)
         try:
             stats["new"] = self._write(good)
         except IntegrityError as exc:  # pragma: no cover - a racing writer; the retry finds the uids known
@@ -212,20 +256,53 @@ class Store:
             return n
 
 
-def _records(lines: Iterable[str]) -> Iterator[Any]:
+def _utc(t: datetime.datetime) -> datetime.datetime:
+    """SQLite returns the stored time without its zone: it was written in UTC."""
+    return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest in a parsed JSON value (a scalar: 0)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, d)
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def _parse(line: str) -> Any:
+    """One JSON line, bounded in length and nesting (RecordError otherwise)."""
+    if len(line) > MAX_LINE:
+        raise RecordError(f"line of {len(line)} characters is longer than {MAX_LINE}")
+    try:
+        value = json.loads(line)
+    except RecursionError:
+        raise RecordError(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise RecordError(f"not JSON ({exc})") from None
+    if _depth(value) > MAX_DEPTH:
+        raise RecordError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _records(lines: Iterable[str], source: str = "records") -> Iterator[tuple[int, Any]]:
+    """(line number, parsed record or the RecordError that rejects it) after checking the header line."""
     it = iter(lines)
     header = next(it, None)
     if header is None:
         return
     try:
-        meta = json.loads(header)
-    except json.JSONDecodeError:
-        raise RecordError("first line is not a JSON header") from None
+        meta = _parse(header)
+    except RecordError:
+        meta = None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise RecordError(f"not a {FORMAT} export (header: {str(meta)[:80]})")
-    for line in it:
+        raise StoreError(f"{source} is not a {FORMAT} export (its first line is not the JSON header); pass a file "
+                         "written by `cutlass-nm db export`") from None
+    for number, line in enumerate(it, start=2):
         if line.strip():
             try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                yield None  # rejected by validation, counted
+                yield number, _parse(line)
+            except RecordError as exc:
+                yield number, exc
