@@ -24,6 +24,7 @@ from .errors import (
 from .formats import AnyWeight, NMWeight, Sparse24Weight, VNMWeight, compress_as, mask_for, validate_24
 from .nn import SparseLinear, sparsify
 from .patterns import Pattern
+from .routing import check_runnable
 
 __version__ = "0.1.0"
 
@@ -33,15 +34,26 @@ def prune(w: torch.Tensor, pattern: str | Pattern = "2:4", *, vector: int = 32) 
 
     '2:4' gives the Sparse Tensor Core format, 'V:2:M' the VENOM format, any other 'N:M' the CUDA-core
     format, whose kept positions are shared by ``vector`` consecutive rows (see formats/nm.py).
+
+    Refused, naming the rule: patterns or dtypes no kernel family of this version runs at every m
+    (``routing.unrunnable``: 2:4 and V:N:M fp16/bf16 with V a multiple of 64; general N:M fp32/fp16/bf16 with
+    M <= 64), weights holding NaN/Inf, and empty weights.
     """
-    p = Pattern.parse(pattern)
+    p = _runnable(pattern, w)
     mask = mask_for(w, p, vector)
     return compress_as(w * mask, p, vector=vector), mask
 
 
 def compress(w: torch.Tensor, pattern: str | Pattern = "2:4", *, prune: bool = False, vector: int = 32) -> AnyWeight:
-    """Compress a weight that already satisfies ``pattern`` (or prune it first with ``prune=True``)."""
-    return compress_as(w, Pattern.parse(pattern), prune=prune, vector=vector)
+    """Compress a weight that already satisfies ``pattern`` (or prune it first with ``prune=True``); refused as
+    in :func:`prune`."""
+    return compress_as(w, _runnable(pattern, w), prune=prune, vector=vector)
+
+
+def _runnable(pattern: str | Pattern, w: torch.Tensor) -> Pattern:
+    p = Pattern.parse(pattern)
+    check_runnable(p, w.dtype if isinstance(w, torch.Tensor) else None)
+    return p
 
 
 __all__ = [

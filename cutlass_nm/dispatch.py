@@ -68,7 +68,7 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
     kernel family.
     """
     out_dtype = out_dtype or (out.dtype if out is not None else x.dtype)
-    _check(x, w, bias)
+    check_inputs(x, w, bias)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
     y = _check_out(out, (*lead, w.out_features), out_dtype, x.device)
@@ -91,10 +91,14 @@ def kernel_for(family: str, x2: torch.Tensor, w: VNMWeight, out_dtype: torch.dty
     return _RESOLVED.get(key) or _resolve(key)
 
 
-def _check(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None) -> None:
-    """Every input rule, cheapest first; device checks come last so the rest is testable on a CPU."""
+def check_inputs(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torch.Tensor | None, *,
+                 cuda: bool = True) -> None:
+    """Every input rule of ``matmul``, cheapest first. ``cuda=False`` skips only the one rule a CPU reference path
+    cannot meet (x on a CUDA device): the custom ops' CPU path applies exactly the rest."""
     if not isinstance(w, WEIGHTS):
         raise InputError(f"w must be a compressed weight (cutlass_nm.compress(w, '2:4')), got {type(w).__name__}")
+    if w.out_features < 1 or w.in_features < 1:
+        raise ShapeError(f"the weight is empty (shape {tuple(w.shape)}); no kernel takes n = 0 or k = 0")
     if not isinstance(x, torch.Tensor):
         raise InputError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in _IN_DTYPES:
@@ -119,10 +123,13 @@ def _check(x: torch.Tensor, w: Sparse24Weight, bias: torch.Tensor | None) -> Non
             raise InputError("bias must be contiguous and 16-byte aligned")
         if bias.device != x.device:
             raise InputError(f"device mismatch: bias is on {bias.device}, x on {x.device}")
-    if not x.is_cuda:
+    if cuda and not x.is_cuda:
         raise InputError(f"x must be a CUDA tensor, got one on {x.device}; move it with x.cuda()")
     if w.device != x.device:
         raise InputError(f"device mismatch: x is on {x.device}, the weight on {w.device}; use w.to(x.device)")
+
+
+_check = check_inputs  # the name gated_mlp imports
 
 
 def _check_out(out: torch.Tensor | None, shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -1,21 +1,25 @@
-"""Modules: ``SparseLinear`` (an ``nn.Linear`` with a 2:4- or V:N:M-compressed weight), ``SparseGatedMLP`` (a
-SwiGLU MLP whose gate and up are pruned together and run as one kernel), ``sparsify`` and ``sparsify_gated_mlps``."""
+"""Modules: ``SparseLinear`` (an ``nn.Linear`` with a 2:4-, V:N:M- or general N:M-compressed weight),
+``SparseGatedMLP`` (a SwiGLU MLP whose gate and up are pruned together and run as one kernel), ``sparsify`` and
+``sparsify_gated_mlps``."""
 
 from __future__ import annotations
 
 import fnmatch
 import logging
+import warnings
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from .errors import PatternError
-from .formats import compress_24
+from .errors import CutlassNMError, InputError, PatternError, ShapeError
+from .formats import compress_as
 from .formats.glu import PAIR_V, fuse_glu, split_glu
-from .formats.vnm import compress_vnm
-from .ops import sparse24_linear, vnm_gated_mlp, vnm_linear, vnm_view, weight_view
+from .formats.nm import VECTORS
+from .ops import nm_linear, nm_view, sparse24_linear, vnm_gated_mlp, vnm_linear, vnm_view, weight_view
 from .patterns import Pattern
+from .routing import check_runnable, unrunnable
 
 log = logging.getLogger("cutlass_nm.nn")
 
@@ -23,90 +27,172 @@ log = logging.getLogger("cutlass_nm.nn")
 class SparseLinear(nn.Module):
     """``y = x Wᵀ + b`` with W stored compressed; no dense copy is kept, ``state_dict`` holds the compressed
     buffers. 2:4: ``values`` (out x in/2) and ``meta`` (out x in/4, uint8). V:N:M (``"128:2:8"``): ``values``
-    (out x 2G), ``columns`` (ceil(out/V) x G x 4, uint8) and ``meta`` (out x G, uint8), G = ceil(in/M)."""
+    (out x 2G), ``columns`` (ceil(out/V) x G x 4, uint8) and ``meta`` (out x G, uint8), G = ceil(in/M). General
+    N:M (``"3:7"``): ``values`` (out x G·N) and ``indices`` (ceil(out/vector) x G·N, uint8: the kept positions,
+    shared by ``vector`` consecutive rows; see formats/nm.py).
+
+    Takes every pattern ``cutlass_nm.prune`` takes (PatternError, naming the rule, for the others). The module may
+    be built in any float dtype and cast later (``.half()``); its forward takes x in the weight's dtype, under
+    ``matmul``'s input rules on every device (2:4 and V:N:M: fp16/bf16; general N:M also fp32)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, pattern: str | Pattern = "2:4",
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
+                 vector: int = 32) -> None:
         super().__init__()
         self.pattern = Pattern.parse(pattern)
-        if not (self.pattern.is_24 or self.pattern.is_vnm):
-            raise PatternError(f"SparseLinear runs '2:4' and V:N:M patterns such as '128:2:8', got {self.pattern}")
+        check_runnable(self.pattern)
         if self.pattern.is_24 and in_features % 4:
             raise PatternError(f"2:4 needs in_features % 4 == 0, got {in_features}")
+        if in_features < 1 or out_features < 1:
+            raise ShapeError(f"SparseLinear needs in_features and out_features >= 1, got {in_features} and "
+                               f"{out_features}")
+        if not self.pattern.is_24 and not self.pattern.is_vnm and vector not in VECTORS:
+            raise InputError(f"vector must be one of {VECTORS}, got {vector}")
         self.in_features, self.out_features = in_features, out_features
+        self.vector = vector if not (self.pattern.is_24 or self.pattern.is_vnm) else 0
         dtype = dtype or torch.get_default_dtype()
-        if self.pattern.is_24:
+        p = self.pattern
+        if p.is_24:
             groups, kept = in_features // 4, in_features // 2
-        else:
-            groups = -(-in_features // self.pattern.m)
+        elif p.is_vnm:
+            groups = -(-in_features // p.m)
             kept = 2 * groups
-            blocks = -(-out_features // self.pattern.v)
+            blocks = -(-out_features // p.v)
             cols = torch.arange(4, device=device, dtype=torch.uint8).expand(blocks, groups, 4).contiguous()
             self.register_buffer("columns", cols)
+        else:
+            groups = -(-in_features // p.m)
+            kept = p.n * groups
+            blocks = -(-out_features // vector)
+            idx = torch.arange(p.n, device=device, dtype=torch.uint8).repeat(groups).expand(blocks, kept)
+            self.register_buffer("indices", idx.contiguous())
         self.register_buffer("values", torch.zeros(out_features, kept, device=device, dtype=dtype))
-        self.register_buffer("meta", torch.full((out_features, groups), 0x4, device=device, dtype=torch.uint8))
+        if p.is_24 or p.is_vnm:
+            self.register_buffer("meta", torch.full((out_features, groups), 0x4, device=device, dtype=torch.uint8))
         self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, pattern: str | Pattern = "2:4", *, prune: bool = True) -> SparseLinear:
-        """Compress ``linear``'s weight (magnitude-pruned to the pattern unless ``prune=False``)."""
+    def from_linear(cls, linear: nn.Linear, pattern: str | Pattern = "2:4", *, prune: bool = True,
+                    vector: int = 32) -> SparseLinear:
+        """Compress ``linear``'s weight (magnitude-pruned to the pattern unless ``prune=False``); refused as
+        ``cutlass_nm.prune`` refuses (pattern, dtype, NaN/Inf, shape), naming the rule."""
         w = linear.weight.detach()
-        mod = cls(linear.in_features, linear.out_features, linear.bias is not None, pattern, w.device, w.dtype)
-        if mod.pattern.is_24:
-            c = compress_24(w, prune=prune)
-        else:
-            c = compress_vnm(w, mod.pattern, prune=prune)
-            mod.columns.copy_(c.columns)
-        mod.values.copy_(c.values)
-        mod.meta.copy_(c.meta)
+        mod = cls(linear.in_features, linear.out_features, linear.bias is not None, pattern, w.device, w.dtype,
+                  vector=vector)
+        check_runnable(mod.pattern, w.dtype)
+        c = compress_as(w, mod.pattern, prune=prune, vector=vector)
+        for name in ("values", "meta", "columns", "indices"):
+            if hasattr(c, name) and name in mod._buffers:
+                mod._buffers[name].copy_(getattr(c, name))
         if linear.bias is not None:
             mod.bias.data.copy_(linear.bias.detach())
         return mod
 
     def compressed(self):
         """The weight as a compressed-weight view over this module's buffers (shares their storage)."""
-        if self.pattern.is_24:
+        p = self.pattern
+        if p.is_24:
             return weight_view(self.values, self.meta)
-        return vnm_view(self.values, self.columns, self.meta, self.pattern.v, self.pattern.m, self.in_features)
+        if p.is_vnm:
+            return vnm_view(self.values, self.columns, self.meta, p.v, p.m, self.in_features)
+        return nm_view(self.values, self.indices, p.n, p.m, self.in_features, self.vector)
 
     def weight_dense(self) -> torch.Tensor:
         """The (pruned) dense weight, decompressed on demand."""
         return self.compressed().to_dense()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.pattern.is_24:
-            return sparse24_linear(x, self.values, self.meta, self.bias)
         p = self.pattern
-        return vnm_linear(x, self.values, self.columns, self.meta, p.v, p.m, self.in_features, self.bias)
+        if p.is_24:
+            return sparse24_linear(x, self.values, self.meta, self.bias)
+        if p.is_vnm:
+            return vnm_linear(x, self.values, self.columns, self.meta, p.v, p.m, self.in_features, self.bias)
+        return nm_linear(x, self.values, self.indices, p.n, p.m, self.in_features, self.vector, self.bias)
 
     def extra_repr(self) -> str:
+        vector = f", vector={self.vector}" if self.vector else ""
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, " \
-               f"pattern={self.pattern}"
+               f"pattern={self.pattern}{vector}"
+
+
+@dataclass
+class SparsifySummary:
+    """What ``sparsify`` did: the layers it replaced, those it left dense with the reason, and those
+    ``include``/``exclude`` left out (qualified module names; ``""`` is a bare ``nn.Linear`` passed as the model)."""
+
+    pattern: str
+    replaced: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    excluded: list[str] = field(default_factory=list)
+
+    def skipped_text(self) -> str:
+        """The skipped layers grouped by reason: ``reason: name, name; reason: name``."""
+        by_reason: dict[str, list[str]] = {}
+        for name, reason in self.skipped.items():
+            by_reason.setdefault(reason, []).append(repr(name))
+        return "; ".join(f"{', '.join(names)}: {reason}" for reason, names in by_reason.items())
+
+
+def _skip_reason(linear: nn.Linear, pattern: Pattern) -> str | None:
+    """Why ``linear`` cannot become a ``pattern`` SparseLinear that runs (None: it can)."""
+    if (why := unrunnable(pattern, linear.weight.dtype)) is not None:
+        return why
+    if not pattern.is_24 and not pattern.is_vnm:
+        return None  # general N:M: the CUDA-core and decode kernels take any shape
+    if linear.in_features % 16 or linear.out_features % 8:
+        return ("in_features % 16 != 0 or out_features % 8 != 0: the Sparse Tensor Core kernels (2:4, V:N:M) need "
+                "both; general N:M patterns (e.g. '2:8') take any shape")
+    return None
 
 
 def sparsify(model: nn.Module, pattern: str | Pattern = "2:4", include: Iterable[str] | None = None,
-             exclude: Iterable[str] | None = None) -> nn.Module:
-    """Replace ``nn.Linear`` layers in place by ``SparseLinear`` (magnitude-pruned).
+             exclude: Iterable[str] | None = None, *, vector: int = 32) -> nn.Module:
+    """Replace ``nn.Linear`` layers in place by ``SparseLinear`` (magnitude-pruned to ``pattern``: 2:4, V:N:M or
+    general N:M, every pattern ``cutlass_nm.prune`` takes; ``vector``: the general N:M format's rows sharing
+    positions).
 
-    ``include``/``exclude`` are fnmatch patterns over qualified module names (e.g. ``"*.mlp.*"``).
-    Layers whose shapes the kernels cannot take (in_features % 16, out_features % 8) are skipped with a
-    log line; the returned model is the same object.
+    ``include``/``exclude`` are fnmatch patterns over qualified module names (e.g. ``"*.mlp.*"``). Layers that
+    cannot run the pattern (dtype, shape, NaN/Inf weights) stay dense: one warning lists them with the reason. The
+    returned module is ``model`` itself, or, for a bare ``nn.Linear`` passed as ``model``, its ``SparseLinear``
+    (include/exclude do not apply to it). Its attribute ``sparsify_summary`` (a :class:`SparsifySummary`) says
+    what was replaced, skipped (and why) and excluded. A pattern no family runs raises PatternError.
     """
+    p = Pattern.parse(pattern)
+    check_runnable(p)
+    summary = SparsifySummary(str(p))
     include, exclude = list(include or ["*"]), list(exclude or [])
-    for name, module in list(model.named_modules()):
-        for child_name, child in list(module.named_children()):
-            qualified = f"{name}.{child_name}" if name else child_name
-            if type(child) is not nn.Linear:
-                continue
-            if not any(fnmatch.fnmatch(qualified, p) for p in include) or any(
-                    fnmatch.fnmatch(qualified, p) for p in exclude):
-                continue
-            if child.in_features % 16 or child.out_features % 8:
-                log.info("sparsify: skipping %s (%d -> %d): needs in %% 16 == 0 and out %% 8 == 0", qualified,
-                         child.in_features, child.out_features)
-                continue
-            setattr(module, child_name, SparseLinear.from_linear(child, pattern))
-    return model
+    if type(model) is nn.Linear:
+        layers = [(None, "", "", model)]
+    else:
+        layers = [(module, child_name, f"{name}.{child_name}" if name else child_name, child)
+                  for name, module in model.named_modules() for child_name, child in module.named_children()
+                  if type(child) is nn.Linear]
+    result = model
+    for parent, child_name, qualified, child in layers:
+        if parent is not None and (not any(fnmatch.fnmatch(qualified, q) for q in include)
+                                   or any(fnmatch.fnmatch(qualified, q) for q in exclude)):
+            summary.excluded.append(qualified)
+            continue
+        reason = _skip_reason(child, p)
+        if reason is None:
+            try:
+                sparse = SparseLinear.from_linear(child, p, vector=vector)
+            except CutlassNMError as exc:  # e.g. NaN/Inf weights
+                reason = f"{type(exc).__name__}: {exc}"
+        if reason is not None:
+            summary.skipped[qualified] = reason
+            continue
+        summary.replaced.append(qualified)
+        if parent is None:
+            result = sparse
+        else:
+            setattr(parent, child_name, sparse)
+    if summary.skipped:
+        total = len(summary.skipped) + len(summary.replaced)
+        warnings.warn(f"sparsify: {len(summary.skipped)} of {total} nn.Linear layer(s) left dense (not {p}): "
+                      f"{summary.skipped_text()}", stacklevel=2)
+    result.sparsify_summary = summary
+    return result
 
 
 class SparseGatedMLP(nn.Module):
@@ -135,6 +221,7 @@ class SparseGatedMLP(nn.Module):
         if any(lin.bias is not None for lin in (gate, up, down)):
             raise PatternError("SparseGatedMLP takes bias-free gate, up and down projections")
         w = gate.weight.detach()
+        check_runnable(Pattern.parse(pattern), w.dtype)
         mod = cls(gate.in_features, gate.out_features, pattern, w.device, w.dtype)
         fused = fuse_glu(w, up.weight.detach(), mod.pattern)
         mod.gate_up_values.copy_(fused.values)

@@ -1,16 +1,20 @@
-"""``torch.ops.cutlass_nm.sparse24_linear`` and ``vnm_linear``: matmul as torch.library custom ops.
+"""``torch.ops.cutlass_nm.sparse24_linear``, ``vnm_linear`` and ``nm_linear``: matmul as torch.library custom ops.
 
-They take the weight's canonical tensors (values, metadata, and V:N:M's column indices), so they work under
-``torch.compile(fullgraph=True)`` (a fake implementation gives the output's shape) and inside
-CUDA-graph capture (kernel layouts are built once per weight, before capture, and cached). On a
-CPU tensor it computes the same function through the decompressed weight (a reference path).
+They take the weight's canonical tensors (values, metadata, V:N:M's column indices, N:M's position indices), so
+they work under ``torch.compile(fullgraph=True)`` (a fake implementation gives the output's shape) and inside
+CUDA-graph capture (kernel layouts are built once per weight, before capture, and cached). On a CPU tensor they
+compute the same function through the decompressed weight (a reference path) under exactly matmul's input rules
+(``dispatch.check_inputs`` without the CUDA-device rule), so a CPU test catches what the GPU path refuses. Both
+paths take x of any strides (made contiguous first, as ``nn.Linear`` takes them).
 """
 
 from __future__ import annotations
 
 import torch
 
+from .dispatch import check_inputs, matmul
 from .formats import Sparse24Weight
+from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
 from .patterns import Pattern
 
@@ -45,6 +49,24 @@ def vnm_view(values: torch.Tensor, columns: torch.Tensor, meta: torch.Tensor, v:
     return w
 
 
+def nm_view(values: torch.Tensor, indices: torch.Tensor, n: int, m: int, k: int, vector: int) -> NMWeight:
+    """A general N:M weight (``n:m``, ``k`` in_features, positions shared by ``vector`` rows) over existing tensors,
+    with the shared layout cache (keyed by ``indices``)."""
+    w = NMWeight(values, indices, (int(values.shape[0]), k), Pattern(n, m), vector)
+    w.__dict__["_layouts"] = _layout_cache(indices)
+    return w
+
+
+def linear(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torch.Tensor | None) -> torch.Tensor:
+    """The ops' forward: ``matmul`` on a CUDA x, else the reference through the decompressed weight after the same
+    input checks (all but x's device)."""
+    x = x.contiguous()
+    if x.is_cuda:
+        return matmul(x, w, bias)
+    check_inputs(x, w, bias, cuda=False)
+    return torch.nn.functional.linear(x, w.to_dense(), bias)
+
+
 def clear_layout_cache() -> None:
     """Forget cached kernel layouts (after weights are freed or modified in place)."""
     _LAYOUTS.clear()
@@ -54,13 +76,7 @@ def clear_layout_cache() -> None:
 def sparse24_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor,
                     bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = x · Wᵀ (+ bias) for a 2:4 weight given as (values, meta)."""
-    w = weight_view(values, meta)
-    if x.is_cuda:
-        from .dispatch import matmul
-
-        return matmul(x.contiguous(), w, bias)
-    y = torch.nn.functional.linear(x, w.to_dense().to(x.dtype), None if bias is None else bias.to(x.dtype))
-    return y
+    return linear(x, weight_view(values, meta), bias)
 
 
 @sparse24_linear.register_fake
@@ -92,12 +108,7 @@ sparse24_linear.register_autograd(_backward, setup_context=_setup_context)
 def vnm_linear(x: torch.Tensor, values: torch.Tensor, columns: torch.Tensor, meta: torch.Tensor, v: int, m: int,
                k: int, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = x · Wᵀ (+ bias) for a V:N:M (``v:2:m``) weight given as (values, columns, meta)."""
-    w = vnm_view(values, columns, meta, v, m, k)
-    if x.is_cuda:
-        from .dispatch import matmul
-
-        return matmul(x.contiguous(), w, bias)
-    return torch.nn.functional.linear(x, w.to_dense().to(x.dtype), None if bias is None else bias.to(x.dtype))
+    return linear(x, vnm_view(values, columns, meta, v, m, k), bias)
 
 
 @vnm_linear.register_fake
@@ -124,18 +135,53 @@ def _vnm_backward(ctx, grad):
 vnm_linear.register_autograd(_vnm_backward, setup_context=_vnm_setup_context)
 
 
+@torch.library.custom_op("cutlass_nm::nm_linear", mutates_args=())
+def nm_linear(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, n: int, m: int, k: int, vector: int,
+              bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x · Wᵀ (+ bias) for a general N:M (``n:m``) weight given as (values, indices), positions shared by
+    ``vector`` consecutive rows (``formats.nm``)."""
+    return linear(x, nm_view(values, indices, n, m, k, vector), bias)
+
+
+@nm_linear.register_fake
+def _(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, n: int, m: int, k: int, vector: int,
+      bias: torch.Tensor | None = None) -> torch.Tensor:
+    torch._check(x.shape[-1] == k, lambda: "x's last dim must equal the weight's in_features")
+    return x.new_empty((*x.shape[:-1], values.shape[0]))
+
+
+def _nm_setup_context(ctx, inputs, output) -> None:
+    x, values, indices, n, m, k, vector, bias = inputs
+    ctx.save_for_backward(values, indices)
+    ctx.pattern, ctx.has_bias, ctx.x_dtype = (n, m, k, vector), bias is not None, x.dtype
+
+
+def _nm_backward(ctx, grad):
+    values, indices = ctx.saved_tensors
+    w = nm_view(values, indices, *ctx.pattern).to_dense().to(grad.dtype)
+    grad_x = (grad @ w).to(ctx.x_dtype)
+    grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0) if ctx.has_bias else None
+    return grad_x, None, None, None, None, None, None, grad_bias
+
+
+nm_linear.register_autograd(_nm_backward, setup_context=_nm_setup_context)
+
+
 @torch.library.custom_op("cutlass_nm::vnm_gated_mlp", mutates_args=())
 def vnm_gated_mlp(x: torch.Tensor, gu_values: torch.Tensor, gu_columns: torch.Tensor, gu_meta: torch.Tensor,
                   down_values: torch.Tensor, down_columns: torch.Tensor, down_meta: torch.Tensor, gu_m: int,
                   down_m: int, k: int) -> torch.Tensor:
     """down(silu(x·Gᵀ) ⊙ (x·Uᵀ)) for a fused ``256:2:gu_m`` gate/up weight and a ``128:2:down_m`` down weight
     (``gated_mlp``). Inference only: no autograd formula is registered."""
-    from .gated_mlp import gated_mlp, reference
+    from .gated_mlp import check_pair, gated_mlp, reference
 
     gate_up = vnm_view(gu_values, gu_columns, gu_meta, 256, gu_m, k)
     down = vnm_view(down_values, down_columns, down_meta, 128, down_m, int(gu_values.shape[0]) // 2)
+    x = x.contiguous()
     if x.is_cuda:
-        return gated_mlp(x.contiguous(), gate_up, down)
+        return gated_mlp(x, gate_up, down)
+    check_pair(gate_up, down)  # gated_mlp's rules, but x's device
+    check_inputs(x, gate_up, None, cuda=False)
     return reference(x, gate_up, down)
 
 

@@ -49,10 +49,11 @@ class Pattern:
             return text
         if not isinstance(text, str):
             raise PatternError(f"a pattern is a string like '2:4' or '128:2:8', got {type(text).__name__}")
-        parts = text.strip().split(":")
-        if len(parts) not in (2, 3) or not all(p.strip().isdigit() for p in parts):
+        parts = [p.strip() for p in text.strip().split(":")]
+        if len(parts) not in (2, 3) or not all(p.isascii() and p.isdigit() for p in parts):
             raise PatternError(
-                f"cannot parse pattern {text!r}: expected 'N:M' (e.g. '2:4') or 'V:N:M' (e.g. '128:2:8')")
+                f"cannot parse pattern {text!r}: expected 'N:M' (e.g. '2:4') or 'V:N:M' (e.g. '128:2:8'), written "
+                "with the ASCII digits 0-9")
         nums = [int(p) for p in parts]
         if len(nums) == 2:
             return cls(n=nums[0], m=nums[1])

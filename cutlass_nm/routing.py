@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from .errors import ShapeError
-from .families.launch import device_info
+from .errors import InputError, PatternError, ShapeError
+from .families import FAMILIES
+from .families.launch import device_info, dtype_name
+from .families.nm_simt.family import MAX_GROUP
 from .formats import Sparse24Weight
 from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
@@ -58,3 +60,57 @@ def decode_family(kind: type, pattern: Pattern | str | None = None, vector: int 
         v = Pattern.parse(pattern).v if pattern is not None else None
         return "nm_decode" if v is None or v % 32 == 0 else "nm_decode_simt"
     return "nm_decode" if vector and vector % 32 == 0 else "nm_decode_simt"
+
+
+def gemm_families(kind: type) -> list[str]:
+    """The families that run ``kind`` weights above the decode range (m > DECODE_MAX_M), on every GPU generation
+    routed to (sm_90 and sm_80+)."""
+    if kind is NMWeight:
+        return ["nm_simt"]
+    prefix = "vnm" if kind is VNMWeight else "sptc24"
+    return [f"{prefix}_sm90", f"{prefix}_sm80"]
+
+
+def unrunnable(pattern: Pattern, dtype: torch.dtype | None = None) -> str | None:
+    """Why no kernel family of this version can run a ``pattern`` weight (of ``dtype``; None: any) at every m, or
+    None where one can. The one rule ``prune``, ``compress``, ``SparseLinear`` and ``sparsify`` apply.
+
+    Each m > DECODE_MAX_M family must take the weight (the decode families cover only m <= 16): its declared input
+    dtypes, nm_simt's largest group (M <= MAX_GROUP), and the V:N:M GEMM tiles (one CTA's tile_m rows inside one
+    V-block: V % min(tile_m) == 0)."""
+    kind = weight_class(pattern)
+    for name in gemm_families(kind):
+        family = FAMILIES[name]
+        if dtype is not None and _name(dtype) not in family.input_dtypes:
+            what = {Sparse24Weight: "2:4", VNMWeight: "V:N:M"}.get(kind, "general N:M")
+            hint = ("; fp32 runs general N:M patterns (e.g. '2:8', CUDA cores)" if kind is not NMWeight
+                    and dtype == torch.float32 else "")
+            casts = {"f32": "w.float()", "f16": "w.half()", "bf16": "w.bfloat16()"}
+            return (f"{what} weights run on {name}, which takes {'/'.join(family.input_dtypes)} weights, got "
+                    f"{dtype}: convert the weight first ({' or '.join(casts[d] for d in family.input_dtypes)})"
+                    f"{hint}")
+        if kind is NMWeight and pattern.m > MAX_GROUP:
+            return (f"pattern {pattern}: M = {pattern.m} > {MAX_GROUP}: general N:M runs on {name}, which takes "
+                    f"M <= {MAX_GROUP}; use a pattern with M <= {MAX_GROUP}")
+        if kind is VNMWeight:
+            tile = min(family.space()["tile_m"])
+            if pattern.v % tile:
+                return (f"pattern {pattern}: V = {pattern.v}: V:N:M runs at m > {DECODE_MAX_M} tokens on {name}, "
+                        f"whose tiles of {tile} or more rows lie inside one V-block (V % {tile} == 0); use V = 64 or "
+                        "128")
+    return None
+
+
+def _name(dtype: torch.dtype) -> str | None:
+    try:
+        return dtype_name(dtype)
+    except KeyError:
+        return None
+
+
+def check_runnable(pattern: Pattern, dtype: torch.dtype | None = None) -> None:
+    """Raise PatternError (the pattern) or InputError (the dtype) where :func:`unrunnable` names a rule."""
+    if (why := unrunnable(pattern)) is not None:
+        raise PatternError(f"no kernel family of this version runs {pattern} at every m: {why}")
+    if dtype is not None and (why := unrunnable(pattern, dtype)) is not None:
+        raise InputError(why)

@@ -19,7 +19,7 @@ import torch
 
 from ..errors import InputError, SparsityError
 from ..patterns import Pattern
-from .weight import CompressedWeight
+from .weight import CompressedWeight, check_finite, check_not_empty
 
 VECTORS = (1, 8, 16, 32, 64, 128)
 
@@ -49,6 +49,7 @@ def _check(w: torch.Tensor, pattern: Pattern, vector: int) -> None:
         raise InputError(f"vector must be one of {VECTORS}, got {vector}")
     if not isinstance(w, torch.Tensor) or w.dim() != 2 or not w.is_floating_point():
         raise InputError("an N:M weight is a 2-D floating-point tensor (out_features x in_features)")
+    check_not_empty(w)
 
 
 def _padded(w: torch.Tensor, pattern: Pattern, vector: int) -> torch.Tensor:
@@ -63,6 +64,7 @@ def mask_nm(w: torch.Tensor, pattern: str | Pattern, vector: int = 32) -> torch.
     """Keep, in every group of M along k, the N positions of largest Σ|w| over each vector of rows."""
     pattern = Pattern.parse(pattern)
     _check(w, pattern, vector)
+    check_finite(w)
     a = _padded(w.abs().float(), pattern, vector)  # B, V, G, M
     keep = a.sum(1).topk(pattern.n, dim=-1).indices  # B, G, N
     mask = torch.zeros(a.shape[0], a.shape[2], pattern.m, dtype=torch.bool, device=w.device)
@@ -87,6 +89,7 @@ def compress_nm(w: torch.Tensor, pattern: str | Pattern, vector: int = 32, *, pr
     """Compress an N:M weight (vector-shared positions), or magnitude-prune it first with ``prune=True``."""
     pattern = Pattern.parse(pattern)
     _check(w, pattern, vector)
+    check_finite(w)
     if prune:
         w = w * mask_nm(w, pattern, vector)
     else:

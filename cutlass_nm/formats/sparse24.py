@@ -19,7 +19,7 @@ import torch
 
 from ..errors import InputError, SparsityError
 from ..patterns import Pattern
-from .weight import CompressedWeight
+from .weight import CompressedWeight, check_finite, check_not_empty
 
 GROUP = 4
 KEEP = 2
@@ -35,6 +35,7 @@ def _check_weight(w: torch.Tensor) -> None:
         raise InputError(f"a weight is 2-D (out_features x in_features), got shape {tuple(w.shape)}")
     if w.dtype not in _FLOAT_DTYPES:
         raise InputError(f"weight dtype must be one of {_FLOAT_DTYPES}, got {w.dtype}")
+    check_not_empty(w)
     if w.shape[1] % GROUP:
         raise InputError(f"2:4 needs in_features % 4 == 0, got in_features = {w.shape[1]}")
 
@@ -52,6 +53,7 @@ def _kept_positions(w: torch.Tensor) -> torch.Tensor:
 def mask_24(w: torch.Tensor) -> torch.Tensor:
     """Boolean mask keeping the 2 largest magnitudes of every 4 consecutive weights along k."""
     _check_weight(w)
+    check_finite(w)
     pos = _kept_positions(w)
     mask = torch.zeros(_groups(w).shape, dtype=torch.bool, device=w.device)
     mask.scatter_(-1, pos, True)
@@ -107,6 +109,7 @@ def compress_24(w: torch.Tensor, *, prune: bool = False) -> Sparse24Weight:
     Raises SparsityError, naming the first offending group, if ``w`` is not 2:4 and ``prune`` is False.
     """
     _check_weight(w)
+    check_finite(w)
     if prune:
         w = prune_24(w)
     else:

@@ -22,7 +22,7 @@ import torch
 from ..errors import InputError, ShapeError, SparsityError
 from ..patterns import Pattern
 from .sparse24 import PAD_NIBBLE, Sparse24Weight
-from .weight import CompressedWeight
+from .weight import CompressedWeight, check_finite, check_not_empty
 
 EXACT_LIMIT = 1820  # C(16, 4): exact search for M <= 16
 _CHUNK_ELEMS = 1 << 24
@@ -104,6 +104,7 @@ def _check(w: torch.Tensor, pattern: Pattern) -> None:
         raise InputError(f"{pattern} is not a V:N:M pattern")
     if not isinstance(w, torch.Tensor) or w.dim() != 2 or not w.is_floating_point():
         raise InputError("a V:N:M weight is a 2-D floating-point tensor (out_features x in_features)")
+    check_not_empty(w)
 
 
 def _grouped(w: torch.Tensor, pattern: Pattern) -> torch.Tensor:
@@ -159,6 +160,7 @@ def _fast_columns(a: torch.Tensor, m: int, rounds: int = 2) -> torch.Tensor:
 def select_columns(w: torch.Tensor, pattern: Pattern, exact: bool | None = None) -> torch.Tensor:
     """The 4 kept column offsets per (V-block, group): blocks x G x 4, ascending."""
     _check(w, pattern)
+    check_finite(w)
     a = _grouped(w, pattern)
     use_exact = exact if exact is not None else len(list(itertools.combinations(range(pattern.m), 4))) <= EXACT_LIMIT
     cols = _exact_columns(a, pattern.m) if use_exact else _fast_columns(a, pattern.m)
@@ -190,6 +192,7 @@ def compress_vnm(w: torch.Tensor, pattern: str | Pattern, *, prune: bool = False
     """Compress a V:N:M-sparse weight (or magnitude-prune it first with ``prune=True``)."""
     pattern = Pattern.parse(pattern)
     _check(w, pattern)
+    check_finite(w)
     if prune:
         w = w * mask_vnm(w, pattern, exact)
     else:

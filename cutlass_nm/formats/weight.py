@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from ..errors import InputError, ShapeError
+
 
 class CompressedWeight:
     """Mixin for the format dataclasses; they provide ``values`` and ``shape`` (rows x k)."""
@@ -41,3 +43,21 @@ class CompressedWeight:
         if key not in cache:
             cache[key] = build(self)
         return cache[key]
+
+
+def check_not_empty(w: torch.Tensor) -> None:
+    """Refuse a weight with no rows or no columns (nothing to prune, and no kernel takes n = 0 or k = 0)."""
+    if w.shape[0] < 1 or w.shape[1] < 1:
+        raise ShapeError(f"a weight needs out_features >= 1 and in_features >= 1, got shape {tuple(w.shape)}; "
+                         "drop the empty layer instead of compressing it")
+
+
+def check_finite(w: torch.Tensor) -> None:
+    """Refuse a weight holding NaN or Inf: magnitude pruning cannot rank them and a kernel would spread them to
+    every output they touch. The message gives the count and the first position (row, column)."""
+    bad = ~torch.isfinite(w)
+    if bool(bad.any()):
+        row, col = (int(i) for i in torch.nonzero(bad)[0])
+        raise InputError(f"the weight holds {int(bad.sum())} non-finite value(s) (NaN or Inf), the first at row "
+                         f"{row}, column {col} ({float(w[row, col])}); fix the weight, or zero them first "
+                         "(torch.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0)) if that is what you mean")
