@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import time
 from typing import Any
@@ -124,66 +125,149 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compact(config: dict) -> str:
-    """A config's values in its space's order, e.g. '256,128,128,1,2,cooperative,0,1'."""
-    return ",".join(str(v) for v in config.values())
+def _compact(config: Any) -> str:
+    """A config's fields by name in its space's order, e.g. 'tile_m=256 tile_n=128 ... schedule=cooperative'."""
+    if not isinstance(config, dict):
+        return f"(not a config: {str(config)[:40]})"
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+def _cell(value: Any) -> str:
+    """A value read from a record, safe to print: non-printable characters escaped (never read as markup)."""
+    text = str(value)
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+def _ms(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, int | float) else "—" if value is None else _cell(value)
+
+
+def _db_table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """A table in a terminal (cells folded, never cut), tab-separated full lines after a header line when piped."""
+    if not console.is_terminal:
+        for row in (header, *rows):
+            print("\t".join(row))
+        return
+    from rich.text import Text
+
+    table = Table(*header, title=Text(title))
+    for column in table.columns:
+        column.overflow = "fold"
+    for row in rows:
+        table.add_row(*(Text(c) for c in row))
+    console.print(table)
+
+
+def _db_filters(args: argparse.Namespace) -> dict:
+    """Problem-column filters of ``db ls``/``db show``: family, pattern (canonical form), shape (m by its bucket)."""
+    from .patterns import Pattern
+    from .store.fingerprint import m_bucket
+
+    filters = {"family": args.family, "n": args.n, "k": args.k}
+    if args.pattern:
+        filters["pattern"] = str(Pattern.parse(args.pattern))
+    if args.shape:
+        m, filters["n"], filters["k"] = args.shape
+        filters["m_bucket"] = m_bucket(m)
+    return {k: v for k, v in filters.items() if v is not None}
+
+
+def _db_lines(source: str) -> list[str]:
+    """The lines of a records file, or of another database's export (opened read-only)."""
+    from .errors import StoreError
+    from .store.db import db_timeout
+    from .store.store import Store
+
+    if "://" in source:
+        buf = io.StringIO()
+        Store(source, read_only=True, timeout=db_timeout()).export(buf)
+        return buf.getvalue().splitlines()
+    try:
+        with open(source, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        raise StoreError(f"{source}: no such file; pass a file written by `cutlass-nm db export`") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(f"{source}: cannot read it as a records file ({getattr(exc, 'strerror', None) or exc}); "
+                         "pass a file written by `cutlass-nm db export`") from None
+
+
+def _this_gpu_keys() -> set[str]:
+    from .errors import StoreError
+    from .families import FAMILIES
+    from .store.fingerprint import current_environment
+
+    try:
+        return {current_environment(name).hard_key for name in FAMILIES}
+    except Exception as exc:
+        raise StoreError(f"--this-gpu needs this machine's CUDA GPU and toolchain ({exc.__class__.__name__}: "
+                         f"{str(exc)[:80]}); run it on the GPU host or drop --this-gpu") from None
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    from .store.db import default_url, make_engine, redact, upgrade
-    from .store.store import Store
+    """The tuning database. Read-only commands (path, ls, show, export) never create, migrate or change it;
+    every wait is bounded ($CUTLASS_NM_DB_TIMEOUT); errors are one line (StoreError)."""
+    from .store.db import MissingDatabase, db_timeout, default_url, parse_url, redact, translated
+    from .store.store import ImportRejected, Store, check_records
 
     url = args.url or default_url()
+    parse_url(url)
     if args.db_command == "path":
-        console.print(redact(url))
+        print(redact(url))
         return 0
-    if args.db_command == "upgrade":
-        upgrade(make_engine(url))
-        console.print(f"{redact(url)}: schema at head")
-        return 0
-    store = Store(url)
-    if args.db_command == "ls":
-        table = Table("gpu", "family", "pattern", "m≤", "n", "k", "types", "bias", "p50 ms", "config values",
-                      title=f"winners in {store.url}")
-        for env, w in store.winners():
-            table.add_row(env.gpu, w.family, w.pattern, str(w.m_bucket), str(w.n), str(w.k),
-                          f"{w.dtype}->{w.out_dtype}", str(w.bias), f"{w.p50_ms:.4f}", _compact(w.config))
-        console.print(table)
-    elif args.db_command == "show":
-        filters = {k: v for k, v in (("family", args.family), ("n", args.n), ("k", args.k)) if v is not None}
-        table = Table("m", "n", "k", "status", "p50 ms", "host", "study/trial", "config values", title=store.url)
-        for _, m in store.measurements(**filters)[-args.limit:]:
-            table.add_row(str(m.m), str(m.n), str(m.k), m.status, f"{m.p50_ms:.4f}" if m.p50_ms else "—", m.host,
-                          f"{m.study}/{m.trial}", _compact(m.config))
-        console.print(table)
-    elif args.db_command == "export":
-        out = open(args.out, "w") if args.out else sys.stdout  # noqa: SIM115 - stdout is not ours to close
+    timeout = db_timeout()
+    sources: list[tuple[str, list[str]]] = []
+    if args.db_command in ("import", "merge"):  # every source is validated before the database is opened
+        only = _this_gpu_keys() if args.this_gpu else None
+        with translated(url):
+            sources = [(redact(s) if "://" in s else s, _db_lines(s)) for s in args.sources]
         try:
-            n = store.export(out)
-        finally:
-            if args.out:
-                out.close()
-        console.print(f"exported {n} records", style="dim", highlight=False)
-    elif args.db_command in ("import", "merge"):
-        only = None
-        if args.this_gpu:
-            from .families import FAMILIES
-            from .store.fingerprint import current_environment
-
-            only = {current_environment(name).hard_key for name in FAMILIES}
-        for source in args.sources:
-            if "://" in source:  # another database
-                buf = __import__("io").StringIO()
-                Store(source, create=False).export(buf)
-                lines = buf.getvalue().splitlines()
-            else:
-                with open(source) as f:
-                    lines = f.read().splitlines()
-            stats = store.merge(lines, only_hard_keys=only)
-            console.print(f"{redact(source) if '://' in source else source}: {stats}")
-    elif args.db_command == "gc":
-        n = store.gc(dry_run=args.dry_run)
-        console.print(f"{'would delete' if args.dry_run else 'deleted'} {n} measurements of stale environments")
+            for name, lines in sources:
+                check_records(lines, only, name)
+        except ImportRejected as exc:
+            if args.rejects:
+                with open(args.rejects, "w", encoding="utf-8") as f:
+                    f.writelines(f"{exc.source}:{line}: {reason}\n" for line, reason in exc.rejects)
+            raise
+    with translated(url):
+        if args.db_command in ("ls", "show", "export"):
+            try:
+                store = Store(url, read_only=True, timeout=timeout)
+            except MissingDatabase as exc:
+                print(f"cutlass-nm: {exc}", file=sys.stderr)
+                return 0
+        else:
+            store = Store(url, timeout=timeout)  # creates or migrates the schema
+        if args.db_command == "upgrade":
+            print(f"{store.url}: schema at head")
+        elif args.db_command == "ls":
+            rows = [(_cell(env.gpu), _cell(w.family), _cell(w.pattern), str(w.m_bucket), str(w.n), str(w.k),
+                     _cell(f"{w.dtype}->{w.out_dtype}"), str(w.bias), _ms(w.p50_ms), _cell(_compact(w.config)))
+                    for env, w in store.winners(**_db_filters(args))]
+            _db_table(f"winners in {store.url}", ("gpu", "family", "pattern", "m≤", "n", "k", "types", "bias",
+                                                  "p50 ms", "config"), rows)
+        elif args.db_command == "show":
+            rows = [(_cell(m.family), _cell(m.pattern), str(m.m), str(m.n), str(m.k), _cell(m.status), _ms(m.p50_ms),
+                     _cell(m.host), _cell(f"{m.study}/{m.trial}"), _cell(_compact(m.config)))
+                    for _, m in store.measurements(**_db_filters(args))[-args.limit:]]
+            _db_table(store.url, ("family", "pattern", "m", "n", "k", "status", "p50 ms", "host", "study/trial",
+                                  "config"), rows)
+        elif args.db_command == "export":
+            out = open(args.out, "w") if args.out else sys.stdout  # noqa: SIM115 - stdout is not ours to close
+            try:
+                n = store.export(out)
+            finally:
+                if args.out:
+                    out.close()
+            print(f"exported {n} records", file=sys.stderr)
+        elif args.db_command in ("import", "merge"):
+            for name, lines in sources:  # one transaction per source; all were validated above
+                stats = store.merge(lines, only_hard_keys=only, source=name)
+                print(f"{_cell(name)}: {stats['new']} new, {stats['known']} known, "
+                      f"{stats['skipped_env']} of other GPUs skipped")
+        elif args.db_command == "gc":
+            n = store.gc(dry_run=args.dry_run)
+            print(f"{'would delete' if args.dry_run else 'deleted'} {n} measurements of stale environments")
     return 0
 
 
@@ -316,24 +400,31 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_build)
     p = sub.add_parser("cache", help="show the kernel cache folder")
     p.set_defaults(fn=cmd_cache)
-    db = sub.add_parser("db", help="the tuning database (default: $CUTLASS_NM_DB or SQLite in the user cache dir)")
+    db = sub.add_parser("db", help="the tuning database (default: $CUTLASS_NM_DB or SQLite in the user cache dir)",
+                        description="Waits are bounded by $CUTLASS_NM_DB_TIMEOUT seconds (default 5). path, ls, show "
+                        "and export never create, migrate or change a database; a SQLite file that is not a "
+                        "cutlass_nm tuning database is refused, untouched.")
     db.add_argument("--url", help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db (password never printed)")
     dbs = db.add_subparsers(dest="db_command", required=True)
     dbs.add_parser("path", help="print the database URL")
     dbs.add_parser("upgrade", help="create or migrate the schema (Alembic)")
-    dbs.add_parser("ls", help="winners: the fastest config per (environment, problem)")
-    p = dbs.add_parser("show", help="raw measurements, newest last")
-    p.add_argument("--family")
-    p.add_argument("--n", type=int)
-    p.add_argument("--k", type=int)
-    p.add_argument("--limit", type=int, default=50)
+    for name, text in (("ls", "winners: the best config per (environment, problem)"),
+                       ("show", "raw measurements, newest last")):
+        p = dbs.add_parser(name, help=f"{text}; a table in a terminal, tab-separated lines when piped")
+        p.add_argument("--family", help="only this kernel family")
+        p.add_argument("--pattern", help="only this sparsity pattern, e.g. 2:4")
+        p.add_argument("--shape", type=_shape, help="only this problem: M,N,K (M matches its power-of-two bucket)")
+        p.add_argument("--n", type=int, help="only this n (out features)")
+        p.add_argument("--k", type=int, help="only this k (in features)")
+    p.add_argument("--limit", type=int, default=50, help="the newest this many (default 50)")
     p = dbs.add_parser("export", help="every measurement as JSONL, after a metadata header line")
     p.add_argument("--out", help="file (default: stdout)")
     for name, text in (("import", "add exported records (files); idempotent"),
                        ("merge", "merge files or database URLs; idempotent, keeps the fastest per problem")):
-        p = dbs.add_parser(name, help=text)
+        p = dbs.add_parser(name, help=f"{text}; all or nothing: one invalid record and nothing is written")
         p.add_argument("sources", nargs="+", help="JSONL export files or database URLs")
         p.add_argument("--this-gpu", action="store_true", help="skip records whose hard environment is not this GPU's")
+        p.add_argument("--rejects", help="on rejection, write every rejected line and its reason to this file")
     p = dbs.add_parser("gc", help="delete records of environments built from other kernel templates")
     p.add_argument("--dry-run", action="store_true")
     db.set_defaults(fn=cmd_db)

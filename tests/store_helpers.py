@@ -32,3 +32,35 @@ def write_many(url: str, worker: int, count: int) -> None:
         store.record(env(), key(m=1 << (i % 4 + 8)), 1 << (i % 4 + 8), CONFIGS[(worker + i) % len(CONFIGS)],
                      p50_ms=1.0 + ((worker * 7919 + i * 104729) % 1000) / 1000.0, iterations=10,
                      study=f"w{worker}", trial=i)
+
+
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def pg_schema_url() -> tuple:
+    """(engine, schema, URL of a fresh schema) on the machine's PostgreSQL; skips the test, saying why, without it."""
+    import uuid
+
+    import pytest
+
+    try:
+        import psycopg  # noqa: F401
+        from sqlalchemy import text
+
+        from cutlass_nm.store.db import make_engine
+
+        engine = make_engine(PG_URL)
+        schema = f"cnm_{uuid.uuid4().hex[:12]}"
+        with engine.begin() as conn:
+            conn.execute(text(f"CREATE SCHEMA {schema}"))
+    except Exception as exc:
+        pytest.skip(f"PostgreSQL at 127.0.0.1:5432/test not reachable ({exc.__class__.__name__}); "
+                    "these tests need it (trust auth, database 'test')")
+    return engine, schema, f"{PG_URL}?options=-csearch_path%3D{schema}"
+
+
+def drop_schema(engine, schema: str) -> None:
+    from sqlalchemy import text
+
+    with engine.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))

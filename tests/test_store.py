@@ -9,29 +9,14 @@ import uuid
 import warnings
 
 import pytest
-from store_helpers import CONFIGS, SM90, env, key, write_many
+from store_helpers import CONFIGS, SM90, drop_schema, env, key, pg_schema_url, write_many
 
 from cutlass_nm.families import KernelTypes, Problem
 from cutlass_nm.store.db import make_engine, redact, upgrade
 from cutlass_nm.store.lookup import TunedSelector
 from cutlass_nm.store.store import ImportRejected, Store
 
-PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-def _pg_schema_url():
-    try:
-        import psycopg  # noqa: F401
-        from sqlalchemy import text
-
-        engine = make_engine(PG_URL)
-        schema = f"cnm_{uuid.uuid4().hex[:12]}"
-        with engine.begin() as conn:
-            conn.execute(text(f"CREATE SCHEMA {schema}"))
-    except Exception as exc:
-        pytest.skip(f"PostgreSQL at 127.0.0.1:5432/test not reachable ({exc.__class__.__name__}); "
-                    "these tests need it (trust auth, database 'test')")
-    return engine, schema, f"{PG_URL}?options=-csearch_path%3D{schema}"
+_pg_schema_url = pg_schema_url  # other test modules import it from here
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -39,12 +24,9 @@ def url(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'tuning.sqlite'}"
         return
-    engine, schema, schema_url = _pg_schema_url()
+    engine, schema, schema_url = pg_schema_url()
     yield schema_url
-    from sqlalchemy import text
-
-    with engine.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    drop_schema(engine, schema)
 
 
 def test_concurrent_writers_lose_nothing(url):
@@ -124,7 +106,7 @@ def test_hostile_records_are_rejected_with_reasons(tmp_path, caplog):
         bad_lines.append(json.dumps(rec))
     bad_lines.append("{not json")
     dst = Store(f"sqlite:///{tmp_path / 'b.sqlite'}")
-    with caplog.at_level("WARNING", logger="cutlass_nm.store"), pytest.raises(ImportRejected) as exc:
+    with caplog.at_level("INFO", logger="cutlass_nm.store"), pytest.raises(ImportRejected) as exc:
         dst.merge([header, good, *bad_lines])  # one good record: all or nothing
     assert [line for line, _ in exc.value.rejects] == list(range(3, 3 + len(bad_lines)))
     assert exc.value.total == len(bad_lines) + 1 and "nothing imported" in str(exc.value)

@@ -150,8 +150,9 @@ def make_engine(url: str | None = None, *, read_only: bool = False, timeout: flo
         raise StoreError(f"{redact(url)}: unknown database kind {parsed.drivername!r}; use sqlite:///path or "
                          "postgresql+psycopg://user@host/db") from None
     except ImportError as exc:
+        hint = " (pip install 'psycopg[binary]')" if parsed.get_backend_name() == "postgresql" else ""
         raise StoreError(f"{redact(url)}: the database driver {exc.name or parsed.drivername!r} is not installed; "
-                         "install it (e.g. pip install 'psycopg[binary]') or use another URL") from None
+                         f"install it{hint} or use another URL") from None
 
 
 def _sqlite_engine(parsed: URL, read_only: bool, busy_s: float) -> Engine:

@@ -152,27 +152,30 @@ class Store:
             return bool(res.fetchall())
 
     # -- reading ------------------------------------------------------------------------------
-    def winners(self, hard_key: str | None = None, objective: str = "time") -> list[tuple[Environment, Winner]]:
-        """Winners under ``objective`` (time by default), optionally of one hard environment. A database not yet
+    def winners(self, hard_key: str | None = None, objective: str = "time", **filters: Any
+                ) -> list[tuple[Environment, Winner]]:
+        """Winners under ``objective`` (time by default), optionally of one hard environment and with problem
+        columns equal to ``filters`` (e.g. ``family="sptc24_sm90", n=4096``). A database not yet
         upgraded to 0003 (opened with ``create=False``) has time winners only; one with no schema yet, none.
         A config that is not JSON reads as :class:`.db.Unparsable` (validation rejects that row alone)."""
         state = schema_state(self.engine)
         if state != "current":
-            return self._old_winners(hard_key) if objective == "time" and state == "old" else []
+            return self._old_winners(hard_key, filters) if objective == "time" and state == "old" else []
         with Session(self.engine) as s:
             q = select(Environment, Winner).join(Winner, Winner.environment_id == Environment.id)
-            q = q.where(Winner.objective == objective)
+            q = q.where(Winner.objective == objective, *_equal(Winner.__table__, filters))
             if hard_key:
                 q = q.where(Environment.hard_key == hard_key)
             return [(e, w) for e, w in s.execute(q).all()]
 
-    def _old_winners(self, hard_key: str | None) -> list[tuple[Environment, Any]]:
+    def _old_winners(self, hard_key: str | None, filters: dict[str, Any]) -> list[tuple[Environment, Any]]:
         """Winners of a pre-0003 schema, read without the columns it lacks."""
         from sqlalchemy import MetaData, Table
 
         table = Table("winners", MetaData(), autoload_with=self.engine)
         with Session(self.engine) as s:
             q = select(Environment, table).join(table, table.c.environment_id == Environment.id)
+            q = q.where(*_equal(table, filters))
             if hard_key:
                 q = q.where(Environment.hard_key == hard_key)
             return [(row[0], row) for row in s.execute(q).all()]
@@ -183,8 +186,7 @@ class Store:
             return []
         with Session(self.engine) as s:
             q = select(Environment, Measurement).join(Measurement, Measurement.environment_id == Environment.id)
-            for col, val in filters.items():
-                q = q.where(getattr(Measurement, col) == val)
+            q = q.where(*_equal(Measurement.__table__, filters))
             return [(e, m) for e, m in s.execute(q.order_by(Measurement.id)).all()]
 
     def count(self) -> int:
@@ -211,28 +213,10 @@ class Store:
 
     def merge(self, lines: Iterable[str], only_hard_keys: Collection[str] | None = None,
               source: str = "records") -> dict[str, int]:
-        """Import exported records, all or nothing: every record is validated first; if any fails, nothing is
-        written and :class:`ImportRejected` lists each rejected line and why. Otherwise all are written in one
-        transaction: idempotent (known uids are skipped), winners keep the best. With ``only_hard_keys``, records
-        of other hard environments are skipped. ``source`` names the input in messages."""
-        stats = {"new": 0, "known": 0, "rejected": 0, "skipped_env": 0}
-        good, rejects, total = [], [], 0
-        for line, rec in _records(lines, source):
-            total += 1
-            try:
-                if isinstance(rec, RecordError):
-                    raise rec
-                r = validate_measurement(rec)
-            except RecordError as exc:
-                log.warning("%s line %d rejected: %s", source, line, exc)
-                rejects.append((line, str(exc)))
-                continue
-            if only_hard_keys is not None and r["environment"].hard_key not in only_hard_keys:
-                stats["skipped_env"] += 1
-                continue
-            good.append(r)
-        if rejects:
-            raise ImportRejected(source, rejects, total)
+        """Import exported records, all or nothing (see :func:`check_records`): nothing is written unless every
+        record is valid; then all are written in one transaction. Idempotent (known uids are skipped); winners
+        keep the best."""
+        good, stats = check_records(lines, only_hard_keys, source)
         try:
             stats["new"] = self._write(good)
         except IntegrityError as exc:  # pragma: no cover - a racing writer; the retry finds the uids known
@@ -254,6 +238,37 @@ class Store:
                 s.execute(delete(Environment).where(Environment.id.in_(stale)))
                 s.commit()
             return n
+
+
+def check_records(lines: Iterable[str], only_hard_keys: Collection[str] | None = None, source: str = "records"
+                  ) -> tuple[list[dict], dict[str, int]]:
+    """Validate every record of an export (no database needed): the valid ones to write and the counts, or
+    :class:`ImportRejected` listing each rejected line and why. With ``only_hard_keys``, records of other hard
+    environments are skipped. ``source`` names the input in messages."""
+    stats = {"new": 0, "known": 0, "rejected": 0, "skipped_env": 0}
+    good, rejects, total = [], [], 0
+    for line, rec in _records(lines, source):
+        total += 1
+        try:
+            if isinstance(rec, RecordError):
+                raise rec
+            r = validate_measurement(rec)
+        except RecordError as exc:
+            log.info("%s line %d rejected: %s", source, line, exc)
+            rejects.append((line, str(exc)))
+            continue
+        if only_hard_keys is not None and r["environment"].hard_key not in only_hard_keys:
+            stats["skipped_env"] += 1
+            continue
+        good.append(r)
+    if rejects:
+        raise ImportRejected(source, rejects, total)
+    return good, stats
+
+
+def _equal(table: Any, filters: dict[str, Any]) -> list[Any]:
+    """``column == value`` for each filter (a column the table lacks is a caller's bug: KeyError)."""
+    return [table.c[col] == val for col, val in filters.items()]
 
 
 def _utc(t: datetime.datetime) -> datetime.datetime:
