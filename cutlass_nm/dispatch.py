@@ -40,7 +40,10 @@ def set_selector(selector: Selector | None) -> None:
 
 
 def _default_selector() -> Selector:
-    """The tuning database at its default URL (created on first use); ``CUTLASS_NM_DB=off`` turns it off."""
+    """The tuning database at its default URL, read-only (never created, migrated or changed; silent while it does not
+    exist yet); ``CUTLASS_NM_DB=off`` turns it off. An unreachable, slow, locked or foreign database warns once and
+    the heuristic configs run: every wait is bounded by ``$CUTLASS_NM_DB_TIMEOUT`` seconds (default 5), a writer's
+    lock by 0.5 s."""
     global _selector
     if os.environ.get("CUTLASS_NM_DB", "").lower() in ("off", "none", "0"):
         _selector = _no_selector
