@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .build import build, build_many
+from .build import BuildEvent, build, build_many
 from .build.compiler import is_cached
 from .families import KernelTypes, get_family
 
@@ -54,6 +54,8 @@ def get_kernel(kid: KernelId) -> Callable:
     return launcher
 
 
-def precompile(kids: Iterable[KernelId], workers: int | None = None) -> list:
-    """Compile many kernels in parallel (no GPU needed); returns an Artifact or BuildError per id."""
-    return build_many((_source(k) for k in kids), workers=workers)
+def precompile(kids: Iterable[KernelId], workers: int | None = None,
+               progress: Callable[[BuildEvent], None] | None = None) -> list:
+    """Compile many kernels in parallel (no GPU needed); returns an Artifact or BuildError per id. ``progress``
+    gets a :class:`~cutlass_nm.build.BuildEvent` as each kernel finishes (``build.progress.build_progress``)."""
+    return build_many((_source(k) for k in kids), workers=workers, progress=progress)

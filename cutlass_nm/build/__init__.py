@@ -1,5 +1,5 @@
 """Compile emitted sources with nvcc into an on-disk cache of shared libraries, and load them."""
 
-from .compiler import Artifact, build, build_many, cache_dir
+from .compiler import Artifact, BuildEvent, build, build_many, cache_dir
 
-__all__ = ["Artifact", "build", "build_many", "cache_dir"]
+__all__ = ["Artifact", "BuildEvent", "build", "build_many", "cache_dir"]

@@ -13,8 +13,9 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -41,6 +42,24 @@ class Artifact:
     key: str
     path: Path
     built: bool  # False when it came from the cache
+
+
+@dataclass(frozen=True)
+class BuildEvent:
+    """One finished job of ``build_many``: how many are done of how many, which, and its outcome."""
+
+    done: int
+    total: int
+    name: str
+    result: Artifact | BuildError
+    elapsed: float  # seconds since build_many started
+
+    @property
+    def verdict(self) -> str:
+        """'built', 'cached' or 'FAILED'."""
+        if isinstance(self.result, Exception):
+            return "FAILED"
+        return "built" if self.result.built else "cached"
 
 
 def cache_dir() -> Path:
@@ -131,10 +150,13 @@ def build(source: str, arch: str, name: str = "kernel", timeout: float = 900.0) 
     return Artifact(key, lib, built=True)
 
 
-def build_many(jobs: Iterable[tuple[str, str, str]], workers: int | None = None) -> list[Artifact | BuildError]:
-    """Compile several ``(source, arch, name)`` jobs in parallel; failures come back as BuildError."""
+def build_many(jobs: Iterable[tuple[str, str, str]], workers: int | None = None,
+               progress: Callable[[BuildEvent], None] | None = None) -> list[Artifact | BuildError]:
+    """Compile several ``(source, arch, name)`` jobs in parallel; failures come back as BuildError, in job order.
+    ``progress`` is called in the calling thread as each job finishes (in completion order)."""
     jobs = list(jobs)
     workers = workers or max(1, os.cpu_count() or 1)
+    t0 = time.monotonic()
 
     def one(job: tuple[str, str, str]) -> Artifact | BuildError:
         try:
@@ -142,5 +164,16 @@ def build_many(jobs: Iterable[tuple[str, str, str]], workers: int | None = None)
         except BuildError as exc:
             return exc
 
+    results: list[Artifact | BuildError | None] = [None] * len(jobs)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, jobs))
+        futures = {pool.submit(one, job): i for i, job in enumerate(jobs)}
+        try:
+            for done, future in enumerate(as_completed(futures), start=1):
+                i = futures[future]
+                results[i] = future.result()
+                if progress is not None:
+                    progress(BuildEvent(done, len(jobs), jobs[i][2], results[i], time.monotonic() - t0))
+        except BaseException:  # e.g. Ctrl-C: start no further compiles
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return results  # type: ignore[return-value]  # every slot is filled
