@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import DeviceError, InputError
 from . import shapes as shp
 from .cases import BASELINES, Case
 
@@ -120,7 +121,7 @@ def selected(args: argparse.Namespace) -> tuple[list[shp.Shape], list[str], dict
     shapes = shp.merge([s for name in presets for s in shp.preset(name)] + list(args.shape or []))
     unknown = set(args.family or []) - set(FAMILIES)
     if unknown:
-        raise SystemExit(f"unknown families {sorted(unknown)}; registered: {sorted(FAMILIES)}")
+        raise InputError(f"unknown families {sorted(unknown)}; registered: {sorted(FAMILIES)}")
     families = [f for f in FAMILIES if not args.family or f in args.family]
     if args.patterns:
         pats = [str(Pattern.parse(t)) for t in args.patterns.split(",")]
@@ -132,7 +133,9 @@ def selected(args: argparse.Namespace) -> tuple[list[shp.Shape], list[str], dict
     return shapes, families, patterns
 
 
-def _selector(args: argparse.Namespace, scratch: Path) -> Any:
+def _selector(args: argparse.Namespace, scratch: Path, gpu: bool = True) -> Any:
+    """The tuned-config lookup (None: heuristic configs). ``--records`` files are loaded (and so checked) even
+    without a GPU, but the lookup needs one: records are matched by the GPU's fingerprint."""
     if args.heuristic:
         return None
     from ..store.lookup import TunedSelector
@@ -146,7 +149,16 @@ def _selector(args: argparse.Namespace, scratch: Path) -> Any:
         store = Store(url)
         for path in args.records:
             print(f"tuning records {path}: {store.merge(path.read_text().splitlines())}", flush=True)
+    if not gpu:
+        print("no CUDA GPU here: heuristic configs (tuned configs are looked up by the GPU's fingerprint)")
+        return None
     return TunedSelector(url, quiet_if_missing=True)
+
+
+def _gpu_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def dry_run(cases: list[Case], skipped: list[dict], shapes: list[shp.Shape], types: Any, args) -> None:
@@ -176,8 +188,12 @@ def main(args: argparse.Namespace) -> int:
 
     types = KernelTypes(args.dtype, args.dtype, False)
     shapes, families, patterns = selected(args)
+    gpu = _gpu_visible()
+    if not gpu and not args.dry_run:  # before the tuning DB: its records are looked up by this GPU's fingerprint
+        raise DeviceError("bench needs a CUDA GPU; none is visible (torch.cuda.is_available() is False); "
+                          "--dry-run lists what would be timed")
     scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"cutlass_nm_bench_{os.getpid()}"
-    selector = _selector(args, scratch)
+    selector = _selector(args, scratch, gpu)
     cases, skipped = plan(shapes, families, types, patterns, selector)
     if args.dry_run:
         dry_run(cases, skipped, shapes, types, args)
