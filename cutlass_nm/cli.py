@@ -3,10 +3,14 @@
     cutlass-nm check                 compile the 2:4 kernels for this machine and verify them on its GPU
     cutlass-nm build --shape M,N,K   precompile the kernels matmul will pick for these shapes
     cutlass-nm build --model llama-7b --tokens 2048   ... or for a model's layers (the shipped campaigns)
-    cutlass-nm cache                 where compiled kernels live, and how many
+    cutlass-nm cache                 where compiled kernels live, and how many (path, ls, clear, prune)
     cutlass-nm db ...                the tuning database: path, ls, show, export, import, merge, upgrade, gc
     cutlass-nm tune --model llama-7b --pattern 2:4   tune a model's layer shapes on this GPU (Optuna)
     cutlass-nm bench --quick         every family against cuBLAS and cuSPARSELt on the seeds' shape sets
+    cutlass-nm --version
+
+User errors (an unknown model, a bad pattern, a missing file, no GPU for tune/bench, ...) print one line,
+``cutlass-nm: error: ...``, and exit with 2; ``--debug`` shows their traceback instead.
 """
 
 from __future__ import annotations
@@ -15,12 +19,36 @@ import argparse
 import io
 import sys
 import time
-from typing import Any
+import traceback
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.table import Table
 
+from .errors import CutlassNMError, DeviceError
+
 console = Console()
+PROG = "cutlass-nm"
+USER_OS_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+class UsageError(CutlassNMError):
+    """The command line itself is wrong (argparse's complaint, or options that do not go together)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are exceptions, so that ``main`` reports them in one line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _need_gpu(command: str) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise DeviceError(f"{command} needs a CUDA GPU; none is visible (torch.cuda.is_available() is False)")
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -45,20 +73,21 @@ def _kernel_ids(shapes, families, dtype: str, bias: bool, all_types: bool = Fals
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    from .build.progress import build_progress
     from .campaigns import model_shapes
     from .kernels import precompile
 
     for model in args.model or []:
         args.shape = (args.shape or []) + model_shapes(model, args.tokens, args.campaigns)
     if not args.shape:
-        console.print("[red]give --shape M,N,K or --model NAME")
-        return 2
+        raise UsageError("give --shape M,N,K or --model NAME")
 
     kids = _kernel_ids(args.shape, args.family, args.dtype, args.bias, getattr(args, "all_types", False))
     t0 = time.time()
-    note = "a new sm90 kernel takes 1-2 min on one core"
-    with console.status(f"compiling {len(kids)} kernel(s) on {args.jobs or 'all'} cores ({note})"):
-        results = precompile(kids, workers=args.jobs)
+    console.print(f"compiling {len(kids)} kernel(s) on {args.jobs or 'all'} cores "
+                  "(a new sm90 kernel takes 1-2 min on one core)", highlight=False)
+    with build_progress(len(kids), console) as progress:
+        results = precompile(kids, workers=args.jobs, progress=progress)
     table = Table("family", "config", "result")
     for kid, res in zip(kids, results, strict=True):
         verdict = f"[red]{res}" if isinstance(res, Exception) else ("built" if res.built else "cached")
@@ -116,13 +145,50 @@ def _time(fn, reps: int = 50) -> float:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from .build import cache_dir
+    from .build import cache
+    from .build.compiler import cache_dir
 
     d = cache_dir()
-    libs = list(d.glob("*.so"))
-    console.print(f"{d}: {len(libs)} kernel(s), {sum(p.stat().st_size for p in libs) / 1e6:.1f} MB "
-                  "(set CUTLASS_NM_CACHE to move it)")
+    what = args.cache_command
+    if what == "path":
+        print(d)
+    elif what == "ls":
+        _cache_ls(cache.entries(d))
+    elif what == "clear":
+        n = len(cache.entries(d))
+        if not args.yes and not _confirm(f"delete all {n} compiled kernel(s) in {d}?"):
+            raise UsageError("cache clear deletes every compiled kernel: confirm with --yes")
+        n, size = cache.clear(d)
+        print(f"deleted {n} kernel(s), {size / 1e6:.1f} MB")
+    elif what == "prune":
+        gone = cache.prune(args.days, d, dry_run=args.dry_run)
+        verb = "would delete" if args.dry_run else "deleted"
+        print(f"{verb} {len(gone)} kernel(s) unused for {args.days:g} days, {sum(e.size for e in gone) / 1e6:.1f} MB")
+    else:
+        libs = cache.entries(d)
+        console.print(f"{d}: {len(libs)} kernel(s), {sum(e.size for e in libs) / 1e6:.1f} MB "
+                      "(set CUTLASS_NM_CACHE to move it)", highlight=False, soft_wrap=True)
     return 0
+
+
+def _cache_ls(entries: list) -> None:
+    """Kernels oldest first: a table in a terminal, tab-separated full lines when piped."""
+    rows = [(e.name, f"{e.size / 1e6:.1f} MB", time.strftime("%Y-%m-%d %H:%M", time.localtime(e.mtime)), e.key)
+            for e in entries]
+    if not console.is_terminal:
+        for row in rows:
+            print("\t".join(row))
+        return
+    table = Table("kernel", "size", "built", "key", title=f"{len(rows)} kernel(s)")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
 def _compact(config: Any) -> str:
@@ -292,8 +358,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     for model in args.model or []:
         shapes += model_shapes(model, args.tokens, args.campaigns)
     if not shapes:
-        console.print("[red]give --shape M,N,K or --model NAME")
-        return 2
+        raise UsageError("give --shape M,N,K or --model NAME")
+    _need_gpu("tune")  # after the arguments' own checks, before any DB or CUDA work
     table = Table("m x n x k", "trials", "measured", "pruned", "failed", "best ms", "best config", "seconds")
     gpus = _resolve_gpus(args.gpus)
     with Progress(console=console, transient=True) as bar:
@@ -333,7 +399,7 @@ def _resolve_gpus(gpus: list[int] | str | None) -> list[int]:
     import torch
 
     if not torch.cuda.is_available():
-        raise SystemExit("--gpus all: no CUDA GPU here (give indices to plan, or tune on the GPU host)")
+        raise DeviceError("--gpus all: no CUDA GPU is visible here")
     return list(range(torch.cuda.device_count()))
 
 
@@ -382,10 +448,51 @@ def _problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bias", action="store_true", help="kernels with a fused bias")
 
 
-def main(argv: list[str] | None = None) -> int:
+EXAMPLES = {
+    "check": "example: cutlass-nm check --jobs 8",
+    "build": "example: cutlass-nm build --model llama-7b --tokens 2048 --all-types",
+    "tune": "example: cutlass-nm tune --model llama-7b --tokens 16 --pattern 2:8 --trials 60",
+    "bench": "example: cutlass-nm bench --preset headline --dry-run",
+    "db": "example: cutlass-nm db export --out records.jsonl",
+}
+
+
+def version() -> str:
+    """The installed distribution's version, else the package's own."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("cutlass-nm")
+    except metadata.PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand's ``--help`` its one-line summary (argparse shows it only in the parent's list) and
+    an example where there is one."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for choice in action._choices_actions:
+            child = action.choices[choice.dest]
+            if child.description is None and choice.help:
+                child.description = choice.help[0].upper() + choice.help[1:] + "."
+            if child.epilog is None and child.prog.split()[-1] in EXAMPLES and parser.prog == PROG:
+                child.epilog = EXAMPLES[child.prog.split()[-1]]
+            _describe(child)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``cutlass-nm`` argument parser, with every subcommand."""
     from .families import FAMILIES
 
-    parser = argparse.ArgumentParser(prog="cutlass-nm", description="N:M-sparse GEMM kernels emitted with CUTLASS.")
+    parser = _Parser(prog=PROG, description="N:M-sparse GEMM kernels emitted with CUTLASS.",
+                     epilog="User errors print one line and exit 2; --debug shows the traceback.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of a user error (anywhere on the "
+                        "command line)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("check", help="compile this machine's 2:4 kernels and verify them on its GPU")
     p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: all cores)")
@@ -398,8 +505,21 @@ def main(argv: list[str] | None = None) -> int:
                    help="every dtype (f16, bf16) x output (same, f32) x bias variant, not just --dtype/--bias")
     p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: all cores)")
     p.set_defaults(fn=cmd_build)
-    p = sub.add_parser("cache", help="show the kernel cache folder")
-    p.set_defaults(fn=cmd_cache)
+    p = sub.add_parser("cache", help="the compiled-kernel cache: its folder, kernels, size; clear or prune it",
+                       description="With no subcommand: the folder, its kernel count and size.",
+                       epilog="example: cutlass-nm cache prune --days 14 --dry-run")
+    p.set_defaults(fn=cmd_cache, cache_command=None)
+    cache = p.add_subparsers(dest="cache_command", metavar="{path,ls,clear,prune}")
+    cache.add_parser("path", help="print the cache folder ($CUTLASS_NM_CACHE/kernels or the user cache dir)")
+    cache.add_parser("ls", help="list compiled kernels, oldest first: name, size, build time, key")
+    q = cache.add_parser("clear", help="delete every compiled kernel, its sidecars and failure logs")
+    q.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    q = cache.add_parser("prune", help="delete kernels neither built nor loaded in the last --days days",
+                         description="Delete kernels neither built nor loaded in the last --days days (loads are "
+                         "seen through the file's access time where the filesystem keeps it), and failure logs "
+                         "and leftovers of interrupted compiles older than that.")
+    q.add_argument("--days", type=float, default=30.0, help="age limit in days (default 30)")
+    q.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
     db = sub.add_parser("db", help="the tuning database (default: $CUTLASS_NM_DB or SQLite in the user cache dir)",
                         description="Waits are bounded by $CUTLASS_NM_DB_TIMEOUT seconds (default 5). path, ls, show "
                         "and export never create, migrate or change a database; a SQLite file that is not a "
@@ -449,10 +569,48 @@ def main(argv: list[str] | None = None) -> int:
 
     bench_arguments(p)
     p.set_defaults(fn=cmd_bench)
-    args = parser.parse_args(argv)
-    if getattr(args, "family", None) is None and args.command == "build":
-        args.family = ["sptc24_sm90"]
-    return args.fn(args)
+    _describe(parser)
+    return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    more = f" (and {len(lines) - 1} more line(s): rerun with --debug)" if len(lines) > 1 else ""
+    return lines[0] + more
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a ``cutlass-nm`` command; return its exit status. A user error (any ``CutlassNMError``, a bad command
+    line, a file that cannot be opened) prints ``cutlass-nm: error: <one line>`` and returns 2; Ctrl-C returns
+    130; an unexpected exception is a bug: its traceback, then a line saying so, and 1. ``--debug`` re-raises."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # anywhere on the line, and also for errors of the command line itself
+    try:
+        args = build_parser().parse_args([a for a in argv if a != "--debug"])
+        if getattr(args, "family", None) is None and args.command == "build":
+            args.family = ["sptc24_sm90"]
+        return args.fn(args)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except (CutlassNMError, *USER_OS_ERRORS) as exc:
+        if debug:
+            raise
+        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if debug:
+            raise
+        traceback.print_exc()
+        print(f"{PROG}: internal error ({type(exc).__name__}), a bug: please report it with the traceback above",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
