@@ -48,7 +48,7 @@ def _user_error(capsys, argv: list[str]) -> str:
     (["build", "--campaigns", str(ROOT / "README.md"), "--model", "llama-7b"], "README.md"),
     (["db", "import", "/nonexistent.jsonl"], "/nonexistent.jsonl"),
     (["bench", "--dry-run", "--records", "/nonexistent.jsonl"], "/nonexistent.jsonl: No such file or directory"),
-    (["bench", "--dry-run", "--records", str(ROOT / "README.md")], "export"),
+    (["bench", "--dry-run", "--records", str(ROOT / "README.md")], "README.md"),
     (["bench", "--report", str(ROOT)], "Is a directory"),
     (["bench", "--family", "no_such_family"], "unknown families"),
     (["db", "--url", "nosuchdb://host/x", "ls"], "nosuchdb"),

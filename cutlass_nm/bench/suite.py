@@ -148,7 +148,7 @@ def _selector(args: argparse.Namespace, scratch: Path, gpu: bool = True) -> Any:
         url = f"sqlite:///{scratch / 'records.sqlite'}"
         store = Store(url)
         for path in args.records:
-            print(f"tuning records {path}: {store.merge(path.read_text().splitlines())}", flush=True)
+            print(f"tuning records {path}: {store.merge(path.read_text().splitlines(), source=str(path))}", flush=True)
     if not gpu:
         print("no CUDA GPU here: heuristic configs (tuned configs are looked up by the GPU's fingerprint)")
         return None
