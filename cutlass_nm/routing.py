@@ -86,8 +86,8 @@ def unrunnable(pattern: Pattern, dtype: torch.dtype | None = None) -> str | None
             hint = ("; fp32 runs general N:M patterns (e.g. '2:8', CUDA cores)" if kind is not NMWeight
                     and dtype == torch.float32 else "")
             casts = {"f32": "w.float()", "f16": "w.half()", "bf16": "w.bfloat16()"}
-            return (f"{what} weights run on {name}, which takes {'/'.join(family.input_dtypes)} weights, got "
-                    f"{dtype}: convert the weight first ({' or '.join(casts[d] for d in family.input_dtypes)})"
+            return (f"{what} weights run on {name}, which takes the dtypes {'/'.join(family.input_dtypes)}, got "
+                    f"a {dtype} weight: convert the weight first ({' or '.join(casts[d] for d in family.input_dtypes)})"
                     f"{hint}")
         if kind is NMWeight and pattern.m > MAX_GROUP:
             return (f"pattern {pattern}: M = {pattern.m} > {MAX_GROUP}: general N:M runs on {name}, which takes "

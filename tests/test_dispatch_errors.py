@@ -95,3 +95,54 @@ def test_default_family_by_weight_kind_gpu_and_m(monkeypatch):
     monkeypatch.setattr(routing, "device_info", lambda d: DeviceInfo(108, (8, 0), "A100"))
     assert default_family(dev, cutlass_nm.VNMWeight, m=64) == "vnm_sm80"
     assert default_family(dev) == "sptc24_sm80"
+
+
+def test_check_inputs_without_the_device_rule_is_the_cpu_reference_rule(w):
+    """dispatch.check_inputs(cuda=False) is every rule but x's device: what the custom ops' CPU path applies."""
+    from cutlass_nm.dispatch import check_inputs
+
+    x = torch.randn(4, 512, dtype=torch.float16)
+    check_inputs(x, w, None, cuda=False)
+    with pytest.raises(InputError, match="CUDA tensor"):
+        check_inputs(x, w, None)
+    for bad, fragment in ((torch.randn(4, 512), "float16 or bfloat16"),
+                          (torch.randn(4, 512, dtype=torch.bfloat16), "dtype mismatch"),
+                          (torch.randn(512, 4, dtype=torch.float16).T, "contiguous")):
+        with pytest.raises(InputError, match=fragment):
+            check_inputs(bad, w, None, cuda=False)
+
+
+@pytest.mark.parametrize("op", ["sparse24_linear", "vnm_linear", "nm_linear"])
+def test_cpu_op_path_refuses_what_the_gpu_path_refuses(op):
+    """dtype mismatch, fp32 x with a Tensor Core weight, misaligned x, bias dtype: refused on the CPU too."""
+    pattern, dtype = {"sparse24_linear": ("2:4", torch.float16), "vnm_linear": ("64:2:8", torch.float16),
+                      "nm_linear": ("3:7", torch.float32)}[op]
+    c = cutlass_nm.compress(torch.randn(64, 128, dtype=dtype), pattern, prune=True)
+    if op == "sparse24_linear":
+        def call(x, bias=None):
+            return torch.ops.cutlass_nm.sparse24_linear(x, c.values, c.meta, bias)
+    elif op == "vnm_linear":
+        def call(x, bias=None):
+            return torch.ops.cutlass_nm.vnm_linear(x, c.values, c.columns, c.meta, 64, 8, 128, bias)
+    else:
+        def call(x, bias=None):
+            return torch.ops.cutlass_nm.nm_linear(x, c.values, c.indices, 3, 7, 128, 32, bias)
+    x = torch.randn(4, 128, dtype=dtype)
+    torch.testing.assert_close(call(x), x @ c.to_dense().T)
+    with pytest.raises(InputError, match="dtype mismatch"):
+        call(torch.randn(4, 128, dtype=torch.bfloat16))
+    if dtype != torch.float32:
+        with pytest.raises(InputError, match="float16 or bfloat16 for a"):
+            call(torch.randn(4, 128))
+    with pytest.raises(InputError, match="16-byte aligned"):
+        call(torch.randn(4 * 128 + 1, dtype=dtype)[1:].view(4, 128))
+    with pytest.raises(InputError, match="bias dtype"):
+        call(x, torch.zeros(64, dtype=torch.float64))
+    assert call(torch.empty(0, 128, dtype=dtype)).shape == (0, 64)  # m = 0: empty result
+
+
+def test_fp32_weights_with_tensor_core_patterns_cannot_be_built():
+    """fp32 2:4 / V:N:M weights can never run: refused at compress, so matmul never sees one."""
+    for pattern in ("2:4", "128:2:8"):
+        with pytest.raises(InputError, match="which takes the dtypes f16/bf16"):
+            cutlass_nm.compress(torch.randn(256, 512), pattern, prune=True)

@@ -48,3 +48,48 @@ def test_violation_is_named():
     assert "3 > 2 positions of group 0" in validate_nm(w, "2:8", 32)
     with pytest.raises(SparsityError):
         compress_nm(w, "2:8", 32)
+
+
+def test_public_prune_refuses_groups_no_family_runs():
+    """M > 64: nm_simt (general N:M at m > 16) takes M <= 64, so prune refuses the pattern, naming the rule."""
+    import cutlass_nm
+    from cutlass_nm import PatternError
+
+    with pytest.raises(PatternError, match=r"M = 128 > 64: general N:M runs on nm_simt, which takes M <= 64"):
+        cutlass_nm.prune(torch.randn(8, 256), "2:128")
+    with pytest.raises(PatternError, match=r"M = 100 > 64"):
+        cutlass_nm.compress(torch.zeros(8, 256), "3:100")
+    w, _ = cutlass_nm.prune(torch.randn(8, 256), "2:64")  # the largest group that runs
+    assert w.pattern.m == 64
+
+
+def test_public_prune_refuses_fp64():
+    import cutlass_nm
+    from cutlass_nm import InputError
+
+    with pytest.raises(InputError, match=r"nm_simt, which takes the dtypes f32/f16/bf16, got a torch.float64"):
+        cutlass_nm.prune(torch.randn(8, 16, dtype=torch.float64), "2:8")
+
+
+@pytest.mark.parametrize("make", ["prune", "compress_prune", "compress"])
+def test_non_finite_weights_are_refused(make):
+    import cutlass_nm
+    from cutlass_nm import InputError
+
+    w = torch.zeros(40, 21)
+    w[33, 20], w[39, 0] = float("inf"), float("nan")
+    call = {"prune": lambda: cutlass_nm.prune(w, "3:7"), "compress": lambda: cutlass_nm.compress(w, "3:7"),
+            "compress_prune": lambda: cutlass_nm.compress(w, "3:7", prune=True)}[make]
+    with pytest.raises(InputError, match=r"2 non-finite value\(s\) \(NaN or Inf\), the first at row 33, column 20"):
+        call()
+
+
+@pytest.mark.parametrize("shape", [(0, 16), (16, 0)])
+def test_empty_weight_is_a_shape_error_not_a_reshape_error(shape):
+    import cutlass_nm
+    from cutlass_nm import ShapeError
+
+    with pytest.raises(ShapeError, match=r"out_features >= 1 and in_features >= 1"):
+        cutlass_nm.prune(torch.zeros(shape), "2:8")
+    with pytest.raises(ShapeError, match=r"out_features >= 1 and in_features >= 1"):
+        compress_nm(torch.zeros(shape), "2:8")

@@ -29,7 +29,7 @@ def test_prune_keeps_two_largest_of_four(shape, dtype, seed):
 
 
 @settings(max_examples=40, deadline=None)
-@given(shapes, dtypes, st.integers(0, 2**31 - 1))
+@given(shapes, st.sampled_from([torch.float16, torch.bfloat16]), st.integers(0, 2**31 - 1))
 def test_compress_roundtrip(shape, dtype, seed):
     w = _rand(*shape, dtype, seed)
     c, mask = prune(w, "2:4")
@@ -77,7 +77,7 @@ def test_sm80_reorder_matches_rule():
 
 
 def test_validate_reports_offending_groups():
-    w = torch.zeros(3, 8)
+    w = torch.zeros(3, 8, dtype=torch.float16)
     w[1, 4:7] = 1.0  # three nonzeros in row 1, group 1
     w[2, 0:2] = 1.0
     bad = validate_24(w)
@@ -95,8 +95,8 @@ def test_compress_keeps_sparser_than_24_groups():
 
 @pytest.mark.parametrize(
     ("w", "fragment"),
-    [(torch.randn(4, 6), "in_features % 4"), (torch.randn(4, 8).to(torch.int32), "dtype"),
-     (torch.randn(2, 4, 8), "2-D")],
+    [(torch.randn(4, 6).half(), "in_features % 4"), (torch.randn(4, 8).to(torch.int32), "dtype"),
+     (torch.randn(2, 4, 8).half(), "2-D")],
 )
 def test_bad_weights(w, fragment):
     with pytest.raises(InputError, match=fragment):
@@ -108,3 +108,33 @@ def test_general_nm_patterns_get_their_own_format():
 
     w, mask = prune(torch.randn(32, 16), "2:8")
     assert isinstance(w, NMWeight) and mask.float().mean() == 0.25
+
+
+def test_fp32_24_weight_is_refused_naming_the_rule():
+    """An fp32 2:4 weight can never run (Sparse Tensor Cores take fp16/bf16): prune and compress refuse it."""
+    w = torch.randn(8, 16)
+    for call in (lambda: prune(w, "2:4"), lambda: compress(w, "2:4", prune=True), lambda: compress(w * 0, "2:4")):
+        with pytest.raises(InputError, match=r"sptc24_sm90, which takes the dtypes f16/bf16.*w\.half\(\)"):
+            call()
+    assert compress_24(w, prune=True).dtype == torch.float32  # the format itself stays dtype-agnostic
+
+
+@pytest.mark.parametrize("make", [lambda w: prune(w, "2:4"), lambda w: compress(w, "2:4", prune=True),
+                                  lambda w: compress(w, "2:4")])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_weights_are_refused_with_count_and_position(make, bad):
+    w = torch.zeros(6, 16, dtype=torch.float16)
+    w[3, 9] = w[5, 2] = bad
+    with pytest.raises(InputError, match=r"2 non-finite value\(s\) \(NaN or Inf\), the first at row 3, column 9"):
+        make(w)
+
+
+@pytest.mark.parametrize("shape", [(0, 16), (8, 0), (0, 0)])
+def test_empty_weights_are_a_shape_error(shape):
+    from cutlass_nm import ShapeError
+
+    w = torch.zeros(shape, dtype=torch.float16)
+    with pytest.raises(ShapeError, match=r"out_features >= 1 and in_features >= 1"):
+        prune(w, "2:4")
+    with pytest.raises(ShapeError, match=r"out_features >= 1 and in_features >= 1"):
+        compress(w, "2:4")

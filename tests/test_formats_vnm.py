@@ -25,7 +25,7 @@ patterns = st.sampled_from(["32:2:4", "32:2:7", "64:2:8", "32:2:10", "128:2:16",
 def test_prune_compress_roundtrip(pattern, rows, k, seed):
     p = Pattern.parse(pattern)
     w = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed))
-    c, mask = cutlass_nm.prune(w, pattern)
+    c, mask = compress_vnm(w, p, prune=True), mask_vnm(w, p)  # the format (any V, fp32); prune refuses V = 32
     dense = c.to_dense()
     assert dense.shape == w.shape
     assert torch.equal(dense, w * mask)
@@ -136,3 +136,40 @@ def test_decode_vnm_layout_round_trip(pattern, n, k):
     values, cols, stride = decode_vnm_layout(w)
     dense = _emulate_mode3(values, cols, stride, n, w.pattern.m, w.pattern.v)
     assert torch.equal(dense[:n, :k], w.to_dense().double()) and not dense[:n, k:].any() and not dense[n:].any()
+
+
+def test_public_prune_refuses_v32_and_fp32_naming_the_rule():
+    """V = 32 runs only at m <= 16 (the decode families): the GEMM tiles of m > 16 take V % 64 == 0, so prune
+    refuses it up front; an fp32 V:N:M weight has no family at all."""
+    from cutlass_nm import InputError, PatternError
+
+    with pytest.raises(PatternError, match=r"V = 32: V:N:M runs at m > 16 tokens on vnm_sm90.*V % 64 == 0"):
+        cutlass_nm.prune(torch.randn(64, 64, dtype=torch.float16), "32:2:8")
+    with pytest.raises(PatternError, match=r"V % 64 == 0"):
+        cutlass_nm.compress(torch.zeros(64, 64, dtype=torch.float16), "32:2:8")
+    with pytest.raises(InputError, match=r"vnm_sm90, which takes the dtypes f16/bf16"):
+        cutlass_nm.prune(torch.randn(64, 64), "64:2:8")
+    w, _ = cutlass_nm.prune(torch.randn(64, 64, dtype=torch.bfloat16), "64:2:8")
+    assert w.pattern.v == 64
+
+
+@pytest.mark.parametrize("make", [lambda w: cutlass_nm.prune(w, "64:2:8"),
+                                  lambda w: cutlass_nm.compress(w, "64:2:8", prune=True),
+                                  lambda w: cutlass_nm.compress(w, "64:2:8")])
+def test_non_finite_weights_are_refused(make):
+    from cutlass_nm import InputError
+
+    w = torch.zeros(70, 20, dtype=torch.float16)
+    w[65, 7] = float("nan")
+    with pytest.raises(InputError, match=r"1 non-finite value\(s\) \(NaN or Inf\), the first at row 65, column 7"):
+        make(w)
+
+
+@pytest.mark.parametrize("shape", [(0, 64), (64, 0)])
+def test_empty_weight_is_a_shape_error_not_a_zero_division(shape):
+    from cutlass_nm import ShapeError
+
+    with pytest.raises(ShapeError, match=r"out_features >= 1 and in_features >= 1"):
+        cutlass_nm.prune(torch.zeros(shape, dtype=torch.float16), "64:2:8")
+    with pytest.raises(ShapeError, match=r"out_features >= 1 and in_features >= 1"):
+        compress_vnm(torch.zeros(shape), Pattern.parse("64:2:8"))

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from cutlass_nm import ConfigError, PatternError, ShapeError
+from cutlass_nm import ConfigError, InputError, PatternError, ShapeError
 from cutlass_nm.families import KernelTypes, Problem, get_family
 from cutlass_nm.formats.glu import deinterleave, fuse_glu, interleave, kept_fractions, split_glu
 from cutlass_nm.formats.vnm import compress_vnm, validate_vnm
@@ -114,21 +114,21 @@ def _mlp(dim: int, hidden: int) -> nn.Module:
 
 def test_sparse_gated_mlp_on_cpu_state_dict_and_compile():
     torch.manual_seed(1)
-    model = nn.ModuleDict({"mlp": _mlp(64, 256), "other": _mlp(64, 200)})
+    model = nn.ModuleDict({"mlp": _mlp(64, 256), "other": _mlp(64, 200)}).to(torch.bfloat16)  # V:N:M: fp16/bf16
     sparse = sparsify_gated_mlps(copy.deepcopy(model), "128:2:8", include=["*"])
     assert isinstance(sparse["mlp"], SparseGatedMLP)
     assert not isinstance(sparse["other"], SparseGatedMLP)  # hidden 200 % 128: left alone
     mod = sparse["mlp"]
     assert isinstance(mod.down_proj, SparseLinear) and str(mod.down_proj.pattern) == "128:2:8"
     gate, up, down = mod.dense_weights()
-    x = torch.randn(3, 5, 64)
+    x = torch.randn(3, 5, 64, dtype=torch.bfloat16)
     ref = (nn.functional.silu(x @ gate.T) * (x @ up.T)) @ down.T
     torch.testing.assert_close(mod(x), ref)
     # pruned: gate/up keep 1/4 of the weights, each their own values
     dense = model["mlp"]
     assert (gate != 0).float().mean() == 0.25 and torch.equal(gate[gate != 0], dense.gate_proj.weight[gate != 0])
     assert "gate_up_values" in mod.state_dict() and "down_proj.meta" in mod.state_dict()
-    fresh = SparseGatedMLP(64, 256, "128:2:8")
+    fresh = SparseGatedMLP(64, 256, "128:2:8", dtype=torch.bfloat16)
     fresh.load_state_dict(mod.state_dict())
     torch.testing.assert_close(fresh(x), ref)
     torch.testing.assert_close(torch.compile(mod, fullgraph=True)(x), ref)
@@ -143,6 +143,17 @@ def test_sparse_gated_mlp_rejects_biases_and_bad_patterns():
     mlp.up_proj = nn.Linear(64, 256, bias=True)
     with pytest.raises(PatternError, match="bias-free"):
         SparseGatedMLP.from_linears(mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+    with pytest.raises(InputError, match="vnm_sm90, which takes the dtypes f16/bf16"):  # fp32: no family runs it
+        SparseGatedMLP.from_linears(_mlp(64, 256).gate_proj, mlp.gate_proj, mlp.down_proj)
+
+
+def test_gated_mlp_op_cpu_path_applies_the_gpu_input_rules():
+    mod = SparseGatedMLP.from_linears(*(lin.half() for lin in (lambda m: (m.gate_proj, m.up_proj, m.down_proj))(
+        _mlp(64, 256))))
+    with pytest.raises(InputError, match="dtype mismatch"):
+        mod(torch.randn(2, 64, dtype=torch.bfloat16))
+    with pytest.raises(InputError, match="float16 or bfloat16"):
+        mod(torch.randn(2, 64))
 
 
 def test_family_reference_is_the_transposed_swiglu_the_kernel_writes():

@@ -8,69 +8,81 @@ import cutlass_nm
 from cutlass_nm.nn import SparseLinear, sparsify
 
 
-def _mlp(dtype=torch.float32):
+H = torch.bfloat16  # 2:4 and V:N:M run fp16/bf16 only: the CPU reference path applies the GPU path's rules
+
+
+def _mlp(dtype=H):
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32, bias=False), nn.ReLU(),
                          nn.Linear(30, 8)).to(dtype)
 
 
 def test_sparse_linear_matches_masked_dense():
-    lin = nn.Linear(64, 48)
+    lin = nn.Linear(64, 48).to(H)
     sl = SparseLinear.from_linear(lin)
     _, mask = cutlass_nm.prune(lin.weight.detach())
-    x = torch.randn(5, 3, 64)
+    x = torch.randn(5, 3, 64, dtype=H)
     ref = nn.functional.linear(x, lin.weight * mask, lin.bias)
     torch.testing.assert_close(sl(x), ref)
 
 
 def test_state_dict_is_compressed_and_round_trips():
-    sl = SparseLinear.from_linear(nn.Linear(64, 48))
+    sl = SparseLinear.from_linear(nn.Linear(64, 48).to(H))
     sd = sl.state_dict()
     assert set(sd) == {"values", "meta", "bias"}
     assert sd["values"].shape == (48, 32) and sd["meta"].dtype == torch.uint8
-    fresh = SparseLinear(64, 48)
+    fresh = SparseLinear(64, 48).to(H)  # built in the default dtype, cast afterwards
     fresh.load_state_dict(sd)
-    x = torch.randn(4, 64)
+    x = torch.randn(4, 64, dtype=H)
     torch.testing.assert_close(fresh(x), sl(x))
 
 
 def test_sparsify_with_vnm():
-    model = sparsify(_mlp(), "64:2:8")
+    with pytest.warns(UserWarning, match="'4': in_features % 16"):
+        model = sparsify(_mlp(), "64:2:8")
     assert isinstance(model[0], SparseLinear) and str(model[0].pattern) == "64:2:8"
 
 
 def test_sparsify_replaces_selected_layers():
     model = _mlp()
-    sparsify(model, "2:4", exclude=["2"])
+    with pytest.warns(UserWarning, match="1 of 2 nn.Linear"):
+        sparsify(model, "2:4", exclude=["2"])
     assert isinstance(model[0], SparseLinear)
     assert type(model[2]) is nn.Linear  # excluded
     assert type(model[4]) is nn.Linear  # in_features 30: skipped
+    assert model.sparsify_summary.replaced == ["0"] and model.sparsify_summary.excluded == ["2"]
+    assert "in_features % 16" in model.sparsify_summary.skipped["4"]
 
 
 def test_opcheck_and_compile_fullgraph_on_cpu():
-    sl = SparseLinear.from_linear(nn.Linear(64, 48))
-    x = torch.randn(6, 64)
+    sl = SparseLinear.from_linear(nn.Linear(64, 48).to(H))
+    x = torch.randn(6, 64, dtype=H)
     torch.library.opcheck(torch.ops.cutlass_nm.sparse24_linear.default, (x, sl.values, sl.meta, sl.bias))
     compiled = torch.compile(sl, fullgraph=True, backend="eager")
     torch.testing.assert_close(compiled(x), sl(x))
 
 
-def test_only_24_and_vnm_patterns():
-    with pytest.raises(cutlass_nm.PatternError, match="128:2:8"):
-        SparseLinear(64, 48, pattern="2:8")
+@pytest.mark.parametrize(("pattern", "fragment"), [
+    ("2:128", r"M = 128 > 64: general N:M runs on nm_simt, which takes M <= 64"),
+    ("32:2:8", r"V = 32: V:N:M runs at m > 16 tokens on vnm_sm90.*V % 64 == 0")])
+def test_patterns_prune_refuses_are_refused_by_the_module_too(pattern, fragment):
+    with pytest.raises(cutlass_nm.PatternError, match=fragment):
+        SparseLinear(64, 48, pattern=pattern)
+    with pytest.raises(cutlass_nm.PatternError, match=fragment):
+        sparsify(_mlp(), pattern)
 
 
-@pytest.mark.parametrize("pattern", ["128:2:8", "64:2:7", "32:2:16"])
+@pytest.mark.parametrize("pattern", ["128:2:8", "64:2:7", "256:2:16"])
 def test_vnm_sparse_linear_matches_masked_dense_and_round_trips(pattern):
     torch.manual_seed(1)
-    lin = nn.Linear(100, 160)
+    lin = nn.Linear(100, 160).to(H)
     sl = SparseLinear.from_linear(lin, pattern)
     _, mask = cutlass_nm.prune(lin.weight.detach(), pattern)
-    x = torch.randn(3, 5, 100)
+    x = torch.randn(3, 5, 100, dtype=H)
     torch.testing.assert_close(sl(x), nn.functional.linear(x, lin.weight * mask, lin.bias))
     sd = sl.state_dict()
     assert set(sd) == {"values", "columns", "meta", "bias"}
-    fresh = SparseLinear(100, 160, pattern=pattern)
+    fresh = SparseLinear(100, 160, pattern=pattern, dtype=H)
     fresh.load_state_dict(sd)
     torch.testing.assert_close(fresh(x), sl(x))
     torch.library.opcheck(torch.ops.cutlass_nm.vnm_linear.default,
@@ -81,9 +93,9 @@ def test_vnm_sparse_linear_matches_masked_dense_and_round_trips(pattern):
 
 
 def test_vnm_gradients_flow_to_inputs_and_bias():
-    lin = nn.Linear(64, 128)
+    lin = nn.Linear(64, 128).to(H)
     sl = SparseLinear.from_linear(lin, "128:2:8")
-    x = torch.randn(4, 64, requires_grad=True)
+    x = torch.randn(4, 64, dtype=H, requires_grad=True)
     sl(x).square().sum().backward()
     x2 = x.detach().clone().requires_grad_(True)
     b2 = sl.bias.detach().clone().requires_grad_(True)
@@ -110,9 +122,9 @@ def test_gpu_compile_and_cuda_graph_match_eager(pattern):
 
 
 def test_gradients_flow_to_inputs_and_bias():
-    lin = nn.Linear(64, 48)
+    lin = nn.Linear(64, 48).to(H)
     sl = SparseLinear.from_linear(lin)
-    x = torch.randn(5, 64, requires_grad=True)
+    x = torch.randn(5, 64, dtype=H, requires_grad=True)
     sl(x).square().sum().backward()
     x2 = x.detach().clone().requires_grad_(True)
     w = sl.weight_dense()
@@ -129,21 +141,162 @@ def test_safetensors_round_trip_keeps_only_compressed_weights(tmp_path):
     from cutlass_nm.nn import SparseGatedMLP
 
     torch.manual_seed(3)
-    lin = nn.ModuleDict({name: nn.Linear(64, 256, bias=False) for name in ("gate", "up")})
+    lin = nn.ModuleDict({name: nn.Linear(64, 256, bias=False) for name in ("gate", "up")}).to(H)
     model = nn.ModuleDict({
-        "a": SparseLinear.from_linear(nn.Linear(64, 32), "2:4"),
-        "b": SparseLinear.from_linear(nn.Linear(64, 128), "128:2:8"),
-        "mlp": SparseGatedMLP.from_linears(lin["gate"], lin["up"], nn.Linear(256, 64, bias=False), "128:2:8"),
+        "a": SparseLinear.from_linear(nn.Linear(64, 32).to(H), "2:4"),
+        "b": SparseLinear.from_linear(nn.Linear(64, 128).to(H), "128:2:8"),
+        "mlp": SparseGatedMLP.from_linears(lin["gate"], lin["up"], nn.Linear(256, 64, bias=False).to(H), "128:2:8"),
+        "c": SparseLinear.from_linear(nn.Linear(64, 40).to(H), "3:7"),
+        "d": SparseLinear.from_linear(nn.Linear(64, 40), "2:8", vector=8),  # fp32: general N:M only
     })
     state = model.state_dict()
     assert not any(name.endswith("weight") for name in state)  # no dense copy
-    dense_bytes = (32 * 64 + 128 * 64 + 3 * 256 * 64) * 4
+    assert state["c.indices"].dtype == torch.uint8 and state["d.indices"].shape == (5, 16)
+    dense_bytes = (32 * 64 + 128 * 64 + 3 * 256 * 64 + 40 * 64) * 2 + 40 * 64 * 4
     assert sum(t.numel() * t.element_size() for t in state.values()) < 0.75 * dense_bytes
     path = tmp_path / "model.safetensors"
     safetensors.save_file(state, str(path))
     fresh = nn.ModuleDict({"a": SparseLinear(64, 32, True, "2:4"), "b": SparseLinear(64, 128, True, "128:2:8"),
-                           "mlp": SparseGatedMLP(64, 256, "128:2:8")})
+                           "mlp": SparseGatedMLP(64, 256, "128:2:8"), "c": SparseLinear(64, 40, True, "3:7"),
+                           "d": SparseLinear(64, 40, True, "2:8", vector=8)})
+    for name in ("a", "b", "mlp", "c"):
+        fresh[name].to(H)
     fresh.load_state_dict(safetensors.load_file(str(path)))
-    x = torch.randn(5, 64)
-    for name in ("a", "b", "mlp"):
+    x = torch.randn(5, 64, dtype=H)
+    for name in ("a", "b", "mlp", "c"):
         torch.testing.assert_close(fresh[name](x), model[name](x))
+    torch.testing.assert_close(fresh["d"](x.float()), model["d"](x.float()))
+
+
+@pytest.mark.parametrize(("pattern", "vector", "dtype"), [("3:7", 32, torch.float32), ("2:8", 1, H),
+                                                          ("1:4", 8, torch.float16), ("5:64", 128, torch.float32)])
+def test_general_nm_sparse_linear_matches_masked_dense_and_round_trips(pattern, vector, dtype):
+    torch.manual_seed(4)
+    lin = nn.Linear(100, 70).to(dtype)
+    sl = SparseLinear.from_linear(lin, pattern, vector=vector)
+    _, mask = cutlass_nm.prune(lin.weight.detach(), pattern, vector=vector)
+    x = torch.randn(3, 5, 100, dtype=dtype)
+    ref = nn.functional.linear(x.double(), (lin.weight * mask).double(), lin.bias.double())
+    torch.testing.assert_close(sl(x).double(), ref, rtol=2e-2, atol=2e-2)
+    assert torch.equal(sl.weight_dense(), (lin.weight * mask).detach())
+    sd = sl.state_dict()
+    assert set(sd) == {"values", "indices", "bias"} and sd["indices"].dtype == torch.uint8
+    fresh = SparseLinear(100, 70, pattern=pattern, dtype=dtype, vector=vector)
+    fresh.load_state_dict(sd)
+    torch.testing.assert_close(fresh(x), sl(x))
+    p = sl.pattern
+    torch.library.opcheck(torch.ops.cutlass_nm.nm_linear.default,
+                          (x.reshape(15, 100), sl.values, sl.indices, p.n, p.m, 100, vector, sl.bias))
+    torch.testing.assert_close(torch.compile(sl, fullgraph=True, backend="eager")(x), sl(x))
+    assert f"pattern={pattern}, vector={vector}" in repr(sl)
+
+
+def test_general_nm_gradients_flow_to_inputs_and_bias():
+    sl = SparseLinear.from_linear(nn.Linear(50, 24), "3:7")
+    x = torch.randn(4, 50, requires_grad=True)
+    sl(x).square().sum().backward()
+    x2 = x.detach().clone().requires_grad_(True)
+    b2 = sl.bias.detach().clone().requires_grad_(True)
+    nn.functional.linear(x2, sl.weight_dense(), b2).square().sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(sl.bias.grad, b2.grad)
+
+
+def test_sparsify_takes_general_nm_on_any_shape_and_warns_nothing():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = sparsify(_mlp(torch.float32), "3:7")
+    assert all(isinstance(model[i], SparseLinear) for i in (0, 2, 4))  # 30 -> 8 too: CUDA cores take any shape
+    assert model.sparsify_summary.replaced == ["0", "2", "4"] and not model.sparsify_summary.skipped
+    x = torch.randn(2, 30)
+    torch.testing.assert_close(model[4](x), nn.functional.linear(x, model[4].weight_dense(), model[4].bias))
+
+
+def test_sparsify_warns_once_with_the_skipped_layers_and_why():
+    model = nn.Sequential(nn.Linear(64, 128), nn.Linear(128, 32), nn.Linear(30, 8), nn.Linear(12, 8)).float()
+    model[1].weight.data[5, 7] = float("nan")
+    model[0].to(H)
+    with pytest.warns(UserWarning) as record:
+        sparsify(model, "2:4")
+    assert len(record) == 1  # one message for every skipped layer
+    text = str(record[0].message)
+    assert text.startswith("sparsify: 3 of 4 nn.Linear layer(s) left dense (not 2:4)")
+    assert "'2', '3': in_features % 16 != 0" not in text  # fp32: the dtype rule comes first
+    summary = model.sparsify_summary
+    assert summary.replaced == ["0"] and set(summary.skipped) == {"1", "2", "3"}
+    assert "which takes the dtypes f16/bf16, got a torch.float32 weight" in summary.skipped["1"]
+    assert "'1', '2', '3': 2:4 weights run on sptc24_sm90" in text
+    model2 = nn.Sequential(nn.Linear(64, 32), nn.Linear(30, 8)).to(H)
+    model2[0].weight.data[5, 7] = float("inf")
+    with pytest.warns(UserWarning, match=r"'0': InputError: the weight holds 1 non-finite value\(s\).*row 5, column 7"
+                      r".*'1': in_features % 16 != 0"):
+        sparsify(model2, "128:2:8")
+    assert type(model2[0]) is nn.Linear and model2.sparsify_summary.replaced == []
+
+
+def test_sparsify_converts_a_bare_linear():
+    lin = nn.Linear(64, 32).to(H)
+    out = sparsify(lin, "64:2:8")
+    assert isinstance(out, SparseLinear) and out.sparsify_summary.replaced == [""]
+    x = torch.randn(3, 64, dtype=H)
+    torch.testing.assert_close(out(x), nn.functional.linear(x, out.weight_dense(), lin.bias))
+    fp32 = nn.Linear(64, 32)
+    with pytest.warns(UserWarning, match="1 of 1"):
+        same = sparsify(fp32, "2:4")  # cannot run: returned unchanged, with the reason
+    assert same is fp32 and "float32" in same.sparsify_summary.skipped[""]
+
+
+@pytest.mark.parametrize("pattern", ["2:4", "128:2:8", "3:7"])
+def test_cpu_op_path_applies_the_gpu_input_rules(pattern):
+    """The CPU reference path refuses what matmul refuses on the GPU (all but x's device)."""
+    dtype = H if pattern != "3:7" else torch.float16
+    sl = SparseLinear.from_linear(nn.Linear(64, 128).to(dtype), pattern)
+    other = torch.float16 if dtype == H else torch.bfloat16
+    with pytest.raises(cutlass_nm.InputError, match="dtype mismatch"):
+        sl(torch.randn(4, 64, dtype=other))
+    if pattern != "3:7":
+        with pytest.raises(cutlass_nm.InputError, match="float16 or bfloat16 for a"):
+            sl(torch.randn(4, 64))
+    buf = torch.randn(4 * 64 + 1, dtype=dtype)
+    with pytest.raises(cutlass_nm.InputError, match="16-byte aligned"):
+        sl(buf[1:].view(4, 64))
+    with pytest.raises(cutlass_nm.InputError, match="in_features 64"):
+        sl(torch.randn(4, 60, dtype=dtype))
+    sl.bias.data = sl.bias.data.float()
+    with pytest.raises(cutlass_nm.InputError, match="bias dtype"):
+        sl(torch.randn(4, 64, dtype=dtype))
+    sl.bias.data = sl.bias.data.to(dtype)
+    xt = torch.randn(64, 4, dtype=dtype).T  # any strides: made contiguous on both paths, as nn.Linear takes them
+    torch.testing.assert_close(sl(xt), sl(xt.contiguous()))
+    assert sl(torch.empty(0, 64, dtype=dtype)).shape == (0, 128)  # m = 0: an empty result
+
+
+def test_fp32_module_with_24_weight_is_refused_at_forward_not_silently_run():
+    sl = SparseLinear(64, 32)  # fp32 buffers: fine to build and cast, but they cannot run
+    with pytest.raises(cutlass_nm.InputError, match="float16 or bfloat16 for a Sparse24Weight"):
+        sl(torch.randn(2, 64))
+    with pytest.raises(cutlass_nm.InputError, match="sptc24_sm90, which takes the dtypes f16/bf16"):
+        SparseLinear.from_linear(nn.Linear(64, 32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("pattern", "dtype", "vector"), [("3:7", torch.float16, 32), ("3:7", torch.float32, 32),
+                                                          ("2:8", torch.bfloat16, 1), ("5:64", torch.float32, 8)])
+@pytest.mark.parametrize("m", [1, 5, 16, 17, 203])
+def test_gpu_general_nm_sparse_linear_matches_fp64(pattern, dtype, vector, m):
+    """SparseLinear with a general N:M weight on the GPU (decode families at m <= 16, nm_simt above): fp64
+    reference, tails in n and k, stale NaN in the freed memory the output is allocated from."""
+    torch.manual_seed(m)
+    lin = nn.Linear(1003, 520).to(device="cuda", dtype=dtype)
+    sl = SparseLinear.from_linear(lin, pattern, vector=vector)
+    x = torch.randn(m, 1003, device="cuda", dtype=dtype)
+    ref = x.double() @ sl.weight_dense().double().T + lin.bias.double()
+    poison = torch.full((1 << 22,), float("nan"), device="cuda", dtype=dtype)
+    del poison  # the caching allocator hands this NaN-filled block to the op's output
+    y = sl(x)
+    torch.cuda.synchronize()
+    assert y.shape == (m, 520) and y.dtype == dtype and torch.isfinite(y).all()
+    err = ((y.double() - ref).norm() / ref.norm()).item()
+    assert err < (2e-5 if dtype == torch.float32 else 1e-2), err

@@ -19,7 +19,8 @@ def test_parse_valid(text, n, m, v):
     ("text", "fragment"),
     [("4:4", "N < M"), ("5:4", "N < M"), ("0:4", "N < M"), ("2:200", "maximum"), ("48:2:8", "V in"),
      ("128:3:8", "N must be 2"), ("2-4", "cannot parse"), ("a:b", "cannot parse"), ("1:2:3:4", "cannot parse"),
-     ("", "cannot parse"), ("-2:4", "cannot parse")],
+     ("", "cannot parse"), ("-2:4", "cannot parse"), ("2:\u00b2", "ASCII digits"), ("\u0662:\u0664", "ASCII digits"),
+     ("128:2:\uff18", "ASCII digits"), ("2:4\u0301", "cannot parse")],
 )
 def test_parse_invalid_says_why(text, fragment):
     with pytest.raises(PatternError, match=fragment):
@@ -47,3 +48,10 @@ def test_nm_roundtrip_or_error(n, m):
     else:
         with pytest.raises(PatternError):
             Pattern.parse(f"{n}:{m}")
+
+
+def test_non_ascii_digits_name_the_accepted_syntax():
+    """'2:²' used to raise a bare ValueError from int(), '٢:٤' used to parse as 2:4."""
+    for text in ("2:\u00b2", "\u0662:\u0664"):
+        with pytest.raises(PatternError, match=r"expected 'N:M' \(e\.g\. '2:4'\) or 'V:N:M'.*ASCII digits 0-9"):
+            Pattern.parse(text)
