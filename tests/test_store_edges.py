@@ -171,6 +171,7 @@ def test_bad_import_writes_nothing(url, tmp_path):
         assert expected in reason
     assert dst.count() == 0 and dst.winners() == []
     assert dst.merge([header, *good])["new"] == len(good)  # the good ones alone import
+    dst.engine.dispose()
 
 
 def _foreign_sqlite(path: Path) -> None:
@@ -257,6 +258,7 @@ def test_bad_config_row_on_postgresql_is_skipped_alone():
             conn.execute(text("""UPDATE winners SET config = '{"tile_m": "evil"}' WHERE n = 4096"""))
         with pytest.warns(RuntimeWarning, match="skipped 1 malformed"):
             assert TunedSelector(url, env=env())(SM90, Problem(2048, 8192, 4096, PROBLEM.types)) == CONFIGS[2]
+        store.engine.dispose()
     finally:
         drop_schema(engine, schema)
 
@@ -269,7 +271,9 @@ def test_read_only_postgresql_creates_no_tables():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert TunedSelector(url, env=env())(SM90, PROBLEM) is None
-        assert Store(url, read_only=True).winners() == []
+        reader = Store(url, read_only=True)
+        assert reader.winners() == []
+        reader.engine.dispose()
         assert inspect(engine).get_table_names(schema=schema) == []
     finally:
         drop_schema(engine, schema)

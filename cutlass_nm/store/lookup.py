@@ -88,6 +88,7 @@ class TunedSelector:
         from .store import Store
 
         url = self.url or default_url()
+        store = None
         try:
             from ..families import FAMILIES
 
@@ -97,7 +98,10 @@ class TunedSelector:
             rows = [row for key in hard_keys for row in store.winners(hard_key=key)]
             by_objective = [] if self.objective == "time" else [
                 row for key in hard_keys for row in store.winners(hard_key=key, objective=self.objective)]
+            store.engine.dispose()  # read once: no connection stays open
         except Exception as exc:  # missing, unreachable, locked, corrupt, foreign or too slow: fall back, once
+            if store is not None:
+                store.engine.dispose()
             if self.quiet_if_missing and isinstance(exc, MissingDatabase):  # normal before any tuning
                 return self._table
             self._warn_once("db", f"cutlass_nm: tuning DB {redact(url)} unusable "
