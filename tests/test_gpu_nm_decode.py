@@ -7,6 +7,7 @@ import logging
 
 import pytest
 import torch
+from gpu_cases import pruned
 
 import cutlass_nm
 from cutlass_nm.arch import HOPPER
@@ -62,7 +63,7 @@ def test_decode_runs_vnm_weights(family, pattern, m):
     n, k = 520, 1003
     g = torch.Generator(device="cuda").manual_seed(11)
     x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=g)
-    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), pattern)
+    w = pruned(torch.randn(n, k, device="cuda", dtype=torch.float16, generator=g), pattern)  # V = 32 too
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
     y = cutlass_nm.matmul(x, w, out=out, family=family)
     ref = x.double() @ w.to_dense().double().T
@@ -86,7 +87,7 @@ def _check_forced(cfg, pattern: str, vector: int, n: int, k: int, m: int, *, see
     ``warm``: call once before (the first call on a weight builds its layout and launches without PDL)."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
-    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=dtype, generator=g), pattern, vector=vector)
+    w = pruned(torch.randn(n, k, device="cuda", dtype=dtype, generator=g), pattern, vector)  # V = 32 too
     bias = torch.randn(n, device="cuda", dtype=dtype, generator=g) if with_bias else None
     out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
     refused = []  # dispatch would fall back to the heuristic: the config under test must be the one that runs

@@ -354,7 +354,7 @@ def test_fp32_routing_and_refusals():
     assert default_family(torch.device("cpu"), NMWeight, 3, torch.float16, vector=32) == "nm_decode"
     assert default_family(torch.device("cpu"), NMWeight, 3, torch.float16, vector=1) == "nm_decode_simt"
     assert default_family(torch.device("cpu"), NMWeight, 17, torch.float16) == "nm_simt"
-    w24 = cutlass_nm.compress(torch.randn(256, 512, dtype=torch.float32), "2:4", prune=True)
+    w24 = cutlass_nm.compress(torch.randn(256, 512, dtype=torch.float16), "2:4", prune=True)  # fp32 2:4: refused
     with pytest.raises(InputError, match="float16 or bfloat16"):
         cutlass_nm.matmul(torch.randn(4, 512), w24)
     with pytest.raises(InputError, match="float64"):

@@ -7,7 +7,6 @@ from torch import nn
 import cutlass_nm
 from cutlass_nm.nn import SparseLinear, sparsify
 
-
 H = torch.bfloat16  # 2:4 and V:N:M run fp16/bf16 only: the CPU reference path applies the GPU path's rules
 
 

@@ -51,5 +51,5 @@ def test_every_weight_type_names_its_pattern(pattern):
     """matmul's dispatch key reads ``w.pattern`` from every weight type."""
     import cutlass_nm
 
-    w, _ = cutlass_nm.prune(torch.randn(128, 256), pattern)
+    w, _ = cutlass_nm.prune(torch.randn(128, 256, dtype=torch.float16), pattern)
     assert str(w.pattern) == pattern

@@ -12,6 +12,7 @@ from cutlass_nm import ConfigError
 from cutlass_nm.families import FAMILIES, KernelTypes, Problem, get_family
 from cutlass_nm.families.vnm_sm80.family import SHAPES, Config, fallback_config, gathered_k, kernel_layout
 from cutlass_nm.formats import Sparse24Weight, meta_sm80
+from cutlass_nm.formats.vnm import compress_vnm
 
 FAM = get_family("vnm_sm80")
 F16 = KernelTypes("f16", "f16", False)
@@ -93,7 +94,7 @@ def test_kernel_layout_computes_the_product(pattern, shape):
     equals x·Wᵀ: what the kernel computes."""
     n, k = shape
     g = torch.Generator().manual_seed(0)
-    w, _ = cutlass_nm.prune(torch.randn(n, k, generator=g), pattern)
+    w, _ = cutlass_nm.prune(torch.randn(n, k, generator=g).half(), pattern)
     x = torch.randn(5, k, generator=g, dtype=torch.float64)
     values, e, gidx, e_rows = kernel_layout(w)
     kg = gathered_k(w)
@@ -128,10 +129,10 @@ def test_tile_m_128_hands_v64_weights_to_its_twin():
     calls = []
     launcher = FAM.bind(lib, cfg, F16, [lambda *a: calls.append(a)])
     assert isinstance(launcher, vnm_sm80._Launcher)
-    w, _ = cutlass_nm.prune(torch.randn(128, 256), "64:2:8")
+    w, _ = cutlass_nm.prune(torch.randn(128, 256, dtype=torch.float16), "64:2:8")
     launcher(torch.randn(4, 256), w, None, torch.empty(4, 128))
     assert len(calls) == 1 and calls[0][1] is w
-    w32, _ = cutlass_nm.prune(torch.randn(64, 256), "32:2:8")
+    w32 = compress_vnm(torch.randn(64, 256, dtype=torch.float16), "32:2:8", prune=True)  # prune refuses V = 32
     with pytest.raises(cutlass_nm.ShapeError, match="V % tile_m"):
         launcher(torch.randn(4, 256), w32, None, torch.empty(4, 64))
 
