@@ -20,8 +20,9 @@ def _read(path: str | Path | None) -> str:
 
 def load_models(path: str | Path | None = None) -> dict[str, list[tuple[str, int, int]]]:
     """``{model: [(layer, out_features, in_features), ...]}`` from a campaign file (default: the shipped one)."""
+    text = _read(path)
     try:
-        raw = json.loads(_read(path))
+        raw = json.loads(text)
         models = {}
         for name, layers in raw.items():
             if name.startswith("_"):
