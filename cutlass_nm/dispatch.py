@@ -70,27 +70,19 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
     is ``(..., n)`` in ``out_dtype`` (default: x's dtype), written into ``out`` when given. ``family`` forces a
     kernel family.
     """
+    out_dtype = out_dtype or (out.dtype if out is not None else x.dtype)
     check_inputs(x, w, bias)
-    dtype, device, shape = x.dtype, x.device, x.shape
-    out_dtype = out_dtype or (dtype if out is None else out.dtype)
-    n = w.out_features
-    if len(shape) == 2:  # the common case: no reshape, no view
-        x2, m = x, shape[0]
-        y = y2 = _check_out(out, (m, n), out_dtype, device)
-    else:
-        x2 = x.reshape(-1, shape[-1])
-        m = x2.shape[0]
-        y = _check_out(out, (*shape[:-1], n), out_dtype, device)
-        y2 = y.view(m, n)
-    if m == 0:
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    y = _check_out(out, (*lead, w.out_features), out_dtype, x.device)
+    if x2.shape[0] == 0:
         return y
-    kind = type(w)
-    key = (m, n, shape[-1], dtype, out_dtype, bias is not None, device, family, kind, w.pattern,
-           w.vector if kind is NMWeight else 0)
+    key = (x2.shape[0], w.out_features, w.in_features, x.dtype, out_dtype, bias is not None, x.device, family,
+           type(w), w.pattern, w.vector if isinstance(w, NMWeight) else 0)
     kernel = _RESOLVED.get(key)
     if kernel is None:
         kernel = _resolve(key)
-    kernel(x2, w, bias, y2)
+    kernel(x2, w, bias, y.view(-1, w.out_features))
     return y
 
 
