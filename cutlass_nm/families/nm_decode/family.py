@@ -25,17 +25,7 @@ from ...formats.nm import NMWeight, decode_layout, decode_mma_layout
 from ...formats.vnm import VNMWeight, decode_vnm_layout
 from ...patterns import Pattern, parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
-from ..launch import (
-    NO_LAYOUTS,
-    Prepared,
-    check_status,
-    device_info,
-    fast_function,
-    launcher_token,
-    remember,
-    stream_handle,
-    vp,
-)
+from ..launch import check_status, device_info
 
 TEMPLATE = "families/nm_decode/kernel.cu"  # both decode families' kernel
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16"}
@@ -296,9 +286,7 @@ class _DecodeFamily(Family):
 
 
 class Launcher:
-    """Either decode family's launcher: ``cnm_run`` over the weight's layout for the config's mode. The first call
-    per (weight, m) prepares what later calls reuse (:class:`~cutlass_nm.families.launch.Prepared`): the layout's
-    pointers, the pattern's numbers, the launch plan (split, piece, shared memory), the device."""
+    """Either decode family's launcher: ``cnm_run`` over the weight's layout for the config's mode."""
 
     def __init__(self, lib: ctypes.CDLL, cfg: DecodeKernel, types: KernelTypes, family: str) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
@@ -307,8 +295,6 @@ class Launcher:
         lib.cnm_max_active_clusters.argtypes = [i32] * 3
         lib.cnm_max_active_clusters.restype = i32
         self.lib = lib
-        self.fast = fast_function(lib, "cnm_run")
-        self.token = launcher_token()
         self.cfg = cfg
         self.family = family
         self.out_kind = 1 if types.out_dtype == "f32" else 0
@@ -331,34 +317,22 @@ class Launcher:
         return {"split": split, "piece": piece, "smem": smem, "clusters": -(-w.out_features // self.cfg.block_rows),
                 "max_active_clusters": fits}
 
-    def prepare(self, x: torch.Tensor, w) -> tuple[Prepared, int]:
-        """The launch constants of (w, m = x's rows), kept on the weight for later calls, and this call's PDL flag:
-        0 on a weight's first call (its layout is written just before, and that launch must not overlap its
-        writer), else 1 (as every later call's)."""
+    def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         m, k = x.shape
         n, keep, group = w.out_features, w.pattern.n, w.pattern.m
         vector = w.vector if isinstance(w, NMWeight) else w.pattern.v if self.cfg.mode == 3 else 1
         if self.cfg.mode == 2 and vector % 32:
             raise ShapeError(f"nm_decode mode 2 needs a vector that is a multiple of 32, got {vector}")
+        # PDL, except on a weight's first call: its layout is written just before, and that launch must not overlap
+        # its writer
         pdl = int(w.has_layout(self.layout_key))
         values, indices, stride = w.layout(self.layout_key, self.layout)
         split, piece, smem = self._plan(x, w, stride)
-        args = (vp(values.data_ptr()), vp(indices.data_ptr()), m, n, k, keep, group, vector, stride, split, piece,
-                smem, self.out_kind, x.get_device())
-        return remember(w, (self.token, m), Prepared(w.values, args)), pdl
-
-    def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-        entry = w.__dict__.get("_layouts", NO_LAYOUTS).get((self.token, x.shape[0]))
-        if entry is None or entry.values is not w.values:
-            entry, pdl = self.prepare(x, w)
-        else:
-            pdl = 1
-        values, indices, m, n, k, keep, group, vector, stride, split, piece, smem, out_kind, device = entry.args
-        status = self.fast(vp(x.data_ptr()), values, indices, None if bias is None else vp(bias.data_ptr()),
-                           vp(y.data_ptr()), m, n, k, keep, group, vector, stride, split, piece, smem, out_kind, pdl,
-                           vp(stream_handle(device)))
-        if status:
-            check_status(status, self.family, (m, n, k))
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        status = self.lib.cnm_run(x.data_ptr(), values.data_ptr(), indices.data_ptr(),
+                                  None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, keep, group,
+                                  vector, stride, split, piece, smem, self.out_kind, pdl, stream)
+        check_status(status, self.family, (m, w.out_features, k))
 
 
 FAMILY = _DecodeFamily()

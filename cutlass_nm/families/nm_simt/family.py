@@ -22,17 +22,7 @@ from ...errors import LaunchError
 from ...formats.nm import VECTORS, NMWeight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem
-from ..launch import (
-    NO_LAYOUTS,
-    Prepared,
-    check_status,
-    fast_function,
-    launcher_token,
-    remember,
-    stream_handle,
-    vp,
-    workspace_buffer,
-)
+from ..launch import check_status, workspace
 
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
 MAX_GROUP = 64  # the largest M the launcher accepts (substituted into the template)
@@ -338,10 +328,6 @@ class _SimtFamily(Family):
 
 
 class _Launcher:
-    """A loaded nm_simt kernel: ``launcher(x, w, bias, y)`` on torch's current stream. The first call per (weight,
-    m) prepares what later calls reuse (:class:`~cutlass_nm.families.launch.Prepared`): the layout's pointers, the
-    pattern's numbers, the workspace the kernel asks for at this shape, the device."""
-
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
         lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp] + [i32] * 11 + [vp]
@@ -349,43 +335,26 @@ class _Launcher:
         lib.cnm_workspace.argtypes = [i32, i32, i32]
         lib.cnm_workspace.restype = ctypes.c_longlong
         self.run, self.workspace = lib.cnm_run, lib.cnm_workspace
-        self.fast = fast_function(lib, "cnm_run")
-        self.token = launcher_token()
         self.cfg = cfg
         self.out_kind = 1 if types.out_dtype == "f32" and types.dtype != "f32" else 0
 
-    def prepare(self, x: torch.Tensor, w: NMWeight) -> Prepared:
-        """The launch constants of (w, m = x's rows): kept on the weight, reused by every later call."""
+    def __call__(self, x: torch.Tensor, w: NMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         m, k = x.shape
         n = w.out_features
         kg = kgroups_for(w.pattern.m, self.cfg.k_cols)
         wt, cols, n_pad, nnz_pad = w.layout(("simt", kg), partial(simt_layout, kgroups=kg))
-        scratch = workspace_buffer(x.device, int(self.workspace(m, n, k)))
-        args = (vp(wt.data_ptr()), vp(cols.data_ptr()), None if scratch is None else vp(scratch.data_ptr()), m, n, k,
-                w.pattern.n, w.pattern.m, w.vector, kg, n_pad, nnz_pad, self.out_kind, x.get_device())
-        return remember(w, (self.token, m), Prepared(w.values, args, (scratch,)))
-
-    def __call__(self, x: torch.Tensor, w: NMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-        entry = w.__dict__.get("_layouts", NO_LAYOUTS).get((self.token, x.shape[0]))
-        if entry is None or entry.values is not w.values:
-            entry = self.prepare(x, w)
-        wt, cols, scratch, m, n, k, keep, group, vector, kg, n_pad, nnz_pad, out_kind, device = entry.args
-        xp = x.data_ptr()
-        status = self.fast(vp(xp), wt, cols, None if bias is None else vp(bias.data_ptr()), vp(y.data_ptr()), scratch,
-                           m, n, k, keep, group, vector, kg, n_pad, nnz_pad, out_kind, int(xp % 16 == 0),
-                           vp(stream_handle(device)))
-        if status:
-            self.refused(status, w, (m, n, k), kg)
-
-    def refused(self, status: int, w: NMWeight, mnk: tuple[int, int, int], kg: int) -> None:
-        """Raise the error a nonzero ``status`` of ``cnm_run`` names."""
+        scratch = workspace(x.device, int(self.workspace(m, n, k)))
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        status = self.run(x.data_ptr(), wt.data_ptr(), cols.data_ptr(), None if bias is None else bias.data_ptr(),
+                          y.data_ptr(), scratch, m, n, k, w.pattern.n, w.pattern.m, w.vector, kg, n_pad, nnz_pad,
+                          self.out_kind, int(x.data_ptr() % 16 == 0), stream)
         if status == 3:
             raise LaunchError(f"nm_simt: config {self.cfg.to_record()} needs more shared memory than this GPU has "
                               f"for pattern {w.pattern} (k-tile of {kg} groups); use a smaller block or fewer stages")
         if status == 2:
-            raise LaunchError(f"nm_simt: launcher refused the arguments (m, n, k) = {mnk}, "
+            raise LaunchError(f"nm_simt: launcher refused the arguments (m, n, k) = ({m}, {n}, {k}), "
                               f"pattern {w.pattern}, vector {w.vector}")
-        check_status(status, FAMILY.name, mnk)
+        check_status(status, FAMILY.name, (m, n, k))
 
 
 FAMILY = _SimtFamily()

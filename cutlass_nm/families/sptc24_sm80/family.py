@@ -18,18 +18,7 @@ import torch
 from ...arch import ARCHS
 from ...formats import Sparse24Weight, meta_sm80
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
-from ..launch import (
-    NO_LAYOUTS,
-    Prepared,
-    check_status,
-    fast_function,
-    launcher_token,
-    remember,
-    stream_handle,
-    torch_dtype,
-    vp,
-    workspace_buffer,
-)
+from ..launch import check_status, torch_dtype, workspace
 
 SMEM_BYTES = ARCHS["sm_80"].smem_per_block  # the family targets sm_80 (and runs on sm_90)
 # (tile, warp) pairs CUTLASS instantiates for the 16-bit sparse GEMM.
@@ -108,9 +97,7 @@ class _Sm80Family(Family):
 
 
 class _Launcher:
-    """A loaded sm80 2:4 kernel: ``launcher(x, w, bias) -> y`` on torch's current stream. The first call per
-    (weight, m) prepares what later calls reuse (:class:`~cutlass_nm.families.launch.Prepared`): the metadata
-    layout's and values' pointers, the padded sizes, the workspace, the device."""
+    """A loaded sm80 2:4 kernel: ``launcher(x, w, bias) -> y`` on torch's current stream."""
 
     def __init__(self, lib: ctypes.CDLL, types: KernelTypes) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
@@ -119,39 +106,27 @@ class _Launcher:
         lib.cnm_workspace_size.argtypes = [i32, i32, i32, i32]
         lib.cnm_workspace_size.restype = ctypes.c_size_t
         self.run, self.ws_size = lib.cnm_run, lib.cnm_workspace_size
-        self.fast = fast_function(lib, "cnm_run")
-        self.token = launcher_token()
         self.ws_bytes: dict[tuple[int, int, int, int], int] = {}  # (n, ldd, k, e_rows) -> bytes, asked once
         self.out_dtype = torch_dtype(types.out_dtype)
 
-    def prepare(self, x: torch.Tensor, w) -> Prepared:
-        """The launch constants of (w, m = x's rows): kept on the weight, reused by every later call."""
+    def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+        """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
         m, k = x.shape
         n = w.out_features
         e = w.layout(("sm80",), meta_sm80.to_sm80)
         e_rows = meta_sm80.padded_shape(n, k)[0]
-        ldd = -(-m // 8) * 8  # CUTLASS's SparseGemm needs N = m % 8 == 0: x is padded with zero rows
-        nbytes = self.ws_bytes.get((n, ldd, k, e_rows))
-        if nbytes is None:
-            nbytes = self.ws_bytes[(n, ldd, k, e_rows)] = self.ws_size(n, ldd, k, e_rows)
-        ws = workspace_buffer(x.device, nbytes)
-        args = (vp(w.values.data_ptr()), vp(e.data_ptr()), m, n, k, ldd, e_rows,
-                None if ws is None else vp(ws.data_ptr()), x.get_device())
-        return remember(w, (self.token, m), Prepared(w.values, args, (ws,)))
-
-    def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-        """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
-        entry = w.__dict__.get("_layouts", NO_LAYOUTS).get((self.token, x.shape[0]))
-        if entry is None or entry.values is not w.values:
-            entry = self.prepare(x, w)
-        values, e, m, n, k, ldd, e_rows, ws, device = entry.args
+        ldd = -(-m // 8) * 8  # CUTLASS's SparseGemm needs N = m % 8 == 0: pad x with zero rows
         if ldd != m:
             x = torch.cat((x, x.new_zeros(ldd - m, k)))
         yt = torch.empty(n, ldd, dtype=self.out_dtype, device=x.device)
-        status = self.fast(values, e, vp(x.data_ptr()), vp(yt.data_ptr()), n, ldd, k, ldd, e_rows, ws,
-                           vp(stream_handle(device)))
-        if status:
-            check_status(status, FAMILY.name, (m, n, k))
+        nbytes = self.ws_bytes.get((n, ldd, k, e_rows))
+        if nbytes is None:
+            nbytes = self.ws_bytes[(n, ldd, k, e_rows)] = self.ws_size(n, ldd, k, e_rows)
+        ws = workspace(x.device, nbytes)
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        status = self.run(w.values.data_ptr(), e.data_ptr(), x.data_ptr(), yt.data_ptr(), n, ldd, k, ldd, e_rows,
+                          ws, stream)
+        check_status(status, FAMILY.name, (m, n, k))
         y.copy_(yt[:, :m].t())
         if bias is not None:
             y += bias

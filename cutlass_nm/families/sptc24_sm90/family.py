@@ -13,18 +13,7 @@ import torch
 from ...arch import HOPPER, target
 from ...formats import Sparse24Weight, meta_sm90
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
-from ..launch import (
-    NO_LAYOUTS,
-    Prepared,
-    check_status,
-    device_info,
-    fast_function,
-    launcher_token,
-    remember,
-    stream_handle,
-    vp,
-    workspace_buffer,
-)
+from ..launch import check_status, device_info, workspace
 
 EPILOGUE_SMEM = 34 * 1024  # conservative TMA-epilogue carve-out
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread before spilling
@@ -154,9 +143,7 @@ class _Sm90Family(Family):
 
 
 class _Launcher:
-    """A loaded sm90 2:4 kernel: ``launcher(x, w, bias) -> y`` on torch's current stream. The first call per
-    (weight, m) prepares what later calls reuse (:class:`~cutlass_nm.families.launch.Prepared`): the metadata
-    layout's and values' pointers, the workspace, the device; a later call passes only x, y, bias and the stream."""
+    """A loaded sm90 2:4 kernel: ``launcher(x, w, bias) -> y`` on torch's current stream."""
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
@@ -166,16 +153,14 @@ class _Launcher:
         lib.cnm_workspace_size.restype = ctypes.c_size_t
         lib.cnm_meta_atom_k.restype = i32
         self.run, self.ws_size = lib.cnm_run, lib.cnm_workspace_size
-        self.fast = fast_function(lib, "cnm_run")
-        self.token = launcher_token()
         self.ws_bytes: dict[tuple[int, int, int, int], int] = {}  # (n, m, k, sms) -> bytes, asked once
         self.swizzle, self.raster = cfg.swizzle, RASTER_ORDER[cfg.raster]
         atom = lib.cnm_meta_atom_k()
         self.layout_key = ("sm90", atom)
         self.build_layout = lambda w: meta_sm90.to_sm90(w, atom)
 
-    def prepare(self, x: torch.Tensor, w) -> Prepared:
-        """The launch constants of (w, m = x's rows): kept on the weight, reused by every later call."""
+    def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+        """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
         m, k = x.shape
         n = w.out_features
         e = w.layout(self.layout_key, self.build_layout)
@@ -183,21 +168,12 @@ class _Launcher:
         nbytes = self.ws_bytes.get((n, m, k, sms))
         if nbytes is None:
             nbytes = self.ws_bytes[(n, m, k, sms)] = self.ws_size(n, m, k, sms, self.swizzle, self.raster)
-        ws = workspace_buffer(x.device, nbytes)
-        args = (vp(w.values.data_ptr()), vp(e.data_ptr()), n, m, k, sms, self.swizzle, self.raster,
-                None if ws is None else vp(ws.data_ptr()), x.get_device())
-        return remember(w, (self.token, m), Prepared(w.values, args, (ws,)))
-
-    def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-        """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
-        entry = w.__dict__.get("_layouts", NO_LAYOUTS).get((self.token, x.shape[0]))
-        if entry is None or entry.values is not w.values:
-            entry = self.prepare(x, w)
-        values, e, n, m, k, sms, swizzle, raster, ws, device = entry.args
-        status = self.fast(values, e, vp(x.data_ptr()), vp(y.data_ptr()), None if bias is None else vp(bias.data_ptr()),
-                           n, m, k, sms, swizzle, raster, ws, vp(stream_handle(device)))
-        if status:
-            check_status(status, FAMILY.name, (m, n, k))
+        ws = workspace(x.device, nbytes)
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        status = self.run(w.values.data_ptr(), e.data_ptr(), x.data_ptr(), y.data_ptr(),
+                          None if bias is None else bias.data_ptr(), n, m, k, sms, self.swizzle, self.raster, ws,
+                          stream)
+        check_status(status, FAMILY.name, (m, n, k))
 
 
 FAMILY = _Sm90Family()

@@ -24,7 +24,7 @@ from ...formats import meta_sm80
 from ...formats.vnm import VNMWeight
 from ...patterns import Pattern, parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
-from ..launch import NO_LAYOUTS, Prepared, check_status, fast_function, launcher_token, remember, stream_handle, vp
+from ..launch import check_status
 from ..sptc24_sm80.family import TILE_SHAPES
 
 SMEM_BYTES = ARCHS["sm_80"].smem_per_block  # the family targets sm_80 (and runs on sm_90)
@@ -158,9 +158,7 @@ def fallback_config(cfg: Config) -> Config:
 
 
 class _Launcher:
-    """A loaded vnm_sm80 kernel: ``launcher(x, w, bias, y)`` on torch's current stream. The first call per (weight,
-    m) prepares what later calls reuse (:class:`~cutlass_nm.families.launch.Prepared`): the layouts' pointers, the
-    sizes, xt's shape, the device, or that the weight runs on the twin."""
+    """A loaded vnm_sm80 kernel: ``launcher(x, w, bias, y)`` on torch's current stream."""
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, twin: Callable | None = None) -> None:
         """``twin``: the launcher of :func:`fallback_config`'s kernel, which runs V = 64 weights for tile_m = 128."""
@@ -168,39 +166,26 @@ class _Launcher:
         lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, i32, vp]
         lib.cnm_run.restype = i32
         self.run, self.cfg, self.types, self.twin = lib.cnm_run, cfg, types, twin
-        self.fast = fast_function(lib, "cnm_run")
-        self.token = launcher_token()
-
-    def prepare(self, x: torch.Tensor, w: VNMWeight) -> Prepared:
-        """The launch constants of (w, m = x's rows), kept on the weight; ``args`` is empty where the twin runs it."""
-        v = w.pattern.v
-        m, k = x.shape
-        if v % self.cfg.tile_m:
-            if v % 64 == 0 and self.twin is not None:  # a V = 64 weight under tile_m = 128: the tile_m = 64 twin
-                return remember(w, (self.token, m), Prepared(w.values, ()))
-            raise ShapeError(f"vnm_sm80 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
-                             "(its CTA tiles are 64 or 128 rows: V >= 64)")
-        values, e, gidx, e_rows = w.layout(("vnm_sm80",), kernel_layout)
-        ldx = -(-m // 8) * 8
-        args = (vp(values.data_ptr()), vp(e.data_ptr()), vp(gidx.data_ptr()), w.out_features, m, k, w.padded_k, ldx,
-                gidx.shape[1], e_rows, v, x.get_device(), (w.padded_k + 1, ldx))
-        return remember(w, (self.token, m), Prepared(w.values, args))
 
     def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
-        entry = w.__dict__.get("_layouts", NO_LAYOUTS).get((self.token, x.shape[0]))
-        if entry is None or entry.values is not w.values:
-            entry = self.prepare(x, w)
-        if not entry.args:
-            self.twin(x, w, bias, y)
-            return
-        values, e, gidx, n, m, k, padded_k, ldx, blocks, e_rows, v, device, xt_shape = entry.args
-        xt = x.new_empty(xt_shape)  # x transposed + a zero row
-        status = self.fast(values, e, gidx, vp(x.data_ptr()), vp(xt.data_ptr()), vp(y.data_ptr()),
-                           None if bias is None else vp(bias.data_ptr()), n, m, k, padded_k, ldx, blocks, e_rows, v,
-                           vp(stream_handle(device)))
-        if status:
-            check_status(status, FAMILY.name, (m, n, k))
+        v = w.pattern.v
+        if v % self.cfg.tile_m:
+            if v % 64 == 0 and self.twin is not None:  # a V = 64 weight under tile_m = 128: the tile_m = 64 twin
+                self.twin(x, w, bias, y)
+                return
+            raise ShapeError(f"vnm_sm80 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
+                             "(its CTA tiles are 64 or 128 rows: V >= 64)")
+        m, k = x.shape
+        n = w.out_features
+        values, e, gidx, e_rows = w.layout(("vnm_sm80",), kernel_layout)
+        ldx = -(-m // 8) * 8
+        xt = torch.empty(w.padded_k + 1, ldx, dtype=x.dtype, device=x.device)  # x transposed + a zero row
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), x.data_ptr(), xt.data_ptr(), y.data_ptr(),
+                          None if bias is None else bias.data_ptr(), n, m, k, w.padded_k, ldx, gidx.shape[1], e_rows,
+                          v, stream)
+        check_status(status, FAMILY.name, (m, n, k))
 
 
 FAMILY = _VnmSm80Family()

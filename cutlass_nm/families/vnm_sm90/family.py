@@ -22,7 +22,7 @@ from ...formats import meta_sm90
 from ...formats.vnm import VNMWeight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
-from ..launch import NO_LAYOUTS, Prepared, check_status, fast_function, launcher_token, remember, stream_handle, vp
+from ..launch import check_status
 
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per consumer thread before spilling
 K_ALIGN = 128  # gathered K is padded to this (a multiple of every tile_k), zero values / valid metadata
@@ -181,9 +181,7 @@ def fallback_config(cfg: Config) -> Config:
 
 
 class _Launcher:
-    """A loaded vnm_sm90 kernel: ``launcher(x, w, bias, y)`` on torch's current stream. The first call per (weight,
-    m) prepares what later calls reuse (:class:`~cutlass_nm.families.launch.Prepared`): the layouts' pointers, the
-    sizes, xt's shape, the device, or that the weight runs on the twin."""
+    """A loaded vnm_sm90 kernel: ``launcher(x, w, bias, y)`` on torch's current stream."""
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, twin: Callable | None = None) -> None:
         """``twin``: the launcher of :func:`fallback_config`'s kernel, which runs V = 64 weights for a wider tile."""
@@ -194,50 +192,36 @@ class _Launcher:
         lib.cnm_transpose.argtypes = [vp, vp, i32, i32, i32, i32, vp]
         lib.cnm_transpose.restype = i32
         self.run, self.cfg, self.types = lib.cnm_run, cfg, types
-        self.fast = fast_function(lib, "cnm_run")
-        self.token = launcher_token()
         self.transpose_only = lib.cnm_transpose
         self.atom = lib.cnm_meta_atom_k()
         self.twin = twin
-
-    def prepare(self, x: torch.Tensor, w: VNMWeight) -> Prepared:
-        """The launch constants of (w, m = x's rows), kept on the weight; ``args`` is empty where the twin runs it."""
-        v = w.pattern.v
-        m, k = x.shape
-        if v % self.cfg.tile_m:
-            if v % 64 == 0 and self.twin is not None:  # a V = 64 weight under a wider tile: the tile_m = 64 twin
-                return remember(w, (self.token, m), Prepared(w.values, ()))
-            raise ShapeError(f"vnm_sm90 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
-                             "(Hopper's sparse MMA tiles are 64 rows: V >= 64)")
-        values, e, gidx = w.layout(("vnm_sm90", self.atom), lambda ww: kernel_layout(ww, self.atom))
-        ldx = -(-m // 8) * 8
-        args = (vp(values.data_ptr()), vp(e.data_ptr()), vp(gidx.data_ptr()), w.out_features, m, k, w.padded_k, ldx,
-                gidx.shape[1], v, x.get_device(), (w.padded_k, ldx))
-        return remember(w, (self.token, m), Prepared(w.values, args))
 
     def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor,
                  xt: torch.Tensor | None = None) -> None:
         """Write x·Wᵀ (+ bias) into y (m x n, contiguous). With ``xt``, x only gives the shape: the kernel gathers
         from xt, which already holds x transposed, and skips its own transpose."""
-        entry = w.__dict__.get("_layouts", NO_LAYOUTS).get((self.token, x.shape[0]))
-        if entry is None or entry.values is not w.values:
-            entry = self.prepare(x, w)
-        if not entry.args:
-            self.twin(x, w, bias, y, xt)
-            return
-        values, e, gidx, n, m, k, padded_k, ldx, blocks, v, device, xt_shape = entry.args
-        if xt is None:
-            xt = x.new_empty(xt_shape)  # x transposed by the library
-            xp = vp(x.data_ptr())
-        elif xt.shape != xt_shape or xt.dtype != x.dtype or not xt.is_contiguous():
-            raise ShapeError(f"xt must be a contiguous {x.dtype} {xt_shape} tensor, got {xt.dtype} {tuple(xt.shape)}")
-        else:
-            xp = None
-        status = self.fast(values, e, gidx, xp, vp(xt.data_ptr()), vp(y.data_ptr()),
-                           None if bias is None else vp(bias.data_ptr()), n, m, k, padded_k, ldx, blocks, v,
-                           vp(stream_handle(device)))
-        if status:
-            check_status(status, FAMILY.name, (m, n, k))
+        v = w.pattern.v
+        if v % self.cfg.tile_m:
+            if v % 64 == 0 and self.twin is not None:  # a V = 64 weight under a wider tile: the tile_m = 64 twin
+                self.twin(x, w, bias, y, xt)
+                return
+            raise ShapeError(f"vnm_sm90 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
+                             "(Hopper's sparse MMA tiles are 64 rows: V >= 64)")
+        m, k = x.shape
+        n = w.out_features
+        values, e, gidx = w.layout(("vnm_sm90", self.atom), lambda ww: kernel_layout(ww, self.atom))
+        ldx = -(-m // 8) * 8
+        given = xt is not None
+        if given and (xt.shape != (w.padded_k, ldx) or xt.dtype != x.dtype or not xt.is_contiguous()):
+            raise ShapeError(f"xt must be a contiguous {x.dtype} ({w.padded_k}, {ldx}) tensor, got "
+                             f"{xt.dtype} {tuple(xt.shape)}")
+        if not given:
+            xt = torch.empty(w.padded_k, ldx, dtype=x.dtype, device=x.device)  # x transposed by the library
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), None if given else x.data_ptr(),
+                          xt.data_ptr(), y.data_ptr(), None if bias is None else bias.data_ptr(), n, m, k,
+                          w.padded_k, ldx, gidx.shape[1], v, stream)
+        check_status(status, FAMILY.name, (m, n, k))
 
     def transpose(self, x: torch.Tensor, padded_k: int, xt: torch.Tensor) -> None:
         """Only the per-call transpose into xt (padded_k x ldx), for profiling."""
