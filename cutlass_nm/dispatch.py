@@ -132,9 +132,6 @@ def check_inputs(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias
         raise InputError(f"device mismatch: x is on {x.device}, the weight on {w.device}; use w.to(x.device)")
 
 
-_check = check_inputs  # the name gated_mlp imports
-
-
 def _check_out(out: torch.Tensor | None, shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     if out is None:
         return torch.empty(shape, dtype=dtype, device=device)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .dispatch import _check, kernel_for, matmul
+from .dispatch import check_inputs, kernel_for, matmul
 from .errors import InputError
 from .families.launch import device_info
 from .formats.glu import PAIR_V, swiglu_reference
@@ -38,7 +38,7 @@ def swiglu(y: torch.Tensor) -> torch.Tensor:
 def gated_mlp(x: torch.Tensor, gate_up: VNMWeight, down: VNMWeight) -> torch.Tensor:
     """``down(silu(x·Gᵀ) ⊙ (x·Uᵀ))`` for x (..., k) fp16/bf16 on a CUDA device; returns (..., out_features)."""
     check_pair(gate_up, down)
-    _check(x, gate_up, None)
+    check_inputs(x, gate_up, None)
     x2 = x.reshape(-1, x.shape[-1])
     m = x2.shape[0]
     if m <= DECODE_MAX_M or device_info(x.device).capability != (9, 0):

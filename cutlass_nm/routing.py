@@ -8,22 +8,12 @@ from .errors import InputError, PatternError, ShapeError
 from .families import FAMILIES
 from .families.launch import device_info, dtype_name
 from .families.nm_simt.family import MAX_GROUP
-from .formats import Sparse24Weight
-from .formats.nm import NMWeight
-from .formats.vnm import VNMWeight
+from .formats import NMWeight, Sparse24Weight, VNMWeight, weight_class
 from .patterns import Pattern
 
 WEIGHTS = (Sparse24Weight, VNMWeight, NMWeight)
 KINDS: dict[type, str] = {Sparse24Weight: "24", VNMWeight: "vnm", NMWeight: "nm"}  # weight class -> pattern kind
 DECODE_MAX_M = 16  # largest m the decode families take (N:M and V:N:M weights)
-
-
-def weight_class(pattern: Pattern) -> type:
-    """The compressed-weight class of a pattern: 2:4 -> Sparse Tensor Core format, V:N:M -> VENOM format, any
-    other N:M -> the CUDA-core format."""
-    if pattern.is_24:
-        return Sparse24Weight
-    return VNMWeight if pattern.is_vnm else NMWeight
 
 
 def weight_kind(kind: type) -> str | None:
@@ -44,11 +34,11 @@ def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: 
         # the decode path's sparse tensor cores stream V:N:M faster than the GEMM tiles here
         return decode_family(kind, pattern, vector)
     major, minor = (9, 0) if device is None else device_info(device).capability
-    prefix = "vnm" if kind is VNMWeight else "sptc24"
+    hopper, ampere = gemm_families(kind)
     if (major, minor) == (9, 0):
-        return f"{prefix}_sm90"
+        return hopper
     if major >= 8:
-        return f"{prefix}_sm80"  # also sm_100+/sm_120 until families for them exist
+        return ampere  # also sm_100+/sm_120 until families for them exist
     raise ShapeError(f"Sparse Tensor Cores need compute capability >= 8.0, this GPU has {major}.{minor}")
 
 
@@ -62,13 +52,13 @@ def decode_family(kind: type, pattern: Pattern | str | None = None, vector: int 
     return "nm_decode" if vector and vector % 32 == 0 else "nm_decode_simt"
 
 
-def gemm_families(kind: type) -> list[str]:
-    """The families that run ``kind`` weights above the decode range (m > DECODE_MAX_M), on every GPU generation
-    routed to (sm_90 and sm_80+)."""
+def gemm_families(kind: type) -> tuple[str, str]:
+    """The families that run ``kind`` weights above the decode range (m > DECODE_MAX_M): on sm_90, and on sm_80+
+    (the same CUDA-core family for general N:M)."""
     if kind is NMWeight:
-        return ["nm_simt"]
+        return "nm_simt", "nm_simt"
     prefix = "vnm" if kind is VNMWeight else "sptc24"
-    return [f"{prefix}_sm90", f"{prefix}_sm80"]
+    return f"{prefix}_sm90", f"{prefix}_sm80"
 
 
 def unrunnable(pattern: Pattern, dtype: torch.dtype | None = None) -> str | None:
@@ -79,7 +69,7 @@ def unrunnable(pattern: Pattern, dtype: torch.dtype | None = None) -> str | None
     dtypes, nm_simt's largest group (M <= MAX_GROUP), and the V:N:M GEMM tiles (one CTA's tile_m rows inside one
     V-block: V % min(tile_m) == 0)."""
     kind = weight_class(pattern)
-    for name in gemm_families(kind):
+    for name in dict.fromkeys(gemm_families(kind)):
         family = FAMILIES[name]
         if dtype is not None and _name(dtype) not in family.input_dtypes:
             what = {Sparse24Weight: "2:4", VNMWeight: "V:N:M"}.get(kind, "general N:M")
