@@ -98,15 +98,15 @@ class TunedSelector:
             rows = [row for key in hard_keys for row in store.winners(hard_key=key)]
             by_objective = [] if self.objective == "time" else [
                 row for key in hard_keys for row in store.winners(hard_key=key, objective=self.objective)]
-            store.engine.dispose()  # read once: no connection stays open
         except Exception as exc:  # missing, unreachable, locked, corrupt, foreign or too slow: fall back, once
-            if store is not None:
-                store.engine.dispose()
             if self.quiet_if_missing and isinstance(exc, MissingDatabase):  # normal before any tuning
                 return self._table
             self._warn_once("db", f"cutlass_nm: tuning DB {redact(url)} unusable "
                                   f"({exc.__class__.__name__}: {str(exc)[:200]}); using heuristic configs")
             return self._table
+        finally:
+            if store is not None:
+                store.engine.dispose()  # read once: no connection stays open
         rejected: list[str] = []
         self._table = self._tabulate(rows, envs, rejected)
         if by_objective:
