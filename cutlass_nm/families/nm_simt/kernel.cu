@@ -418,14 +418,12 @@ struct TileCopier {
     row0_ = row0;
   }
 
-  // kTma, called by the producer warp only: the 32 lanes copy the column indices by cp.async, lane 0 arms the stage's
-  // full barrier with both boxes' bytes and issues the two copies (out-of-range rows and tokens of x^T arrive as
-  // zeros); each lane then waits for its own index copies and arrives on the same barrier (it counts 1 + 32
-  // arrivals), a release the computing warps' wait acquires.
+  // kTma, called by the producer warp only: lane 0 arms the stage's full barrier with both boxes' bytes and issues the
+  // two copies (out-of-range rows and tokens of x^T arrive as zeros); the 32 lanes copy the column indices by
+  // cp.async, each lane's copies completing as one arrival on the same barrier (it counts 1 + 32 arrivals).
   __device__ __forceinline__ void issue_tma(const Params& p, char* stage, uint32_t full, int kt, int tok0) const {
 #if __CUDA_ARCH__ >= 900
     const int lane = threadIdx.x & 31;
-    issue_indices(p, stage, kt, lane, 32);
     if (lane == 0) {
       const uint32_t xs = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
       const uint32_t ws = xs + p.x_bytes;
@@ -439,8 +437,8 @@ struct TileCopier {
                    "[%4];" ::"r"(ws), "l"(reinterpret_cast<uint64_t>(&p.tma_w)), "r"(row0_), "r"(kt * p.ktc), "r"(full)
                    : "memory");
     }
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(full) : "memory");
+    issue_indices(p, stage, kt, lane, 32);
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full) : "memory");
 #endif
   }
 
