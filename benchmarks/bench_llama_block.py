@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from cutlass_nm.bench.timing import kernel_breakdown
 from cutlass_nm.nn import SparseGatedMLP, SparseLinear, sparsify, sparsify_gated_mlps
+from cutlass_nm.timing import kernel_breakdown
 
 
 class RMSNorm(nn.Module):
@@ -126,7 +126,7 @@ def bench_pattern(pattern: str, dense: nn.Module, dims: tuple[int, int], phases:
     sparse = copy.deepcopy(dense)
     if fuse:
         sparsify_gated_mlps(sparse, base)
-    sparse = sparsify(sparse, base, include=["*_proj"])
+    sparse = sparsify(sparse, base, include=["*_proj"], force=True)  # the block as pruned, every layer
     reference = masked_dense(sparse)
     rows = []
     for batch, tokens in phases:

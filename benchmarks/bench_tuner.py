@@ -23,10 +23,10 @@ import torch
 
 from cutlass_nm.bench.baselines import cublas_dense, cusparselt_isolated
 from cutlass_nm.bench.env import environment
-from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.families import KernelTypes, Problem, get_family
 from cutlass_nm.kernels import precompile
 from cutlass_nm.store.fingerprint import current_environment
+from cutlass_nm.timing import copies_to_rotate, time_rotating
 from cutlass_nm.tune import tune_problem
 from cutlass_nm.tune.space import all_configs
 from cutlass_nm.tune.worker import MeasureWorker

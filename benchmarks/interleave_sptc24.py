@@ -22,9 +22,9 @@ import torch
 
 import cutlass_nm
 from cutlass_nm.bench.env import environment
-from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
 from cutlass_nm.families import KernelTypes, Problem, get_family
 from cutlass_nm.kernels import get_kernel
+from cutlass_nm.timing import copies_to_rotate, time_rotating
 
 # (m, n, k): the 2:4 acceptance shapes (squares, LLaMA-7B layers at 2048 tokens, a large m) and one small m per regime
 PRESETS = {

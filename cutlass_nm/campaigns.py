@@ -1,4 +1,5 @@
-"""Tuning campaigns: the layer shapes of common models, shipped as package data (``data/models.json``)."""
+"""Tuning campaigns: the layer shapes of common models, shipped as package data (``data/models.json``), and the
+split of those models into the ones whose shapes feed the shipped configs and the held-out ones that never do."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import InputError
+
+SPLITS = ("tune", "held_out")
+TOKENS = (1, 16, 128, 512, 2048, 8192)  # the token counts (m) campaigns tune and measure
 
 
 def _read(path: str | Path | None) -> str:
@@ -39,3 +43,17 @@ def model_shapes(model: str, m: int, path: str | Path | None = None) -> list[tup
     if model not in models:
         raise InputError(f"unknown model {model!r}; known: {', '.join(sorted(models))}")
     return sorted({(m, n, k) for _, n, k in models[model]})
+
+
+def split_models(split: str) -> list[str]:
+    """The shipped models of ``split``: "tune" (their shapes feed the shipped configs) or "held_out" (never tuned;
+    they only measure how the default path does on shapes nobody tuned)."""
+    if split not in SPLITS:
+        raise InputError(f"split must be one of {SPLITS}, got {split!r}")
+    return list(json.loads(_read(None))["_split"][split])
+
+
+def split_shapes(split: str, tokens: tuple[int, ...] = TOKENS) -> list[tuple[int, int, int]]:
+    """Distinct (m, n, k) problems of every model of ``split`` at each token count."""
+    models = load_models()
+    return sorted({(m, n, k) for name in split_models(split) for _, n, k in models[name] for m in tokens})

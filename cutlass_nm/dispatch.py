@@ -1,9 +1,11 @@
 """``matmul``: the hot path. Checks inputs, finds the kernel for this problem in a dict, launches.
 
 The first call for a problem takes the slow path (:func:`_resolve`): pick the family for the GPU,
-ask the config selector (default: the tuning database, ``$CUTLASS_NM_DB`` or the user cache's
-SQLite; ``CUTLASS_NM_DB=off`` disables it), fall back to the family's heuristic, compile or load
-the kernel. Later calls do no I/O: one dict lookup, then the launch.
+ask the config selector (default, in order: the user's tuning database, ``$CUTLASS_NM_DB`` or the user cache's
+SQLite, ``CUTLASS_NM_DB=off`` disables it; the configs shipped in the package for this GPU,
+``CUTLASS_NM_SHIPPED=off`` disables them; the config model's prediction from the nearest tuned problems), fall back
+to the family's heuristic, compile or load the kernel. :func:`resolved` tells which config each problem got and
+where it came from. Later calls do no I/O: one dict lookup, then the launch.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from .formats.vnm import VNMWeight
 from .kernels import get_kernel
 from .routing import WEIGHTS, default_family
 
-Selector = Callable[[Family, Problem], Any]  # returns a Config, or None to use the heuristic
+Selector = Callable[[Family, Problem], Any]  # returns a Config or a store.chooser.Choice, or None: the heuristic
 _selector: Selector | None = None
 _RESOLVED: dict[tuple, Callable] = {}
+_CHOSEN: dict[tuple, tuple[str, Any, str]] = {}  # matmul's key -> (family, config, config source)
 _IN_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # f32: general N:M on CUDA cores (nm_simt) only
 _REFUSED_WARNED: set[str] = set()  # families whose selected config check() refused (warned once each)
 log = logging.getLogger("cutlass_nm.dispatch")
@@ -37,6 +40,7 @@ def set_selector(selector: Selector | None) -> None:
     global _selector
     _selector = selector
     _RESOLVED.clear()
+    _CHOSEN.clear()
 
 
 def _default_selector() -> Selector:
@@ -45,18 +49,23 @@ def _default_selector() -> Selector:
     the heuristic configs run: every wait is bounded by ``$CUTLASS_NM_DB_TIMEOUT`` seconds (default 5), a writer's
     lock by 0.5 s."""
     global _selector
-    if os.environ.get("CUTLASS_NM_DB", "").lower() in ("off", "none", "0"):
-        _selector = _no_selector
-    else:
-        from .store.lookup import TunedSelector
+    from .store.chooser import DefaultChooser
+    from .store.lookup import TunedSelector
 
-        _selector = TunedSelector(quiet_if_missing=True)
+    user = None if _off("CUTLASS_NM_DB") else TunedSelector(quiet_if_missing=True)
+    _selector = DefaultChooser(user, shipped=not _off("CUTLASS_NM_SHIPPED"))
     return _selector
 
 
-def _no_selector(family: Family, problem: Problem) -> None:
-    return None
+def _off(variable: str) -> bool:
+    return os.environ.get(variable, "").lower() in ("off", "none", "0")
 
+
+def resolved() -> list[dict]:
+    """Each problem ``matmul`` has resolved in this process: m, n, k, pattern, family, config and
+    ``config_source`` (``user``, ``shipped``, ``model`` or ``heuristic``)."""
+    return [{"m": key[0], "n": key[1], "k": key[2], "pattern": str(key[9]), "family": family,
+             "config": cfg.to_record(), "config_source": source} for key, (family, cfg, source) in _CHOSEN.items()]
 
 
 
@@ -89,8 +98,7 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
 def kernel_for(family: str, x2: torch.Tensor, w: VNMWeight, out_dtype: torch.dtype) -> Callable:
     """The kernel ``family`` runs for ``x2`` (m x k) against ``w`` with no bias: matmul's cached resolution, for
     callers that chain kernels (``gated_mlp``); the first call per problem compiles or loads it."""
-    key = (x2.shape[0], w.out_features, w.in_features, x2.dtype, out_dtype, False, x2.device, family, type(w),
-           w.pattern, 0)
+    key = _key(x2.shape[0], w, x2.dtype, out_dtype, False, x2.device, family)
     return _RESOLVED.get(key) or _resolve(key)
 
 
@@ -143,9 +151,39 @@ def _check_out(out: torch.Tensor | None, shape: tuple, dtype: torch.dtype, devic
     return out
 
 
+def _key(m: int, w: Sparse24Weight | VNMWeight | NMWeight, dtype: torch.dtype, out_dtype: torch.dtype, has_bias: bool,
+         device: torch.device, family: str | None = None) -> tuple:
+    """matmul's problem key (matmul builds the same tuple inline: the hot path)."""
+    return (m, w.out_features, w.in_features, dtype, out_dtype, has_bias, device, family, type(w), w.pattern,
+            w.vector if isinstance(w, NMWeight) else 0)
+
+
+def precompile_for(problems: list[tuple[int, Any, torch.dtype, bool]], progress: Callable | None = None) -> None:
+    """Compile, in parallel, the kernels ``matmul`` will pick for (m, weight, x dtype, bias?) problems, so that
+    their first calls only load them (``progress``: see ``kernels.precompile``)."""
+    from .kernels import precompile
+
+    kids = {}
+    for m, w, dtype, has_bias in problems:
+        family, cfg, _, problem = _choose(_key(m, w, dtype, dtype, has_bias, w.device))
+        kids[(family.name, cfg, problem.types)] = None
+    failed = [r for r in precompile(list(kids), progress=progress) if isinstance(r, Exception)]
+    if failed:
+        log.warning("cutlass_nm: %d kernel(s) failed to compile ahead of use: %s", len(failed), failed[0])
+
+
 def _resolve(key: tuple) -> Callable:
     """Slow path, once per problem: choose family and config, compile or load, remember. ``key`` is matmul's:
     (m, n, k, dtype, out_dtype, bias, device, family, weight type, pattern, vector (N:M weights; else 0))."""
+    family, cfg, source, problem = _choose(key)
+    kernel = get_kernel((family.name, cfg, problem.types))
+    _RESOLVED[key] = kernel
+    _CHOSEN[key] = (family.name, cfg, source)
+    return kernel
+
+
+def _choose(key: tuple) -> tuple[Family, Any, str, Problem]:
+    """The family, config, config source and problem of matmul's ``key`` (no compile)."""
     m, n, k, dtype, out_dtype, has_bias, device, family_name, kind, pattern, vector = key
     family_name = family_name or default_family(device, kind, m, dtype, pattern, vector)
     if family_name not in FAMILIES:
@@ -159,7 +197,7 @@ def _resolve(key: tuple) -> Callable:
                          f"got {dtype}")
     problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias), str(pattern),
                       vector)
-    cfg = (_selector or _default_selector())(family, problem)
+    cfg, source = _config_of((_selector or _default_selector())(family, problem))
     if cfg is not None and (why := family.check(cfg, problem)) is not None:
         # e.g. a DB winner tuned on vector-32 weights offered for a vector-1 weight of the same shape (the DB key
         # has no vector): never launched, the heuristic runs instead
@@ -169,20 +207,29 @@ def _resolve(key: tuple) -> Callable:
         _REFUSED_WARNED.add(family.name)
         cfg = None
     if cfg is None:
-        cfg = family.heuristic(problem)
+        cfg, source = family.heuristic(problem), "heuristic"
     reason = family.check(cfg, problem)
     if reason is not None:
         raise ShapeError(f"{family.name} cannot run (m, n, k) = ({m}, {n}, {k}): {reason}")
-    kernel = get_kernel((family.name, cfg, problem.types))
-    _RESOLVED[key] = kernel
-    return kernel
+    return family, cfg, source, problem
+
+
+def _config_of(answer: Any) -> tuple[Any, str]:
+    """(config or None, source) of a selector's answer: a ``Choice``, a bare config (a custom selector: "user"), or
+    None."""
+    from .store.chooser import Choice
+
+    if isinstance(answer, Choice):
+        return answer
+    return answer, "user"
 
 
 def use_tuning_db(url: str | None = None, objective: str | None = None) -> Selector:
     """Make ``matmul`` consult the tuning database at ``url`` (default ``$CUTLASS_NM_DB`` / user cache), choosing
     winners by ``objective`` (default ``$CUTLASS_NM_OBJECTIVE`` or "time")."""
+    from .store.chooser import DefaultChooser
     from .store.lookup import TunedSelector
 
-    selector = TunedSelector(url, objective=objective)
+    selector = DefaultChooser(TunedSelector(url, objective=objective), shipped=not _off("CUTLASS_NM_SHIPPED"))
     set_selector(selector)
     return selector

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from .decisions import LayerDecision, decide
 from .errors import CutlassNMError, InputError, PatternError, ShapeError
 from .formats import compress_as
 from .formats.glu import PAIR_V, fuse_glu, split_glu
@@ -124,6 +125,16 @@ class SparsifySummary:
     replaced: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     excluded: list[str] = field(default_factory=list)
+    decisions: list[LayerDecision] = field(default_factory=list)  # per runnable layer: sparse or kept dense, why
+
+    @property
+    def kept_dense(self) -> list[str]:
+        """Layers that could run the pattern but stay dense: sparse was not faster by ``min_speedup``."""
+        return [d.name for d in self.decisions if d.decision == "dense"]
+
+    def table(self) -> str:
+        """One line per decided layer: name, shape, decision, dense/sparse speedup per token count, how."""
+        return "\n".join(d.row() for d in self.decisions)
 
     def skipped_text(self) -> str:
         """The skipped layers grouped by reason: ``reason: name, name; reason: name``."""
@@ -146,19 +157,31 @@ def _skip_reason(linear: nn.Linear, pattern: Pattern) -> str | None:
 
 
 def sparsify(model: nn.Module, pattern: str | Pattern = "2:4", include: Iterable[str] | None = None,
-             exclude: Iterable[str] | None = None, *, vector: int = 32) -> nn.Module:
+             exclude: Iterable[str] | None = None, *, vector: int = 32, tokens: Iterable[int] = (1, 2048),
+             min_speedup: float = 1.0, force: bool = False) -> nn.Module:
     """Replace ``nn.Linear`` layers in place by ``SparseLinear`` (magnitude-pruned to ``pattern``: 2:4, V:N:M or
     general N:M, every pattern ``cutlass_nm.prune`` takes; ``vector``: the general N:M format's rows sharing
-    positions).
+    positions) where sparse is faster.
+
+    A layer on a CUDA GPU becomes sparse only if its sparse forward is at least ``min_speedup`` x faster than the
+    dense one at every token count (rows of x) in ``tokens``, timed on this GPU (``cutlass_nm.decisions``; each
+    distinct shape once, kernels compiled first); otherwise it stays dense. ``force=True`` replaces every layer
+    that can run the pattern, untimed. Layers not on a GPU are replaced untimed.
 
     ``include``/``exclude`` are fnmatch patterns over qualified module names (e.g. ``"*.mlp.*"``). Layers that
     cannot run the pattern (dtype, shape, NaN/Inf weights) stay dense: one warning lists them with the reason. The
     returned module is ``model`` itself, or, for a bare ``nn.Linear`` passed as ``model``, its ``SparseLinear``
     (include/exclude do not apply to it). Its attribute ``sparsify_summary`` (a :class:`SparsifySummary`) says
-    what was replaced, skipped (and why) and excluded. A pattern no family runs raises PatternError.
+    what was replaced, skipped (and why), kept dense and excluded, and ``sparsify_summary.table()`` the per-layer
+    decisions with their measured speedups. A pattern no family runs raises PatternError.
     """
     p = Pattern.parse(pattern)
     check_runnable(p)
+    tokens = tuple(tokens)
+    if not tokens or not all(isinstance(t, int) and t >= 1 for t in tokens):
+        raise InputError(f"tokens must be positive ints (rows of x to decide at), got {tokens!r}")
+    if not min_speedup > 0:
+        raise InputError(f"min_speedup must be > 0, got {min_speedup!r}")
     summary = SparsifySummary(str(p))
     include, exclude = list(include or ["*"]), list(exclude or [])
     if type(model) is nn.Linear:
@@ -168,6 +191,7 @@ def sparsify(model: nn.Module, pattern: str | Pattern = "2:4", include: Iterable
                   for name, module in model.named_modules() for child_name, child in module.named_children()
                   if type(child) is nn.Linear]
     result = model
+    runnable = []
     for parent, child_name, qualified, child in layers:
         if parent is not None and (not any(fnmatch.fnmatch(qualified, q) for q in include)
                                    or any(fnmatch.fnmatch(qualified, q) for q in exclude)):
@@ -182,11 +206,23 @@ def sparsify(model: nn.Module, pattern: str | Pattern = "2:4", include: Iterable
         if reason is not None:
             summary.skipped[qualified] = reason
             continue
+        runnable.append((parent, child_name, qualified, child, sparse))
+    if force:
+        summary.decisions = [LayerDecision(q, (c.out_features, c.in_features), "sparse", {}, "forced")
+                             for _, _, q, c, _ in runnable]
+    else:
+        summary.decisions = decide([(q, c, sp) for _, _, q, c, sp in runnable], tokens, min_speedup)
+    for (parent, child_name, qualified, _, sparse), decision in zip(runnable, summary.decisions, strict=True):
+        if decision.decision != "sparse":
+            continue
         summary.replaced.append(qualified)
         if parent is None:
             result = sparse
         else:
             setattr(parent, child_name, sparse)
+    if summary.kept_dense:
+        log.info("sparsify: %d layer(s) kept dense (sparse not %.2fx faster at tokens %s):\n%s",
+                 len(summary.kept_dense), min_speedup, tokens, summary.table())
     if summary.skipped:
         total = len(summary.skipped) + len(summary.replaced)
         warnings.warn(f"sparsify: {len(summary.skipped)} of {total} nn.Linear layer(s) left dense (not {p}): "

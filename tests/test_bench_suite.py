@@ -95,7 +95,7 @@ def test_plan_uses_a_tuned_config_only_if_it_runs():
     cases, _ = suite.plan([Shape(2048, 4096, 4096)], ["sptc24_sm90", "nm_decode"], types,
                           {"24": ["2:4"], "nm": ["2:8"]}, selector=lambda f, p: tuned if f is fam else None)
     c = next(c for c in cases if c.family == "sptc24_sm90")
-    assert c.tuned and c.config == tuned and c.impl == "sptc24_sm90_tuned"
+    assert c.tuned and c.config == tuned and c.impl == "sptc24_sm90_tuned" and c.source == "user"
 
 
 def test_dry_run_and_help(capsys):
@@ -254,7 +254,7 @@ def _cases(shapes_, patterns):
     from cutlass_nm.families import get_family
 
     cfg = get_family("nm_decode").Config()
-    return [cases.Case(s, "nm_decode", "nm", p, cfg, False) for s in shapes_ for p in patterns]
+    return [cases.Case(s, "nm_decode", "nm", p, cfg, "heuristic") for s in shapes_ for p in patterns]
 
 
 def test_run_group_starts_a_new_worker_after_a_fault(monkeypatch):

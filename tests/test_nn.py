@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 import cutlass_nm
+from cutlass_nm import InputError
 from cutlass_nm.nn import SparseLinear, sparsify
 
 H = torch.bfloat16  # 2:4 and V:N:M run fp16/bf16 only: the CPU reference path applies the GPU path's rules
@@ -109,7 +110,8 @@ def test_vnm_gradients_flow_to_inputs_and_bias():
 @pytest.mark.gpu
 @pytest.mark.parametrize("pattern", ["2:4", "128:2:8"])
 def test_gpu_compile_and_cuda_graph_match_eager(pattern):
-    model = sparsify(nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512)).half().cuda(), pattern)
+    model = sparsify(nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512)).half().cuda(), pattern,
+                     force=True)
     x = torch.randn(64, 512, device="cuda", dtype=torch.half)
     eager = model(x)
     compiled = torch.compile(model, fullgraph=True)(x)
@@ -296,3 +298,58 @@ def test_gpu_general_nm_sparse_linear_matches_fp64(pattern, dtype, vector, m):
     assert y.shape == (m, 520) and y.dtype == dtype and torch.isfinite(y).all()
     err = ((y.double() - ref).norm() / ref.norm()).item()
     assert err < (2e-5 if dtype == torch.float32 else 1e-2), err
+
+
+def _fake_gpu(monkeypatch, speedups):
+    """sparsify's timing replaced: every layer counts as on a GPU and its speedups come from ``speedups``."""
+    from cutlass_nm import decisions
+
+    timed = []
+    monkeypatch.setattr(decisions, "_measurable", lambda lin: True)
+    monkeypatch.setattr(decisions, "precompile_for", lambda problems: None)
+    monkeypatch.setattr(decisions, "measure_speedups",
+                        lambda lin, sp, tokens: timed.append((lin.out_features, lin.in_features, tokens))
+                        or {m: speedups[(lin.out_features, m)] for m in tokens})
+    return timed
+
+
+def test_sparsify_keeps_dense_where_sparse_is_not_faster(monkeypatch):
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.Linear(64, 128)).to(H)
+    timed = _fake_gpu(monkeypatch, {(128, 1): 1.6, (128, 2048): 1.2, (64, 1): 1.5, (64, 2048): 0.9})
+    out = sparsify(model, "2:4", tokens=(1, 2048))
+    s = out.sparsify_summary
+    assert s.replaced == ["0", "3"] and s.kept_dense == ["2"]
+    assert type(model[2]) is nn.Linear and isinstance(model[0], SparseLinear) and isinstance(model[3], SparseLinear)
+    assert sorted(timed) == [(64, 128, (1, 2048)), (128, 64, (1, 2048))]  # each distinct shape timed once
+    assert [(d.name, d.shape, d.decision, d.speedup[2048]) for d in s.decisions] == [
+        ("0", (128, 64), "sparse", 1.2), ("2", (64, 128), "dense", 0.9), ("3", (128, 64), "sparse", 1.2)]
+    assert "2  64x128  dense  m=1: 1.50x, m=2048: 0.90x  (measured)" in s.table()
+
+
+def test_sparsify_threshold_and_force(monkeypatch):
+    _fake_gpu(monkeypatch, {(128, 16): 1.1})
+    strict = sparsify(nn.Sequential(nn.Linear(64, 128)).to(H), "2:4", tokens=(16,), min_speedup=1.2)
+    assert strict.sparsify_summary.kept_dense == ["0"] and type(strict[0]) is nn.Linear
+    forced = sparsify(nn.Sequential(nn.Linear(64, 128)).to(H), "2:4", tokens=(16,), min_speedup=1.2, force=True)
+    assert isinstance(forced[0], SparseLinear)
+    assert [(d.decision, d.how) for d in forced.sparsify_summary.decisions] == [("sparse", "forced")]
+    for bad in ({"tokens": ()}, {"tokens": (0,)}, {"tokens": (1.5,)}, {"min_speedup": 0}):
+        with pytest.raises(InputError):
+            sparsify(nn.Sequential(nn.Linear(64, 128)).to(H), "2:4", **bad)
+
+
+def test_sparsify_off_gpu_replaces_untimed():
+    s = sparsify(nn.Sequential(nn.Linear(64, 128)).to(H), "2:4").sparsify_summary
+    assert s.replaced == ["0"] and s.decisions[0].how.startswith("not measured")
+
+
+@pytest.mark.gpu
+def test_gpu_sparsify_decides_by_measurement():
+    """On the GPU: each layer kept sparse measured at least min_speedup at every token count, each kept dense
+    did not; the decisions cover every runnable layer."""
+    model = nn.Sequential(nn.Linear(4096, 4096), nn.Linear(4096, 512), nn.Linear(512, 4096)).half().cuda()
+    s = sparsify(model, "2:4", tokens=(1, 512), min_speedup=1.0).sparsify_summary
+    assert len(s.decisions) == 3 and all(d.how == "measured" and set(d.speedup) == {1, 512} for d in s.decisions)
+    for d, layer in zip(s.decisions, model, strict=True):
+        assert (d.decision == "sparse") == (min(d.speedup.values()) >= 1.0)
+        assert isinstance(layer, SparseLinear) == (d.decision == "sparse")

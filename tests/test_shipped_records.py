@@ -19,3 +19,34 @@ def test_shipped_records_import(tmp_path, path):
     assert store.merge(lines) == {"new": header["records"], "known": 0, "rejected": 0, "skipped_env": 0}
     assert store.merge(lines)["new"] == 0
     assert store.winners()
+
+
+def test_shipped_configs_match_this_versions_templates():
+    """A family's shipped configs stand for the templates they were measured with (the header's "templates"): a
+    template or family-module change must re-measure them or carry them over (tuning/ship_configs.py)."""
+    from cutlass_nm.store.shipped import stale_families, valid_templates
+
+    assert any(valid_templates().values()), "no shipped file names the templates its records stand for"
+    stale = {gpu: fams for gpu, fams in stale_families().items() if fams}
+    assert not stale, (f"templates changed since these shipped configs were measured: {stale}; re-measure them "
+                       "(python3 tuning/ship_configs.py) or carry them over (--carry-over FAMILY)")
+
+
+def test_shipped_configs_are_used_for_their_gpu_only():
+    from cutlass_nm.families import KernelTypes, Problem, get_family
+    from cutlass_nm.store.chooser import DefaultChooser
+    from cutlass_nm.store.shipped import shipped_records
+
+    gpu, records = next(iter(shipped_records().items()))
+    env = records[0]["environment"]
+    machine = {"gpu": env.gpu, "compute_capability": env.compute_capability, "sm_count": env.sm_count}
+    r = records[0]
+    fam = get_family(r["family"])
+    problem = Problem(r["m"], r["n"], r["k"], KernelTypes(r["dtype"], r["out_dtype"], r["bias"]), r["pattern"])
+    choice = DefaultChooser(None, machine)(fam, problem)
+    best = min((x for x in records if x["key"] == r["key"]), key=lambda x: x["p50_ms"])
+    assert choice.source == "shipped" and choice.config == best["config"]
+    untuned = Problem(r["m"] + 3, r["n"] + 64, r["k"], problem.types, r["pattern"])
+    assert DefaultChooser(None, machine)(fam, untuned).source == "model"
+    other = {**machine, "gpu": "rtx-4090"}
+    assert DefaultChooser(None, other)(fam, problem) is None  # no shipped configs, nothing tuned: the heuristic

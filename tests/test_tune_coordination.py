@@ -12,9 +12,9 @@ from store_helpers import env
 from test_store import _pg_schema_url
 from tune_helpers import PROBLEM, fake_measure, tuner_process
 
-from cutlass_nm.families import get_family
+from cutlass_nm.families import get_family, perfmodel
 from cutlass_nm.store.store import Store
-from cutlass_nm.tune import perfmodel, tune_problem
+from cutlass_nm.tune import tune_problem
 from cutlass_nm.tune.space import all_configs
 from cutlass_nm.tune.tuner import study_name
 

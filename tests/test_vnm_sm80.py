@@ -138,8 +138,8 @@ def test_tile_m_128_hands_v64_weights_to_its_twin():
 
 
 def test_estimate_ranks_the_measured_fastest_first():
-    """tune.perfmodel's warm start: of five configs timed on the H100 at 8192^3, the fastest ranks first."""
-    from cutlass_nm.tune.perfmodel import rank
+    """families.perfmodel's warm start: of five configs timed on the H100 at 8192^3, the fastest ranks first."""
+    from cutlass_nm.families.perfmodel import rank
 
     specs = ["128x128x64x64x64x4x1", "128x256x64x64x64x3x1", "128x128x128x64x32x3x1", "128x64x64x64x32x6x1",
              "64x128x64x32x64x4x1"]

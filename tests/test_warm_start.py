@@ -1,4 +1,4 @@
-"""The tuner's warm start ranks a family's candidate list with tune.perfmodel before measuring anything: every
+"""The tuner's warm start ranks a family's candidate list with families.perfmodel before measuring anything: every
 family's configs need an estimate, and the candidate list is a bounded sample of the space, never its product."""
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ import math
 
 import pytest
 
-from cutlass_nm.families import FAMILIES, KernelTypes, Problem, get_family
+from cutlass_nm.families import FAMILIES, KernelTypes, Problem, get_family, perfmodel
 from cutlass_nm.families.base import CANDIDATES
-from cutlass_nm.tune import perfmodel
 
 F16 = KernelTypes("f16", "f16", False)
 PROBLEMS = {

@@ -7,8 +7,7 @@ import zlib
 
 from store_helpers import env
 
-from cutlass_nm.families import KernelTypes, Problem
-from cutlass_nm.tune import perfmodel
+from cutlass_nm.families import KernelTypes, Problem, perfmodel
 
 PROBLEM = Problem(2048, 4096, 4096, KernelTypes("f16", "f16", False))
 

@@ -61,7 +61,7 @@ def cusparselt_isolated(m: int, n: int, k: int, dtype: str, reps: int, modes: tu
 
 
 def _child(m: int, n: int, k: int, dtype: str, reps: int, mode: str) -> None:
-    from .timing import copies_to_rotate, time_rotating
+    from ..timing import copies_to_rotate, time_rotating
 
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     from ..formats import prune_24

@@ -15,14 +15,19 @@ CSLT_MODE = "cusparselt_search"
 
 @dataclass(frozen=True)
 class Case:
-    """One family timed at one shape and pattern with one config."""
+    """One family timed at one shape and pattern with one config, and where that config came from
+    (``config_source``: user, shipped, model or heuristic, as dispatch would choose)."""
 
     shape: shp.Shape
     family: str
     kind: str
     pattern: str
     config: Any
-    tuned: bool
+    source: str = "heuristic"
+
+    @property
+    def tuned(self) -> bool:
+        return self.source != "heuristic"
 
     @property
     def impl(self) -> str:

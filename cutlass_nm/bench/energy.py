@@ -80,7 +80,7 @@ def energy_rotating(fn: Callable[[int], object], copies: int, meter: EnergyMeter
     """Energy per call of ``fn(i)`` over rotating inputs (the same CUDA-graph replay :mod:`.timing` times)."""
     import torch
 
-    from .timing import _capture
+    from ..timing import _capture
 
     graph = _capture(fn, copies)
     if graph is not None:

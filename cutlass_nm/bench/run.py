@@ -1,6 +1,6 @@
 """The GPU side of ``cutlass-nm bench``: compile, time the baselines and every planned case, derive metrics.
 
-Timing is ``bench.timing.time_rotating`` (CUDA-graph replays over input sets rotated past L2; median,
+Timing is ``cutlass_nm.timing.time_rotating`` (CUDA-graph replays over input sets rotated past L2; median,
 p20, p80). Each row's figures are ratios to baselines timed in this same run.
 """
 
@@ -26,12 +26,12 @@ from ..formats.nm import compress_nm, mask_nm
 from ..formats.vnm import compress_vnm
 from ..kernels import get_kernel, precompile
 from ..patterns import Pattern
+from ..timing import copies_to_rotate, time_rotating
 from .cases import CSLT_MODE, ENGINES, Case, clone_weight
 from .cusparselt import cusparselt_rows
 from .env import environment
 from .roofline import BANDWIDTH, RATES, ideal_ms, traffic_bytes
 from .shapes import Shape
-from .timing import copies_to_rotate, time_rotating
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 NM_VECTOR = 32  # the N:M format's default index-sharing vector (formats/nm.py)
@@ -137,7 +137,8 @@ def _row(c: Case, **extra) -> dict:
     """The identifying fields of a case's row."""
     return {"m": c.shape.m, "n": c.shape.n, "k": c.shape.k, "name": c.shape.name, "family": c.family,
             "impl": c.impl, "pattern": c.pattern, "sparsity": Pattern.parse(c.pattern).sparsity,
-            "engine": ENGINES[c.kind], "tuned": c.tuned, "config": c.config.to_record(), **extra}
+            "engine": ENGINES[c.kind], "tuned": c.tuned, "config_source": c.source, "config": c.config.to_record(),
+            **extra}
 
 
 def assemble(shapes: list[Shape], by_group: dict[str, list[dict]], cslt: dict) -> list[dict]:
@@ -151,7 +152,7 @@ def assemble(shapes: list[Shape], by_group: dict[str, list[dict]], cslt: dict) -
         if res is not None:
             row = {"m": s.m, "n": s.n, "k": s.k, "name": s.name, "dtype": mine[0]["dtype"], "family": None,
                    "impl": CSLT_MODE, "pattern": "2:4", "sparsity": 0.5, "engine": "tensor", "tuned": False,
-                   "config": None, **res}
+                   "config_source": None, "config": None, **res}
             if "median_ms" in res:
                 row.update(metrics(s.m, s.n, s.k, res["median_ms"], 0.5, s.n * s.k * (1 + 1 / 8), "tensor"))
             mine.append(row)
@@ -214,12 +215,12 @@ def run_group(group: str, shapes: list[Shape], cases: list[Case], spec: dict, de
 
 def _spec_case(c: Case) -> list:
     return [c.shape.m, c.shape.n, c.shape.k, c.shape.name, c.family, c.kind, c.pattern, c.config.to_record(),
-            c.tuned]
+            c.source]
 
 
 def _case_of(v: list) -> Case:
-    m, n, k, name, family, kind, pattern, record, tuned = v
-    return Case(Shape(m, n, k, name), family, kind, pattern, get_family(family).Config.from_record(record), tuned)
+    m, n, k, name, family, kind, pattern, record, source = v
+    return Case(Shape(m, n, k, name), family, kind, pattern, get_family(family).Config.from_record(record), source)
 
 
 def _worker(job: dict, deadline: float, grace_s: float = 90.0) -> tuple[list[tuple[str, Any]], int, str]:
@@ -335,7 +336,8 @@ def bench_shape(s: Shape, cases: list[Case], types: KernelTypes, reps: int, warm
         add({**row, "median_ms": t.p50_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "reps": t.reps,
                      "timing": t.method, "rel_err": err, **met(t.p50_ms)})
 
-    dense_fields = {"family": None, "pattern": None, "sparsity": 0.0, "tuned": False, "config": None}
+    dense_fields = {"family": None, "pattern": None, "sparsity": 0.0, "tuned": False, "config_source": None,
+                    "config": None}
     if baselines:
         copies = min(pool, copies_to_rotate((m * k + n * k) * 2))
         ws = [dense] + [dense.clone() for _ in range(copies - 1)]
@@ -353,7 +355,7 @@ def bench_shape(s: Shape, cases: list[Case], types: KernelTypes, reps: int, warm
     for c in cases:
         fields = {"family": c.family, "impl": c.impl, "pattern": c.pattern,
                   "sparsity": Pattern.parse(c.pattern).sparsity, "engine": ENGINES[c.kind], "tuned": c.tuned,
-                  "config": c.config.to_record()}
+                  "config_source": c.source, "config": c.config.to_record()}
         kid = (c.family, c.config, types)
         try:
             w0 = weights.get((c.kind, c.pattern))

@@ -7,9 +7,11 @@
 
 Per shape, in one process: cuBLAS dense in the run's dtype, cuBLAS SGEMM with TF32 off (the CUDA-core
 baseline), cuSPARSELt 2:4 after ``mm_search`` (in child processes: some of its paths fault), and every family
-registered in ``cutlass_nm.families.FAMILIES`` at each pattern of its weight kind (shapes.PATTERNS), with its
-tuned config from the tuning DB (``tuned: true``, the DB's nearest problem) or else its heuristic
-(``tuned: false``). Families that cannot run a shape (e.g. nm_decode above m = 16) are listed under
+registered in ``cutlass_nm.families.FAMILIES`` at each pattern of its weight kind (shapes.PATTERNS), with the
+config dispatch would choose and its ``config_source``: the user's tuning DB (``user``), the configs shipped in the
+package (``shipped``), the config model's prediction from the nearest tuned problems (``model``), or the family's
+heuristic (``heuristic``; ``--heuristic`` forces it). ``--split held_out`` times the models that never fed the
+shipped configs. Families that cannot run a shape (e.g. nm_decode above m = 16) are listed under
 ``skipped``. Rows hold the time (median/p20/p80), dense-equivalent ``tflops``, ``rel_err``,
 ``speedup_vs_*``, family, pattern, sparsity, ``tflops_effective`` (nonzero flops), ``gbps``, and
 ``pct_of_ideal`` against ``bench.roofline.ideal_ms``. The baselines multiply the
@@ -45,8 +47,10 @@ def gpu_slug(name: str | None) -> str:
 
 def plan(shapes: list[shp.Shape], families: list[str], types: Any, patterns: dict[str, list[str]],
          selector: Any = None) -> tuple[list[Case], list[dict]]:
-    """Cases to time and (shape, family) pairs skipped with the reason. One config per (shape, family):
-    the tuning DB's if it has one that runs the problem, else the heuristic."""
+    """Cases to time and (shape, family) pairs skipped with the reason. One config per (shape, family, pattern),
+    as dispatch chooses it: ``selector``'s (a ``store.chooser.DefaultChooser``: user DB, shipped, model) if it
+    runs the problem, else the heuristic."""
+    from ..dispatch import _config_of
     from ..families import Problem, get_family
     from ..routing import weight_kind
     from .run import NM_VECTOR
@@ -57,24 +61,27 @@ def plan(shapes: list[shp.Shape], families: list[str], types: Any, patterns: dic
         for name in families:
             fam = get_family(name)
             kind = weight_kind(fam.weight)
-            p = Problem(s.m, s.n, s.k, types, vector=NM_VECTOR if kind == "nm" else 0)  # make_weight's vector
+            pats = patterns.get(kind or "", [])
             reason = None if kind else f"weight type {fam.weight!r} has no pattern set here"
-            cfg, tuned = None, False
-            if reason is None:
+            if reason is None and not pats:
+                reason = "no pattern of its kind selected"
+            chosen = []
+            for pat in pats if reason is None else []:
+                p = Problem(s.m, s.n, s.k, types, pat, vector=NM_VECTOR if kind == "nm" else 0)  # make_weight's
                 try:
-                    cfg = selector(fam, p) if selector else None
-                    tuned = cfg is not None and fam.check(cfg, p) is None
-                    cfg = cfg if tuned else fam.heuristic(p)
+                    cfg, source = _config_of(selector(fam, p)) if selector else (None, "heuristic")
+                    if cfg is None or fam.check(cfg, p) is not None:
+                        cfg, source = fam.heuristic(p), "heuristic"
                     reason = fam.check(cfg, p)
                 except Exception as exc:  # a family's own refusal is a skip, not the end of the run
                     reason = f"{type(exc).__name__}: {exc}"
-            pats = patterns.get(kind or "", [])
-            if reason is None and not pats:
-                reason = "no pattern of its kind selected"
+                if reason is not None:
+                    break
+                chosen.append(Case(s, name, kind, pat, cfg, source))
             if reason is not None:
                 skipped.append({"m": s.m, "n": s.n, "k": s.k, "family": name, "reason": str(reason)[:200]})
                 continue
-            cases += [Case(s, name, kind, pat, cfg, tuned) for pat in pats]
+            cases += chosen
     return cases, skipped
 
 
@@ -84,6 +91,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", action="append", choices=sorted(shp.PRESETS),
                    help="shape set (repeatable): quick, headline, nmsparse (M1-M32), llama (NM-SpMM), venom")
     p.add_argument("--shape", action="append", type=_shape, help="extra M,N,K (tokens, out, in); repeatable")
+    p.add_argument("--model", action="append", help="the layer shapes of a shipped model campaign (repeatable; "
+                   "`cutlass-nm build --help` lists them), at each --tokens count")
+    p.add_argument("--split", choices=("tune", "held_out"), help="every model of a campaign split: 'held_out' "
+                   "models were never tuned (they measure the default path on shapes nobody tuned)")
+    p.add_argument("--tokens", default="16,128,512,2048,8192",
+                   help="token counts (m) for --model/--split, comma-separated (default 16,128,512,2048,8192)")
     p.add_argument("--family", action="append", help="only these registered families (repeatable; default: all)")
     p.add_argument("--sparsity", default="50,75,87.5,90", help="levels in %% (default 50,75,87.5,90)")
     p.add_argument("--patterns", help="explicit patterns instead of the levels' defaults, e.g. 2:4,1:4,128:2:8")
@@ -117,8 +130,9 @@ def selected(args: argparse.Namespace) -> tuple[list[shp.Shape], list[str], dict
     from ..families import FAMILIES
     from ..patterns import Pattern
 
-    presets = args.preset or (["quick"] if args.quick or not args.shape else [])
-    shapes = shp.merge([s for name in presets for s in shp.preset(name)] + list(args.shape or []))
+    campaign = _campaign_shapes(args)
+    presets = args.preset or (["quick"] if args.quick or not (args.shape or campaign) else [])
+    shapes = shp.merge([s for name in presets for s in shp.preset(name)] + list(args.shape or []) + campaign)
     unknown = set(args.family or []) - set(FAMILIES)
     if unknown:
         raise InputError(f"unknown families {sorted(unknown)}; registered: {sorted(FAMILIES)}")
@@ -133,11 +147,36 @@ def selected(args: argparse.Namespace) -> tuple[list[shp.Shape], list[str], dict
     return shapes, families, patterns
 
 
+def _campaign_shapes(args: argparse.Namespace) -> list[shp.Shape]:
+    """The shapes of ``--model`` and ``--split`` campaigns at each ``--tokens`` count, named model.layer."""
+    from ..campaigns import load_models, split_models
+
+    names = list(getattr(args, "model", None) or []) + (split_models(args.split) if getattr(args, "split", None)
+                                                        else [])
+    if not names:
+        return []
+    models = load_models()
+    if unknown := [n for n in names if n not in models]:
+        raise InputError(f"unknown models {unknown}; known: {', '.join(sorted(models))}")
+    try:
+        tokens = [int(t) for t in args.tokens.split(",")]
+    except ValueError:
+        raise InputError(f"--tokens takes comma-separated integers, got {args.tokens!r}") from None
+    named: dict[tuple[int, int, int], str] = {}
+    for name in names:
+        for layer, n, k in models[name]:
+            for m in tokens:
+                named.setdefault((m, n, k), f"{name}.{layer}")
+    return [shp.Shape(m, n, k, label) for (m, n, k), label in sorted(named.items())]
+
+
 def _selector(args: argparse.Namespace, scratch: Path, gpu: bool = True) -> Any:
-    """The tuned-config lookup (None: heuristic configs). ``--records`` files are loaded (and so checked) even
-    without a GPU, but the lookup needs one: records are matched by the GPU's fingerprint."""
+    """Dispatch's config chooser (user DB, then shipped configs, then the config model), or None with
+    ``--heuristic``. ``--records`` files are loaded (and so checked) even without a GPU, but the lookup needs one:
+    records are matched by the GPU's fingerprint."""
     if args.heuristic:
         return None
+    from ..store.chooser import DefaultChooser
     from ..store.lookup import TunedSelector
 
     url = args.db
@@ -152,7 +191,9 @@ def _selector(args: argparse.Namespace, scratch: Path, gpu: bool = True) -> Any:
     if not gpu:
         print("no CUDA GPU here: heuristic configs (tuned configs are looked up by the GPU's fingerprint)")
         return None
-    return TunedSelector(url, quiet_if_missing=True)
+    off = os.environ.get("CUTLASS_NM_DB", "").lower() in ("off", "none", "0") and not args.records
+    return DefaultChooser(None if off else TunedSelector(url, quiet_if_missing=True),
+                          shipped=os.environ.get("CUTLASS_NM_SHIPPED", "").lower() not in ("off", "none", "0"))
 
 
 def _gpu_visible() -> bool:

@@ -102,7 +102,7 @@ class FamilyConfig:
 
     def estimate_ms(self, problem: Problem, sm_count: int) -> float | None:
         """This config's time on ``problem`` by the family's own model (ranking only), or None to use the
-        generic roofline of ``tune.perfmodel``."""
+        generic roofline of ``families.perfmodel``."""
         return None
 
 

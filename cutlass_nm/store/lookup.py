@@ -24,6 +24,7 @@ from typing import Any
 
 from ..families import Family, Problem
 from .fingerprint import EnvFields, ProblemKey, current_environment
+from .shipped import Tuned
 from .validate import RecordError, validate_config, validate_problem
 
 log = logging.getLogger("cutlass_nm.store")
@@ -61,6 +62,7 @@ class TunedSelector:
         self._table: dict[ProblemKey, tuple[Any, bool]] | None = None  # key -> (config, same soft env); by time
         self._by_objective: dict[ProblemKey, tuple[Any, bool]] = {}  # the same under an energy objective
         self._memo: dict[tuple[str, Problem], Any] = {}
+        self._times: dict[ProblemKey, float] = {}  # the time winners' medians
         self._warned: set[str] = set()
 
     def __call__(self, family: Family, problem: Problem) -> Any:
@@ -74,6 +76,20 @@ class TunedSelector:
             cfg = self._choose(table, key)
         self._memo[memo_key] = cfg
         return cfg
+
+    def exact(self, family: Family, problem: Problem) -> Any:
+        """The winner tuned for exactly this problem's key (the objective's, else the time winner), or None."""
+        table = self._load()
+        key = ProblemKey.of(family.name, problem)
+        hit = self._by_objective.get(key) or table.get(key)
+        if hit is None:
+            return None
+        return self._choose({key: hit}, key)
+
+    def tuned(self) -> dict[ProblemKey, Tuned]:
+        """Every usable time winner of this database with its median time (what the config model learns from)."""
+        table = self._load()
+        return {k: Tuned(cfg, self._times[k]) for k, (cfg, _) in table.items() if k in self._times}
 
     def _warn_once(self, what: str, message: str) -> None:
         if what not in self._warned:
@@ -108,7 +124,7 @@ class TunedSelector:
             if store is not None:
                 store.engine.dispose()  # read once: no connection stays open
         rejected: list[str] = []
-        self._table = self._tabulate(rows, envs, rejected)
+        self._table = self._tabulate(rows, envs, rejected, self._times)
         if by_objective:
             self._by_objective = self._tabulate(by_objective, envs, rejected)
         if rejected:
@@ -117,8 +133,10 @@ class TunedSelector:
         return self._table
 
     @staticmethod
-    def _tabulate(rows: list, envs: dict[str, EnvFields], rejected: list[str]) -> dict[ProblemKey, tuple[Any, bool]]:
-        """The usable winners by problem; each malformed row is skipped, its reason appended to ``rejected``."""
+    def _tabulate(rows: list, envs: dict[str, EnvFields], rejected: list[str],
+                  times: dict[ProblemKey, float] | None = None) -> dict[ProblemKey, tuple[Any, bool]]:
+        """The usable winners by problem; each malformed row is skipped, its reason appended to ``rejected``;
+        ``times`` gets each kept winner's median."""
         table: dict[ProblemKey, tuple[Any, bool]] = {}
         for env_row, w in rows:
             try:
@@ -134,6 +152,8 @@ class TunedSelector:
             same_soft = env_row.soft_key == env.soft_key
             if key not in table or same_soft:
                 table[key] = (cfg, same_soft)
+                if times is not None and isinstance(w.p50_ms, float | int) and w.p50_ms > 0:
+                    times[key] = float(w.p50_ms)
         return table
 
     def _choose(self, table: dict[ProblemKey, tuple[Any, bool]], key: ProblemKey) -> Any:

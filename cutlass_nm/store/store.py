@@ -247,7 +247,7 @@ def check_records(lines: Iterable[str], only_hard_keys: Collection[str] | None =
     environments are skipped. ``source`` names the input in messages."""
     stats = {"new": 0, "known": 0, "rejected": 0, "skipped_env": 0}
     good, rejects, total = [], [], 0
-    for line, rec in _records(lines, source):
+    for line, rec in parsed_records(lines, source):
         total += 1
         try:
             if isinstance(rec, RecordError):
@@ -302,7 +302,7 @@ def _parse(line: str) -> Any:
     return value
 
 
-def _records(lines: Iterable[str], source: str = "records") -> Iterator[tuple[int, Any]]:
+def parsed_records(lines: Iterable[str], source: str = "records") -> Iterator[tuple[int, Any]]:
     """(line number, parsed record or the RecordError that rejects it) after checking the header line."""
     it = iter(lines)
     header = next(it, None)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .perfmodel import BANDWIDTH, SPARSE_FLOPS, estimate_ms
+from ..families.perfmodel import BANDWIDTH, SPARSE_FLOPS, estimate_ms
 
 FEATURES = ("log_time", "flops_frac", "bytes_frac", "log2_tile_m", "log2_tile_n", "log2_tile_k", "stages",
             "auto_stages", "cluster", "pingpong", "streamk", "wave_eff", "regs", "smem")

@@ -30,8 +30,8 @@ def default_storage() -> str:
 
 def _stand_in(problem: Problem) -> dict[str, Any]:
     """The performance model instead of a GPU and no compiles (checks the multi-process plumbing on a CPU)."""
+    from ..families import perfmodel
     from ..store.fingerprint import EnvFields
-    from . import perfmodel
 
     def measure(cfg: Any, reps: int = 50) -> dict:
         t = perfmodel.estimate_ms(cfg, problem)

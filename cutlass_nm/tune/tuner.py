@@ -24,10 +24,9 @@ from typing import Any
 
 import optuna
 
-from ..families import KernelTypes, Problem, get_family
+from ..families import KernelTypes, Problem, get_family, perfmodel
 from ..formats.nm import NMWeight
 from ..store.fingerprint import EnvFields, ProblemKey
-from . import perfmodel
 from .space import space_of, suggest
 
 Measure = Callable[[Any], dict]  # config -> {"status", "p50_ms", ...}

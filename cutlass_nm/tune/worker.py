@@ -21,11 +21,11 @@ def _serve(conn) -> None:  # runs in the worker process
 
     from cutlass_nm.bench.energy import energy_rotating, open_meter
     from cutlass_nm.bench.run import make_weight
-    from cutlass_nm.bench.timing import copies_to_rotate, time_rotating
     from cutlass_nm.families import KernelTypes, get_family
     from cutlass_nm.families.launch import torch_dtype
     from cutlass_nm.kernels import get_kernel
     from cutlass_nm.routing import weight_kind
+    from cutlass_nm.timing import copies_to_rotate, time_rotating
 
     cache: dict = {}
     meter: list = []  # opened on the first request for energy

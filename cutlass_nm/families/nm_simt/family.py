@@ -61,7 +61,7 @@ class Config(FamilyConfig):
         return (self.block_rows // self.thread_rows) * (self.block_tokens // self.thread_tokens) * self.k_warps
 
     def estimate_ms(self, problem: Problem, sm_count: int = HOPPER.sm_count, density: float = 0.5) -> float:
-        """Roofline-style estimate for ranking (tune.perfmodel): CTA waves x FMA time at the CUDA-core rate,
+        """Roofline-style estimate for ranking (families.perfmodel): CTA waves x FMA time at the CUDA-core rate,
         discounted by the shared-memory loads per FMA of the thread tile, or L2 traffic, whichever is larger."""
         m, n, k = problem.m, problem.n, problem.k
         resident = max(1, min(HOPPER.smem_per_block // max(1, smem_bound(self, problem.pattern, problem.vector)),

@@ -59,7 +59,7 @@ class Config(FamilyConfig):
     }
 
     def estimate_ms(self, problem: Problem, sm_count: int = HOPPER.sm_count) -> float:
-        """Ranking estimate (tune.perfmodel): the gathered operands' L2 -> SM traffic (B once per row tile, A once
+        """Ranking estimate (families.perfmodel): the gathered operands' L2 -> SM traffic (B once per row tile, A once
         per token tile) at a rate that grows with the bytes an SM keeps in flight (stages - 1 per resident CTA) up
         to the 4.35 TB/s vnm_sm80 reached on the H100, or CTA waves of mma.sp, whichever is larger."""
         v = _block_rows(problem)

@@ -59,7 +59,7 @@ class Config(FamilyConfig):
     }
 
     def estimate_ms(self, problem: Problem, sm_count: int = HOPPER.sm_count) -> float:
-        """Ranking estimate (tune.perfmodel): the gathered B (once per weight tile) and A with its metadata (once
+        """Ranking estimate (families.perfmodel): the gathered B (once per weight tile) and A with its metadata (once
         per token tile, once per cluster) through L2, at a rate that falls below ~128 KB of stages in flight, or CTA
         waves of wgmma.sp over the gathered K, whichever is larger; short K loops pay the pipeline fill."""
         group = getattr(parse_or_none(problem.pattern), "m", 8)

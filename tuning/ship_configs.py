@@ -1,0 +1,203 @@
+"""Measure the configs that ship in the package: every candidate of a family's shipping grid on every layer shape
+of the "tune" models (``cutlass_nm.campaigns.split_models("tune")``), on this GPU, and write the best per problem.
+
+    python3 tuning/ship_configs.py --family sptc24_sm90 --out cutlass_nm/configs/h100-80gb-hbm3.jsonl \\
+        --measurements sptc24_grid.json                      # 1 GPU; compiles the grid on all cores first
+    python3 tuning/ship_configs.py --family sptc24_sm90 --tokens 2048,8192 --out ... --append   # in parts
+    python3 tuning/ship_configs.py --carry-over sptc24_sm90 --out cutlass_nm/configs/h100-80gb-hbm3.jsonl
+
+The held-out models never enter. The output file's header names, per family, the template hash its records are
+valid for; ``--carry-over`` moves a family's records to this version's templates after a regression run showed
+its kernels unchanged (``tests/test_shipped_records.py`` fails until one of the two is done). ``--measurements``
+keeps every timed candidate (the suite's row schema) for validating the config model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+GRID = {  # family -> candidate configs (fields not named take the Config defaults); small m first
+    "sptc24_sm90": [
+        dict(tile_m=128, tile_n=64, tile_k=128, cluster_m=2, cluster_n=1, mma_pipe=1),
+        dict(tile_m=128, tile_n=64, tile_k=128, cluster_m=1, cluster_n=1, raster="n", swizzle=8, mma_pipe=1),
+        dict(tile_m=128, tile_n=64, tile_k=128, cluster_m=1, cluster_n=1, scheduler="streamk", mma_pipe=1),
+        dict(tile_m=128, tile_n=64, tile_k=128, cluster_m=2, cluster_n=1, scheduler="streamk", mma_pipe=1),
+        dict(tile_m=256, tile_n=64, tile_k=128, cluster_m=1, cluster_n=2),
+        dict(tile_m=128, tile_n=64, tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", mma_pipe=1),
+        dict(tile_m=64, tile_n=64, tile_k=128, cluster_m=1, cluster_n=1, schedule="pingpong", mma_pipe=1),
+        dict(tile_m=64, tile_n=128, tile_k=64, cluster_m=2, cluster_n=1, schedule="pingpong", mma_pipe=1),
+        dict(tile_m=128, tile_n=128, tile_k=64, cluster_m=1, cluster_n=1, scheduler="streamk", mma_pipe=1),
+        dict(tile_m=128, tile_n=128, tile_k=128, cluster_m=1, cluster_n=1, mma_pipe=1),
+        dict(tile_m=128, tile_n=128, tile_k=64, cluster_m=2, cluster_n=1, raster="n", swizzle=8, mma_pipe=1),
+        dict(tile_m=128, tile_n=128, tile_k=64, cluster_m=2, cluster_n=1, scheduler="streamk", mma_pipe=1),
+        dict(tile_m=64, tile_n=256, tile_k=64, cluster_m=1, cluster_n=1, schedule="pingpong", mma_pipe=1),
+        dict(tile_m=256, tile_n=128, tile_k=64, cluster_m=1, cluster_n=2, mma_pipe=1),
+        dict(tile_m=256, tile_n=128, tile_k=64, cluster_m=1, cluster_n=1, raster="n", swizzle=8, mma_pipe=1),
+        dict(tile_m=256, tile_n=128, tile_k=64, cluster_m=2, cluster_n=1, scheduler="streamk", mma_pipe=1),
+        dict(tile_m=128, tile_n=256, tile_k=64, cluster_m=2, cluster_n=1, raster="n", swizzle=8, mma_pipe=1),
+        dict(tile_m=128, tile_n=256, tile_k=64, cluster_m=2, cluster_n=2, mma_pipe=1),
+        dict(tile_m=128, tile_n=256, tile_k=64, cluster_m=2, cluster_n=1, scheduler="streamk", raster="m",
+             mma_pipe=1),
+        dict(tile_m=128, tile_n=256, tile_k=64, cluster_m=1, cluster_n=1, raster="n", swizzle=8, mma_pipe=1),
+        dict(tile_m=128, tile_n=256, tile_k=64, cluster_m=1, cluster_n=2, raster="n", mma_pipe=1),
+    ],
+}
+TOKENS = (16, 128, 512, 2048, 8192)  # the GEMM families' token counts (m = 1 runs on the decode path)
+
+
+def candidates(family, m: int) -> list:
+    """The grid's configs worth timing at ``m`` tokens: token tiles no wider than m (64 at least), and at least 128
+    wide from m = 2048 on, where narrow token tiles only add waves."""
+    cfgs = [family.Config.from_record({**family.Config().to_record(), **c}) for c in GRID[family.name]]
+    return [c for c in cfgs if c.tile_n <= max(64, m) and not (m >= 2048 and c.tile_n < 128)]
+
+
+def problems(family, tokens: tuple[int, ...], pattern: str, dtype: str):
+    from cutlass_nm.campaigns import split_shapes
+    from cutlass_nm.families import KernelTypes, Problem
+
+    types = KernelTypes(dtype, dtype, False)
+    return [Problem(m, n, k, types, pattern) for m, n, k in split_shapes("tune", tokens)]
+
+
+def measure(family, probs: list, reps: int, log) -> list[dict]:
+    """Every runnable candidate on every problem: rows {m, n, k, config, p20/p50/p80_ms, rel_err}."""
+    import torch
+
+    import cutlass_nm
+    from cutlass_nm.kernels import get_kernel
+    from cutlass_nm.timing import copies_to_rotate, time_rotating
+
+    rows = []
+    for i, p in enumerate(probs):
+        t0 = time.time()
+        dt = {"f16": torch.float16, "bf16": torch.bfloat16}[p.types.dtype]
+        g = torch.Generator(device="cuda").manual_seed(i)
+        w, _ = cutlass_nm.prune(torch.randn(p.n, p.k, device="cuda", dtype=dt, generator=g), p.pattern)
+        copies = copies_to_rotate((p.m * p.k + p.m * p.n) * 2)
+        xs = [torch.randn(p.m, p.k, device="cuda", dtype=dt, generator=g) for _ in range(copies)]
+        ys = [torch.empty(p.m, p.n, device="cuda", dtype=dt) for _ in range(copies)]
+        ref = (xs[0].float() @ w.to_dense().float().T)
+        for cfg in candidates(family, p.m):
+            if family.check(cfg, p) is not None:
+                continue
+            kern = get_kernel((family.name, cfg, p.types))
+            ys[0].fill_(float("nan"))
+            kern(xs[0], w, None, ys[0])
+            err = ((ys[0].float() - ref).norm() / ref.norm()).item()
+            if not err < 1e-2:
+                log(f"  wrong result ({err}) for {cfg}; skipped")
+                continue
+            t = time_rotating(lambda j, kern=kern, xs=xs, w=w, ys=ys: kern(xs[j], w, None, ys[j]), copies, reps=reps,
+                              warmup_ms=25)
+            rows.append({"family": family.name, "pattern": p.pattern, "dtype": p.types.dtype, "m": p.m, "n": p.n,
+                         "k": p.k, "config": cfg.to_record(), "median_ms": t.p50_ms, "p20_ms": t.p20_ms,
+                         "p80_ms": t.p80_ms, "reps": t.reps, "timing": t.method, "rel_err": err})
+        best = min((r for r in rows if (r["m"], r["n"], r["k"]) == (p.m, p.n, p.k)), key=lambda r: r["median_ms"],
+                   default=None)
+        log(f"[{i + 1}/{len(probs)}] {p.m}x{p.n}x{p.k}: best {best and best['median_ms'] * 1e3:.1f} us "
+            f"({time.time() - t0:.1f} s)")
+    return rows
+
+
+def records(family, rows: list[dict], study: str) -> list[dict]:
+    """The best row per problem as an export record (``cutlass-nm db export``'s form)."""
+    from cutlass_nm.families import KernelTypes, Problem
+    from cutlass_nm.store.fingerprint import ProblemKey, current_environment
+
+    env = current_environment(family.name)
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["m"], r["n"], r["k"], r["pattern"], r["dtype"])
+        if key not in best or r["median_ms"] < best[key]["median_ms"]:
+            best[key] = r
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    out = []
+    for (m, n, k, pattern, dtype), r in sorted(best.items()):
+        pk = ProblemKey.of(family.name, Problem(m, n, k, KernelTypes(dtype, dtype, False), pattern))
+        out.append({**pk.to_dict(), "environment": env.to_dict(), "hard_key": env.hard_key, "m": m,
+                    "config": r["config"], "status": "ok", "p20_ms": r["p20_ms"], "p50_ms": r["median_ms"],
+                    "p80_ms": r["p80_ms"], "iterations": r["reps"], "host": "ship_configs", "study": study,
+                    "trial": None, "uid": str(uuid.uuid4()), "created_at": now})
+    return out
+
+
+def write(out: Path, new: list[dict], families: dict[str, str], append: bool) -> None:
+    """The shipped file: header (format, templates per family) + records; ``append`` keeps the file's other
+    records except those of the same problems."""
+    from cutlass_nm.store.store import FORMAT
+
+    old, templates = [], {}
+    if append and out.exists():
+        lines = out.read_text().splitlines()
+        templates = json.loads(lines[0]).get("templates", {})
+        keys = {(r["family"], r["pattern"], r["m_bucket"], r["n"], r["k"], r["dtype"]) for r in new}
+        old = [json.loads(x) for x in lines[1:] if x.strip()]
+        old = [r for r in old if (r["family"], r["pattern"], r["m_bucket"], r["n"], r["k"], r["dtype"]) not in keys]
+    templates.update(families)
+    rows = old + new
+    header = {"format": FORMAT, "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "source": "tuning/ship_configs.py", "records": len(rows), "templates": templates}
+    out.write_text("\n".join(json.dumps(r) for r in [header, *rows]) + "\n")
+
+
+def carry_over(out: Path, family: str) -> None:
+    from cutlass_nm.store.fingerprint import template_hash
+
+    lines = out.read_text().splitlines()
+    header = json.loads(lines[0])
+    header.setdefault("templates", {})[family] = template_hash(family)
+    out.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    print(f"{out}: {family}'s records now stand for templates {template_hash(family)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", default="sptc24_sm90", choices=sorted(GRID))
+    ap.add_argument("--pattern", default="2:4")
+    ap.add_argument("--dtype", default="f16", choices=("f16", "bf16"))
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="token counts, comma-separated")
+    ap.add_argument("--reps", type=int, default=20, help="timed graph replays per candidate (median kept)")
+    ap.add_argument("--out", type=Path, required=True, help="the shipped JSONL to write")
+    ap.add_argument("--append", action="store_true", help="keep the file's records of other problems")
+    ap.add_argument("--measurements", type=Path, help="also write every timed candidate here (JSON rows)")
+    ap.add_argument("--carry-over", metavar="FAMILY", help="only mark FAMILY's records valid for this version")
+    ap.add_argument("--dry-run", action="store_true", help="list problems and candidates; no GPU needed")
+    args = ap.parse_args(argv)
+    if args.carry_over:
+        carry_over(args.out, args.carry_over)
+        return 0
+    from cutlass_nm.families import get_family
+    from cutlass_nm.kernels import precompile
+    from cutlass_nm.store.fingerprint import template_hash
+
+    family = get_family(args.family)
+    probs = problems(family, tuple(int(t) for t in args.tokens.split(",")), args.pattern, args.dtype)
+    kids = sorted({(family.name, c, p.types) for p in probs for c in candidates(family, p.m)
+                   if family.check(c, p) is None}, key=str)
+    print(f"{len(probs)} problems of the tune models, {len(kids)} kernels", flush=True)
+    if args.dry_run:
+        return 0
+    t0 = time.time()
+    failed = [r for r in precompile(kids) if isinstance(r, Exception)]
+    print(f"compiled in {time.time() - t0:.0f} s, {len(failed)} failed", flush=True)
+    rows = measure(family, probs, args.reps, lambda s: print(s, flush=True))
+    if args.measurements:  # first: the rows survive whatever follows
+        from cutlass_nm.bench.env import environment
+
+        args.measurements.write_text(json.dumps({"environment": {**environment(), "command": " ".join(sys.argv)},
+                                                 "rows": rows}, indent=1))
+    write(args.out, records(family, rows, f"ship_configs/{args.family}"), {family.name: template_hash(family.name)},
+          args.append)
+    print(f"wrote {args.out} in {time.time() - t0:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
