@@ -295,6 +295,9 @@ def cmd_db(args: argparse.Namespace) -> int:
                 with open(args.rejects, "w", encoding="utf-8") as f:
                     f.writelines(f"{exc.source}:{line}: {reason}\n" for line, reason in exc.rejects)
             raise
+    if args.db_command == "ls" and args.shipped:
+        _db_table("configs shipped in the package", LS_COLUMNS, _shipped_rows(_db_filters(args)))
+        return 0
     with translated(url):
         if args.db_command in ("ls", "show", "export"):
             try:
@@ -307,11 +310,12 @@ def cmd_db(args: argparse.Namespace) -> int:
         if args.db_command == "upgrade":
             print(f"{store.url}: schema at head")
         elif args.db_command == "ls":
+            studies = store.studies()
             rows = [(_cell(env.gpu), _cell(w.family), _cell(w.pattern), str(w.m_bucket), str(w.n), str(w.k),
-                     _cell(f"{w.dtype}->{w.out_dtype}"), str(w.bias), _ms(w.p50_ms), _cell(_compact(w.config)))
+                     _cell(f"{w.dtype}->{w.out_dtype}"), str(w.bias), _ms(w.p50_ms),
+                     config_source(studies.get(w.measurement_uid)), _cell(_compact(w.config)))
                     for env, w in store.winners(**_db_filters(args))]
-            _db_table(f"winners in {store.url}", ("gpu", "family", "pattern", "m≤", "n", "k", "types", "bias",
-                                                  "p50 ms", "config"), rows)
+            _db_table(f"winners in {store.url}", LS_COLUMNS, rows)
         elif args.db_command == "show":
             rows = [(_cell(m.family), _cell(m.pattern), str(m.m), str(m.n), str(m.k), _cell(m.status), _ms(m.p50_ms),
                      _cell(m.host), _cell(f"{m.study}/{m.trial}"), _cell(_compact(m.config)))
@@ -335,6 +339,33 @@ def cmd_db(args: argparse.Namespace) -> int:
             n = store.gc(dry_run=args.dry_run)
             print(f"{'would delete' if args.dry_run else 'deleted'} {n} measurements of stale environments")
     return 0
+
+
+LS_COLUMNS = ("gpu", "family", "pattern", "m≤", "n", "k", "types", "bias", "p50 ms", "source", "config")
+
+
+def config_source(study: str | None) -> str:
+    """A database record's config source: ``shipped`` (imported from a file tuning/ship_configs.py wrote) or
+    ``user`` (tuned here, or imported from another user's export)."""
+    return "shipped" if (study or "").startswith("ship_configs/") else "user"
+
+
+def _shipped_rows(filters: dict) -> list[tuple]:
+    """``db ls --shipped``: the best shipped config per problem, every GPU, in ``LS_COLUMNS`` order."""
+    from .store.shipped import shipped_records
+
+    best: dict[tuple, dict] = {}
+    for records in shipped_records().values():
+        for r in records:
+            if any(r.get(col) != v for col, v in filters.items()):
+                continue
+            key = (r["environment"].gpu, r["key"])
+            if key not in best or r["p50_ms"] < best[key]["p50_ms"]:
+                best[key] = r
+    return [(_cell(gpu), _cell(k.family), _cell(k.pattern), str(k.m_bucket), str(k.n), str(k.k),
+             _cell(f"{k.dtype}->{k.out_dtype}"), str(k.bias), _ms(r["p50_ms"]), "shipped", _cell(_compact(
+                 r["config"].to_record())))
+            for (gpu, k), r in sorted(best.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))]
 
 
 def _fixed(items: list[str] | None) -> dict:
@@ -536,6 +567,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--shape", type=_shape, help="only this problem: M,N,K (M matches its power-of-two bucket)")
         p.add_argument("--n", type=int, help="only this n (out features)")
         p.add_argument("--k", type=int, help="only this k (in features)")
+        if name == "ls":
+            p.add_argument("--shipped", action="store_true", help="the configs shipped in the package instead (used "
+                           "on their GPU where the tuning DB has no winner for the problem)")
     p.add_argument("--limit", type=int, default=50, help="the newest this many (default 50)")
     p = dbs.add_parser("export", help="every measurement as JSONL, after a metadata header line")
     p.add_argument("--out", help="file (default: stdout)")

@@ -155,3 +155,21 @@ def test_merge_from_another_database_reads_it_only(tmp_path, capsys):
     assert _fingerprint(src_path)[:2] == before[:2]
     assert json.loads(_export(Store(f"sqlite:///{tmp_path / 'dst.sqlite'}", read_only=True))[1])["config"] == \
         CONFIGS[2].to_record()
+
+
+def test_ls_names_each_winners_config_source(tmp_path, capsys):
+    """Winners imported from a shipped file read "shipped", others "user"; ``--shipped`` lists the package's."""
+    shipped = (Path(cli.__file__).parent / "configs").glob("*.jsonl")
+    path = next(iter(shipped))
+    lines = path.read_text().splitlines()
+    url = f"sqlite:///{tmp_path / 'x.sqlite'}"
+    assert _db(capsys, url, "import", str(path))[0] == 0
+    rc, out, _ = _db(capsys, url, "ls")
+    header, *rows = out.splitlines()
+    studies = {json.loads(x)["study"] for x in lines[1:]}
+    want = {"shipped" if s.startswith("ship_configs/") else "user" for s in studies}
+    assert rc == 0 and header.split("\t")[9] == "source" and {r.split("\t")[9] for r in rows} == want
+    rc, out, _ = _db(capsys, "sqlite:///" + str(tmp_path / "never.sqlite"), "ls", "--shipped")
+    header, *rows = out.splitlines()
+    assert rc == 0 and rows and {r.split("\t")[9] for r in rows} == {"shipped"}
+    assert not (tmp_path / "never.sqlite").exists()

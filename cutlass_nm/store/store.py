@@ -168,6 +168,11 @@ class Store:
                 q = q.where(Environment.hard_key == hard_key)
             return [(e, w) for e, w in s.execute(q).all()]
 
+    def studies(self) -> dict[str, str | None]:
+        """Each measurement's study by uid (where a winner came from)."""
+        with Session(self.engine) as s:
+            return dict(s.execute(select(Measurement.uid, Measurement.study)).all())
+
     def _old_winners(self, hard_key: str | None, filters: dict[str, Any]) -> list[tuple[Environment, Any]]:
         """Winners of a pre-0003 schema, read without the columns it lacks."""
         from sqlalchemy import MetaData, Table
