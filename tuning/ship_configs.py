@@ -47,6 +47,18 @@ GRID = {  # family -> candidate configs (fields not named take the Config defaul
         dict(tile_m=128, tile_n=256, tile_k=64, cluster_m=1, cluster_n=1, raster="n", swizzle=8, mma_pipe=1),
         dict(tile_m=128, tile_n=256, tile_k=64, cluster_m=1, cluster_n=2, raster="n", mma_pipe=1),
     ],
+    "vnm_sm90": [
+        dict(tile_m=64, tile_n=64, tile_k=128, stages=6),
+        dict(tile_m=64, tile_n=128, tile_k=64, stages=6),
+        dict(tile_m=128, tile_n=64, tile_k=128, stages=5, consumers=2),
+        dict(tile_m=128, tile_n=128, tile_k=64, stages=8, consumers=2),
+        dict(tile_m=128, tile_n=128, tile_k=64, stages=8, consumers=2, raster=1),
+        dict(tile_m=128, tile_n=128, tile_k=128, stages=4, consumers=2),
+        dict(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2),
+        dict(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, raster=1),
+        dict(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, cluster=2),
+        dict(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, mma_pipe=1),
+    ],
 }
 TOKENS = (16, 128, 512, 2048, 8192)  # the GEMM families' token counts (m = 1 runs on the decode path)
 
@@ -164,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="f16", choices=("f16", "bf16"))
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="token counts, comma-separated")
     ap.add_argument("--reps", type=int, default=20, help="timed graph replays per candidate (median kept)")
-    ap.add_argument("--out", type=Path, required=True, help="the shipped JSONL to write")
+    ap.add_argument("--out", type=Path, help="the shipped JSONL to write")
+    ap.add_argument("--shape", action="append", help="M,N,K: measure these problems instead of the tune models' "
+                    "(e.g. to compare the default path with the grid's best on held-out shapes; never with --out)")
     ap.add_argument("--append", action="store_true", help="keep the file's records of other problems")
     ap.add_argument("--measurements", type=Path, help="also write every timed candidate here (JSON rows)")
     ap.add_argument("--carry-over", metavar="FAMILY", help="only mark FAMILY's records valid for this version")
@@ -178,10 +192,20 @@ def main(argv: list[str] | None = None) -> int:
     from cutlass_nm.store.fingerprint import template_hash
 
     family = get_family(args.family)
-    probs = problems(family, tuple(int(t) for t in args.tokens.split(",")), args.pattern, args.dtype)
-    kids = sorted({(family.name, c, p.types) for p in probs for c in candidates(family, p.m)
-                   if family.check(c, p) is None}, key=str)
-    print(f"{len(probs)} problems of the tune models, {len(kids)} kernels", flush=True)
+    if args.shape:
+        if args.out:
+            ap.error("--shape measures problems outside the tune models: they never go into a shipped file")
+        from cutlass_nm.families import KernelTypes, Problem
+
+        types = KernelTypes(args.dtype, args.dtype, False)
+        probs = [Problem(*(int(v) for v in t.split(",")), types, args.pattern) for t in args.shape]
+    else:
+        if not args.out:
+            ap.error("--out is required (the shipped JSONL to write)")
+        probs = problems(family, tuple(int(t) for t in args.tokens.split(",")), args.pattern, args.dtype)
+    kids = {(family.name, c, p.types) for p in probs for c in candidates(family, p.m) if family.check(c, p) is None}
+    kids = sorted(kids | {h for kid in kids for h in family.helpers(kid[1], kid[2])}, key=str)
+    print(f"{len(probs)} problems, {len(kids)} kernels", flush=True)
     if args.dry_run:
         return 0
     t0 = time.time()
@@ -193,9 +217,10 @@ def main(argv: list[str] | None = None) -> int:
 
         args.measurements.write_text(json.dumps({"environment": {**environment(), "command": " ".join(sys.argv)},
                                                  "rows": rows}, indent=1))
-    write(args.out, records(family, rows, f"ship_configs/{args.family}"), {family.name: template_hash(family.name)},
-          args.append)
-    print(f"wrote {args.out} in {time.time() - t0:.0f} s", flush=True)
+    if args.out:
+        write(args.out, records(family, rows, f"ship_configs/{args.family}"),
+              {family.name: template_hash(family.name)}, args.append)
+    print(f"done in {time.time() - t0:.0f} s", flush=True)
     return 0
 
 
