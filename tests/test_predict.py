@@ -1,0 +1,40 @@
+"""The config model: the nearest tuned problem's runnable winner, by a distance over log m, n, k and waves."""
+
+from cutlass_nm.families import KernelTypes, Problem, get_family
+from cutlass_nm.store.fingerprint import ProblemKey
+from cutlass_nm.store.predict import distance, predict
+from cutlass_nm.store.shipped import Tuned
+
+FAM = get_family("sptc24_sm90")
+T = KernelTypes("f16", "f16", False)
+SMALL = FAM.Config(tile_m=128, tile_n=64, tile_k=128, cluster_m=2, cluster_n=1, mma_pipe=1)
+LARGE = FAM.Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=2, cluster_n=1, mma_pipe=1)
+
+
+def _tuned(*entries):
+    return {ProblemKey.of(FAM.name, Problem(m, n, k, types, "2:4")): Tuned(cfg, 0.1)
+            for m, n, k, types, cfg in entries}
+
+
+def test_nearest_tuned_problem_gives_the_config():
+    tuned = _tuned((16, 4096, 4096, T, SMALL), (4096, 4096, 4096, T, LARGE))
+    assert predict(FAM, Problem(32, 3584, 3584, T), tuned, 132) == SMALL
+    assert predict(FAM, Problem(2048, 3584, 18944, T), tuned, 132) == LARGE
+
+
+def test_distance_counts_waves_and_is_symmetric():
+    a, b = (ProblemKey.of(FAM.name, Problem(m, n, 4096, T)) for m, n in ((512, 4096), (512, 8192)))
+    assert distance(a, b, 132) == distance(b, a, 132) > 1.0  # log2 n differs by 1, and the waves too
+    assert distance(a, a, 132) == 0
+
+
+def test_same_types_first_unrunnable_skipped_none_without_data():
+    f32 = KernelTypes("f16", "f32", False)
+    tuned = _tuned((512, 4096, 4096, T, SMALL), (16, 4096, 4096, f32, LARGE))
+    assert predict(FAM, Problem(512, 4096, 4096, f32), tuned, 132) == LARGE  # same output type, though farther
+    unrunnable = FAM.Config(tile_m=64, tile_n=64, tile_k=64, schedule="cooperative")  # cooperative needs 128 rows
+    assert FAM.check(unrunnable, Problem(512, 4096, 4096, T)) is not None
+    assert predict(FAM, Problem(512, 4096, 4096, T), _tuned((512, 4096, 4096, T, unrunnable),
+                                                            (8192, 4096, 4096, T, LARGE)), 132) == LARGE
+    assert predict(FAM, Problem(512, 4096, 4096, T), {}, 132) is None
+    assert predict(FAM, Problem(512, 4096, 4096, T), _tuned((512, 4096, 4096, T, unrunnable)), 132) is None
