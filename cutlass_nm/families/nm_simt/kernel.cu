@@ -9,8 +9,9 @@
 // group read x as a broadcast. Modes: 1 (16-byte cp.async of token-major x, compile-time pitch), 2 (x_transposed:
 // x^T [k][m] from a prep kernel, staged column-major, a thread's tokens read as float4s) and 0 (general: any k
 // alignment, any M, vector < kTR; runtime geometry, scalar x loads). With kTma (mode 2, sm_90) a producer warp
-// fills each stage's x^T tile and kept weights by two TMA copies completing on the stage's full mbarrier, and the
-// computing warps release stages on empty mbarriers (no CTA-wide barrier in the k loop).
+// fills each stage's x^T tile, kept weights and column indices by three TMA copies (the indices by cp.async where
+// their rows are not 16-byte multiples), completing on the stage's full mbarrier, and the computing warps release
+// stages on empty mbarriers (no CTA-wide barrier in the k loop).
 // Per-config numbers that family.py also uses are substituted from it and re-derived here by static_assert.
 #include <algorithm>
 #include <cstdint>
@@ -98,11 +99,13 @@ struct Params {
   void* y;         // m x n (Out) or the split-K partials [kSplit][m][n] float
   int m, n, k, keep, group, vector, kgroups, ktd, ktc, pitch, nvb, n_pad, nnz_pad, ktiles;
   int x_bytes, w_bytes, stage_bytes;
+  int idx_tma;     // kTma: the column indices by TMA (tma_c: ktc % 4 == 0, cols 16-byte aligned), else by cp.async
   int bar_offset;  // kTma: bytes from the start of shared memory to the stages' mbarriers (past kClusterSplit's tile)
   bool cluster;    // kClusterSplit on a GPU with clusters (sm_90+): the split's CTAs sum through DSMEM, else partials
   int tiles_x;     // kTailSplit: row tiles (CTA b's tile is b, or dp + (b - dp) / kSplit, row tile first)
   int dp;          // kTailSplit: tiles run whole (a multiple of the resident CTAs)
   CUtensorMap tma_x, tma_w;  // kTma: x^T (k x m_pad, boxes kBT x ktd) and the kept weights (nnz_pad x n_pad, kBR x ktc)
+  CUtensorMap tma_c;         // idx_tma: the column indices (n_pad / vector x nnz_pad int32, boxes ktc x nvb)
 };
 
 // CNM_TRACE (benchmarks/trace_nm_simt.py only; never defined by the library): with tma, per CTA and k-tile, the SM
@@ -387,7 +390,7 @@ struct TileCopier {
   int64_t w_step;
   int w_first, w_dst;
   const int* c0;
-  int row0_;
+  int row0_, vb0_;
 
   __device__ TileCopier(const Params& p, int row0, int tok0, int vb0) {
     const int t = threadIdx.x;
@@ -416,19 +419,23 @@ struct TileCopier {
     w_dst = w_first * kBR + r;
     c0 = p.cols + static_cast<int64_t>(vb0) * p.nnz_pad;
     row0_ = row0;
+    vb0_ = vb0;
   }
 
-  // kTma, called by the producer warp only: lane 0 arms the stage's full barrier with both boxes' bytes and issues the
-  // two copies (out-of-range rows and tokens of x^T arrive as zeros); the 32 lanes copy the column indices by
-  // cp.async, each lane's copies completing as one arrival on the same barrier (it counts 1 + 32 arrivals).
+  // kTma, called by the producer warp only: lane 0 arms the stage's full barrier with the bytes of its boxes and issues
+  // the copies of x^T and the kept weights (out-of-range rows and tokens of x^T arrive as zeros) and, with
+  // Params::idx_tma, of the column indices [nvb][ktc] (rows vb0 .. vb0 + nvb - 1, steps kt x ktc ..; the barrier
+  // counts 1 arrival), so that every write to the stage goes through the async proxy; else the 32 lanes copy the
+  // indices by cp.async, each lane's copies completing as one arrival on the same barrier (it counts 1 + 32).
   __device__ __forceinline__ void issue_tma(const Params& p, char* stage, uint32_t full, int kt, int tok0) const {
 #if __CUDA_ARCH__ >= 900
     const int lane = threadIdx.x & 31;
     if (lane == 0) {
       const uint32_t xs = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
-      const uint32_t ws = xs + p.x_bytes;
+      const uint32_t ws = xs + p.x_bytes, cs = ws + p.w_bytes;
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(p.x_bytes + p.w_bytes)
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full),
+                   "r"(p.x_bytes + p.w_bytes + (p.idx_tma ? p.nvb * p.ktc * 4 : 0))
                    : "memory");
       asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
                    "[%4];" ::"r"(xs), "l"(reinterpret_cast<uint64_t>(&p.tma_x)), "r"(tok0), "r"(kt * p.ktd), "r"(full)
@@ -436,9 +443,16 @@ struct TileCopier {
       asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
                    "[%4];" ::"r"(ws), "l"(reinterpret_cast<uint64_t>(&p.tma_w)), "r"(row0_), "r"(kt * p.ktc), "r"(full)
                    : "memory");
+      if (p.idx_tma)
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}],"
+                     " [%4];" ::"r"(cs), "l"(reinterpret_cast<uint64_t>(&p.tma_c)), "r"(kt * p.ktc), "r"(vb0_),
+                     "r"(full)
+                     : "memory");
     }
-    issue_indices(p, stage, kt, lane, 32);
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full) : "memory");
+    if (!p.idx_tma) {
+      issue_indices(p, stage, kt, lane, 32);
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full) : "memory");
+    }
 #endif
   }
 
@@ -615,11 +629,12 @@ nm_simt_kernel(__grid_constant__ const Params p) {
 
   if constexpr (kUseTma) {
 #if __CUDA_ARCH__ >= 900
-    // Per stage a full barrier (TMA bytes + the producer's index copies) and an empty one (one arrival per computing
-    // warp once it has read the stage). The producer (kOwnProducer: a warpgroup's first warp, else computing warp 0)
-    // refills a stage after every computing warp has released it; no CTA-wide barrier in the loop, so a warp runs
-    // ahead of the others by up to kStages - 1 tiles. Measured (trace_nm_simt.py): a computing warp 0 that also
-    // fills the stages falls ~2 tiles behind the others, which then wait for its refills.
+    // Per stage a full barrier (TMA bytes; without idx_tma also the producer lanes' index copies: issue_tma) and an
+    // empty one (one arrival per computing warp once it has read the stage). The producer (kOwnProducer: a
+    // warpgroup's first warp, else computing warp 0) refills a stage after every computing warp has released it; no
+    // CTA-wide barrier in the loop, so a warp runs ahead of the others by up to kStages - 1 tiles. Measured
+    // (trace_nm_simt.py): a computing warp 0 that also fills the stages falls ~2 tiles behind the others, which then
+    // wait for its refills.
     const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + p.bar_offset));
     auto full = [&](int s) { return bars + 16 * s; };
     auto empty = [&](int s) { return bars + 16 * s + 8; };
@@ -630,7 +645,7 @@ nm_simt_kernel(__grid_constant__ const Params p) {
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int s = 0; s < kStages; ++s) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(full(s)), "r"(33));
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(full(s)), "r"(p.idx_tma ? 1 : 33));
         asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty(s)), "r"(kThreads / 32));
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -944,8 +959,13 @@ int resident_for(int mode, bool use_tma, size_t smem, int limit) {
        : mode == 1 ? resident_ctas<1, false>(smem, limit) : resident_ctas<0, false>(smem, limit);
 }
 
-// kTma's two tensor maps: x^T (k rows of m_pad tokens; boxes of kBT tokens x ktd rows, zeros past k and m_pad) and
-// the kept weights (nnz_pad steps of n_pad rows; boxes of kBR rows x ktc steps). False if the driver refuses.
+// kTma's tensor maps: x^T (k rows of m_pad tokens; boxes of kBT tokens x ktd rows, zeros past k and m_pad), the kept
+// weights (nnz_pad steps of n_pad rows; boxes of kBR rows x ktc steps) and, where a TMA box can hold it, the column
+// indices (n_pad / vector index rows of nnz_pad; boxes of ktc steps x nvb rows, never out of range): a box's rows
+// must be 16-byte multiples and the source 16-byte aligned with 16-byte multiple strides (ktc % 4 == 0, which
+// nnz_pad % 4 == 0 follows from, and cols 16-byte aligned); the box lands 128-byte aligned (x_bytes and w_bytes
+// are multiples of 128: kBT % 32 == 0, ktc % 4 == 0 and kBR % 16 == 0). Sets p.idx_tma; else cnm_run copies the
+// indices by cp.async. False if the driver refuses x^T's or the weights' map.
 bool encode_maps(Params& p) {
   const cuuint32_t unit[2] = {1, 1};
   const cuuint64_t x_dims[2] = {cuuint64_t(p.m_pad), cuuint64_t(p.k)}, x_stride[1] = {cuuint64_t(p.m_pad) * 4};
@@ -960,6 +980,17 @@ bool encode_maps(Params& p) {
       &p.tma_w, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(p.wt), w_dims, w_stride, w_box, unit,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  p.idx_tma = 0;
+  if (p.ktc % 4 == 0 && p.nnz_pad % 4 == 0 && (reinterpret_cast<uintptr_t>(p.cols) & 15) == 0 && p.ktc <= 256 &&
+      p.nvb <= 256) {
+    const cuuint64_t c_dims[2] = {cuuint64_t(p.nnz_pad), cuuint64_t(p.n_pad / p.vector)};
+    const cuuint64_t c_stride[1] = {cuuint64_t(p.nnz_pad) * 4};
+    const cuuint32_t c_box[2] = {cuuint32_t(p.ktc), cuuint32_t(p.nvb)};
+    p.idx_tma = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
+                    &p.tma_c, CU_TENSOR_MAP_DATA_TYPE_INT32, 2, const_cast<int*>(p.cols), c_dims, c_stride, c_box,
+                    unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                    CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  }
   return a == CUDA_SUCCESS && b == CUDA_SUCCESS;
 }
 
