@@ -397,7 +397,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         task = bar.add_task("tuning", total=len(shapes) * args.trials * max(1, len(gpus)))
         for m, n, k in sorted(set(shapes)):
             problem = Problem(m, n, k, KernelTypes(args.dtype, args.dtype, args.bias), str(pattern))
-            family = args.family or tuned_family(pattern, m)
+            family = args.family or tuned_family(pattern, m, k)
             if gpus:
                 table.add_row(*_tune_on_gpus(problem, family, gpus, args, bar, task))
                 continue
@@ -450,9 +450,9 @@ def _tune_on_gpus(problem: Any, family: str, gpus: list[int], args: argparse.Nam
             f"{time.time() - t0:.0f}")
 
 
-def tuned_family(pattern: Any, m: int) -> str:
-    """The family ``matmul`` runs a ``pattern`` weight with at ``m`` tokens on this machine's GPU (sm_90 without
-    one)."""
+def tuned_family(pattern: Any, m: int, k: int = 0) -> str:
+    """The family ``matmul`` runs a ``pattern`` weight of ``k`` in_features (0: unknown) with at ``m`` tokens on this
+    machine's GPU (sm_90 without one)."""
     import torch
 
     from .bench.run import NM_VECTOR
@@ -460,7 +460,7 @@ def tuned_family(pattern: Any, m: int) -> str:
 
     # the tuner times N:M weights of the format's default vector (make_weight): route as matmul routes those
     return default_family(torch.device("cuda") if torch.cuda.is_available() else None, weight_class(pattern), m,
-                          pattern=pattern, vector=NM_VECTOR)
+                          pattern=pattern, vector=NM_VECTOR, k=k)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -185,7 +185,7 @@ def _resolve(key: tuple) -> Callable:
 def _choose(key: tuple) -> tuple[Family, Any, str, Problem]:
     """The family, config, config source and problem of matmul's ``key`` (no compile)."""
     m, n, k, dtype, out_dtype, has_bias, device, family_name, kind, pattern, vector = key
-    family_name = family_name or default_family(device, kind, m, dtype, pattern, vector)
+    family_name = family_name or default_family(device, kind, m, dtype, pattern, vector, k)
     if family_name not in FAMILIES:
         raise ShapeError(f"no kernel family {family_name!r} is built into this version for {kind.__name__} "
                          f"weights at m={m}; known families: {sorted(FAMILIES)}")

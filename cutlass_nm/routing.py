@@ -6,6 +6,7 @@ import torch
 
 from .errors import InputError, PatternError, ShapeError
 from .families import FAMILIES
+from .families.decode24.family import K_MULTIPLE as DECODE24_K_MULTIPLE
 from .families.launch import device_info, dtype_name
 from .families.nm_simt.family import MAX_GROUP
 from .formats import NMWeight, Sparse24Weight, VNMWeight, weight_class
@@ -14,6 +15,9 @@ from .patterns import Pattern
 WEIGHTS = (Sparse24Weight, VNMWeight, NMWeight)
 KINDS: dict[type, str] = {Sparse24Weight: "24", VNMWeight: "vnm", NMWeight: "nm"}  # weight class -> pattern kind
 DECODE_MAX_M = 16  # largest m the decode families take (N:M and V:N:M weights)
+# largest m at which 2:4 weights (k % 16 == 0) run on the decode path (decode24), not sptc24: on the H100 decode24 beat
+# sptc24_sm90's shipped configs at m = 1 (1.0-2.2x, 8 LLaMA-like shapes) and lost at m = 2 on all but 4096² and below
+DECODE24_MAX_M = 1
 
 
 def weight_kind(kind: type) -> str | None:
@@ -22,10 +26,14 @@ def weight_kind(kind: type) -> str | None:
 
 
 def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: int = 1,
-                   dtype: torch.dtype = torch.float16, pattern: Pattern | str | None = None, vector: int = 0) -> str:
+                   dtype: torch.dtype = torch.float16, pattern: Pattern | str | None = None, vector: int = 0,
+                   k: int = 0) -> str:
     """The family that runs a ``kind`` weight of ``pattern`` at ``m`` tokens of ``dtype`` on this GPU when none is
     forced (``device=None``: an sm_90 GPU, e.g. to plan work on a machine without one). ``vector``: an N:M
-    weight's rows sharing positions (0: unknown)."""
+    weight's rows sharing positions (0: unknown). ``k``: the weight's in_features (0: unknown); a 2:4 weight takes
+    the decode path only where k is known to be a multiple of 16 (read in place), else the sptc24 GEMM."""
+    if kind is Sparse24Weight and m <= DECODE24_MAX_M and k > 0 and k % DECODE24_K_MULTIPLE == 0:
+        return decode_family(kind)
     if kind is NMWeight:
         if m > DECODE_MAX_M or dtype == torch.float32:
             return "nm_simt"
@@ -45,7 +53,10 @@ def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: 
 def decode_family(kind: type, pattern: Pattern | str | None = None, vector: int = 0) -> str:
     """The decode family (m <= DECODE_MAX_M) of a ``kind`` weight: tensor cores (``nm_decode``) where a warp's 32
     rows share their positions (an N:M ``vector`` that is a multiple of 32; a V:N:M pattern with V % 32 == 0, or
-    an unknown one), else CUDA cores (``nm_decode_simt``: any vector, V:N:M read as element-wise 2:M)."""
+    an unknown one), else CUDA cores (``nm_decode_simt``: any vector, V:N:M read as element-wise 2:M); 2:4 weights
+    on CUDA cores read in place (``decode24``, k % 16 == 0)."""
+    if kind is Sparse24Weight:
+        return "decode24"
     if kind is VNMWeight:
         v = Pattern.parse(pattern).v if pattern is not None else None
         return "nm_decode" if v is None or v % 32 == 0 else "nm_decode_simt"

@@ -15,7 +15,7 @@ F16 = KernelTypes("f16", "f16", False)
 SM90, SM80 = get_family("sptc24_sm90"), get_family("sptc24_sm80")
 PATTERN = {"vnm_glu_sm90": "256:2:8"}  # the fused gate/up kernel runs only fused weights; the others any problem
 VECTOR = {"nm_decode": 32}  # tensor-core decode: N:M weights whose positions 32 rows share
-DECODE = ("nm_decode", "nm_decode_simt")  # m <= 16 only
+DECODE = ("nm_decode", "nm_decode_simt", "decode24")  # m <= 16 only
 SIMT = get_family("nm_decode_simt")
 
 

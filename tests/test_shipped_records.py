@@ -37,7 +37,7 @@ def test_shipped_configs_are_used_for_their_gpu_only():
     from cutlass_nm.store.chooser import DefaultChooser
     from cutlass_nm.store.shipped import shipped_records
 
-    gpu, records = next(iter(shipped_records().items()))
+    records = next(iter(shipped_records().values()))
     env = records[0]["environment"]
     machine = {"gpu": env.gpu, "compute_capability": env.compute_capability, "sm_count": env.sm_count}
     r = records[0]

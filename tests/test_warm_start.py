@@ -20,6 +20,7 @@ PROBLEMS = {
     "nm_simt": Problem(2048, 4096, 4096, KernelTypes("f32", "f32", False), "2:8"),
     "nm_decode": Problem(4, 4096, 4096, F16, "2:8", 32),
     "nm_decode_simt": Problem(4, 4096, 4096, F16, "2:8", 1),
+    "decode24": Problem(4, 4096, 4096, F16, "2:4"),
 }
 
 

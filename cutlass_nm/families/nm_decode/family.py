@@ -1,6 +1,6 @@
 """N:M and V:N:M decode (m <= 16 tokens) on tensor cores: our own gather-by-index GEMV, weights streamed at memory
-speed. This module also holds what the CUDA-core decode family (``nm_decode_simt``) shares: the kernel template's
-derived sizes, the launch plan, the source and the launcher.
+speed. This module also holds what the CUDA-core decode families (``nm_decode_simt``, and ``decode24`` for 2:4 weights
+read in place) share: the kernel template's derived sizes, the launch plan, the source and the launcher.
 
 N, M and the index-sharing vector are launch arguments, so one binary serves every pattern. ``Config.mode``: 2,
 a warp's 32 rows on tensor cores for N:M weights whose vector is a multiple of 32; 3, sparse tensor cores for
@@ -34,6 +34,7 @@ MAX_ACCUMULATORS = 64  # fp32 sums per thread (rows x max_tokens) before registe
 MAX_SPLIT = 8  # portable cluster size
 MAX_FIXED = SMEM_BUDGET - 8 * 1024  # sums + rings: x pieces get the rest (>= one group of 256 columns x 16 tokens)
 CTAS_PER_SM = 2  # split-K until the grid has this many CTAs per SM
+XS_LINE = 128  # mode 0's staged x: bytes of the line inside which the template swizzles columns
 LAYOUTS = {0: decode_layout, 2: decode_mma_layout, 3: decode_vnm_layout}  # each mode's weight layout
 
 
@@ -156,7 +157,8 @@ def plan(cfg: DecodeKernel, n: int, stride: int, keep: int, group: int, sm_count
          ) -> tuple[int, int, int]:
     """(split, piece, smem_bytes) for a launch: split-K (a cluster, sm_90+) until the grid fills ``CTAS_PER_SM``
     CTAs per SM, or ``cfg.split`` when set, while each CTA keeps >= 64 chunks of a row in mode 0, >= 8 steps in
-    modes 2 and 3; and x pieces of ``piece`` chunks that fit the budget."""
+    modes 2 and 3; and x pieces of ``piece`` chunks that fit the budget (mode 0: in whole 128-byte lines, which its
+    swizzle permutes)."""
     block_rows = cfg.block_rows
     chunks = stride // cfg.unit
     blocks = -(-n // block_rows)
@@ -175,11 +177,13 @@ def plan(cfg: DecodeKernel, n: int, stride: int, keep: int, group: int, sm_count
     # max_tokens 16-bit tokens a column; modes 2 and 3 load 8 columns from the 8-aligned column below (slack)
     col_bytes = 2 * cfg.max_tokens
     slack = 16 if cfg.mode else 0
-    cap = min(need, (SMEM_BUDGET - red) // col_bytes - slack)
+    # mode 0 XOR-swizzles staged x inside 128-byte lines (the template's xs_offset): its columns take whole lines
+    line = 1 if cfg.mode else XS_LINE
+    cap = min(need, (SMEM_BUDGET - red) // line * line // col_bytes - slack)
     piece = min(per_cta, (cap // group - 1) * keep // cfg.unit)
     if piece < 1:
         raise ShapeError(f"nm_decode: a group of {group} columns does not fit the shared-memory budget")
-    return split, piece, max(red + (cap + slack) * col_bytes, capped_smem(cfg))
+    return split, piece, max(red + -(-(cap + slack) * col_bytes // line) * line, capped_smem(cfg))
 
 
 def capped_smem(cfg: DecodeKernel) -> int:
@@ -188,9 +192,11 @@ def capped_smem(cfg: DecodeKernel) -> int:
     return target().smem_per_sm // (cfg.max_ctas + 1) - 1024 + 16 if cfg.max_ctas else 0
 
 
-def emit(family: Family, cfg: DecodeKernel, types: KernelTypes) -> str:
-    """The translation unit of ``cfg`` for ``types``: the shared template with every constant substituted."""
+def emit(family: Family, cfg: DecodeKernel, types: KernelTypes, meta24: bool = False) -> str:
+    """The translation unit of ``cfg`` for ``types``: the shared template with every constant substituted.
+    ``meta24``: the index stream is a 2:4 weight's meta bytes (mode 0 only; the ``decode24`` family)."""
     return family.template(TEMPLATE).substitute(
+        meta24="true" if meta24 else "false",
         element=ELEMENTS[types.dtype], max_tokens=int(cfg.max_tokens), warps=int(cfg.warps), rows=int(cfg.rows),
         stage_x=int(cfg.staged), ahead=int(cfg.ahead), transpose="true" if cfg.transpose else "false",
         mode=int(cfg.mode), bulk=int(cfg.bulk), prefetch=int(cfg.prefetch), min_ctas=int(cfg.min_ctas),

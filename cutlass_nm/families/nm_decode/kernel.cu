@@ -4,11 +4,15 @@
 //   values  [n][stride]                 the kept weights of row r, group by group (N per group of M)
 //   indices [ceil(n / vector)][stride]  uint8 offset within the group, shared by `vector` consecutive rows
 //
+// or, with kMeta24 (mode 0 only), a 2:4 weight read in place (formats/sparse24.py, k % 16 == 0):
+//   values  [n][k / 2]                  the two kept weights of every group of 4, ascending position
+//   indices [n][k / 4]                  the meta bytes: bits 0-1 first kept position, bits 2-3 second
+//
 // Grid (split, row blocks); a cluster of `split` CTAs shares one block of kBlockRows rows and splits its
 // nonzeros along k. Each CTA stages the x columns its k-range touches in shared memory (one token on CUDA cores:
 // x is read directly). mode = 0 (nm_decode_kernel): lane l of a warp streams chunks l, l + 32, ... of 8 nonzeros
-// of its kRows rows with 16-byte value loads (8-byte index loads, once for all rows when they share indices; both
-// bypass L1), kAhead chunks in flight in registers (issued before x is staged), and keeps kRows x kMaxTokens fp32
+// of its kRows rows with 16-byte value loads (8-byte index loads, once for all rows when they share indices; 4-byte
+// meta loads with kMeta24; both bypass L1), kAhead chunks in flight in registers (issued before x is staged), and keeps kRows x kMaxTokens fp32
 // sums. Warp shuffles, then the cluster (distributed shared memory), reduce them; rank 0 adds the bias and writes
 // y. Modes 2 and 3 (nm_decode_mma_kernel): a warp's 32 rows on (sparse) tensor cores, below.
 #include <cstdint>
@@ -32,6 +36,10 @@ constexpr int kWsplit = ${wsplit};
 constexpr int kBlockRows = kMode ? kWarps * 32 / kWsplit : kWarps * kRows;
 constexpr int kAhead = ${ahead};  // chunks of 8 nonzeros each lane keeps in flight
 constexpr bool kTranspose = ${transpose};  // gather neighbouring nonzeros across lanes (see below)
+// kMeta24: the index stream is a 2:4 weight's meta bytes (one per group of 4, 4 bytes per chunk of 8 nonzeros, one
+// row each: vector 1) instead of one uint8 offset per nonzero; keep = 2 and group = 4 are then compile-time.
+constexpr bool kMeta24 = ${meta24};
+static_assert(!kMeta24 || kMode == 0, "2:4 meta bytes are read by mode 0 (lanes along k) only");
 constexpr int kTransposeBytes = kTranspose ? kRows * 256 * (sizeof(${element}) + 1) : 0;  // per warp
 // reduction buffer, one slot per warp and row (kWsplit slots per block row), 16-byte aligned
 constexpr int kRedOwnBytes = (kBlockRows * kWsplit * kMaxTokens * 4 + 15) / 16 * 16;
@@ -199,12 +207,39 @@ __device__ __forceinline__ uint2 ld_stream8(const void* p) {
   asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
+__device__ __forceinline__ uint32_t ld_stream4(const void* p) {
+  uint32_t v;
+  asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+// One chunk's index bytes as loaded: 8 uint8 offsets, or (kMeta24) the 4 meta bytes of its 4 groups of 4.
+using ChunkIndex = std::conditional_t<kMeta24, uint32_t, uint2>;
+
+// The index bytes of the chunk at position j0 of `row`: 8 offsets of the row's index row (row / vector), or a row's
+// 2:4 meta (stride / 2 bytes, 4 per chunk).
+__device__ __forceinline__ void load_index(uint2& i, const uint8_t* __restrict__ indices, int row, int vector,
+                                           int stride, int j0) {
+  i = ld_stream8(indices + static_cast<int64_t>(row / vector) * stride + j0);
+}
+__device__ __forceinline__ void load_index(uint32_t& i, const uint8_t* __restrict__ indices, int row, int, int stride,
+                                           int j0) {
+  i = ld_stream4(indices + static_cast<int64_t>(row) * (stride / 2) + j0 / 2);
+}
 
 // One lane's weights for one chunk of 8 nonzeros of its kRows rows.
 struct Chunk {
   uint4 v[kRows];
-  uint2 i[kRows];
+  ChunkIndex i[kRows];
 };
+
+// A chunk's 8 offsets within their groups, byte e for nonzero e. 2:4 meta: nonzero 2 g + j of the chunk sits at
+// offset (meta byte g >> 2 j) & 3 of group g.
+__device__ __forceinline__ uint2 offsets(uint2 idx) { return idx; }
+__device__ __forceinline__ uint2 offsets(uint32_t meta) {
+  const uint32_t first = meta & 0x03030303u, second = (meta >> 2) & 0x03030303u;  // byte g: group g's positions
+  return make_uint2(__byte_perm(first, second, 0x5140), __byte_perm(first, second, 0x7362));
+}
 
 __device__ __forceinline__ void load_chunk(Chunk& ch, const Element* __restrict__ values,
                                            const uint8_t* __restrict__ indices, int row0, int n, int vector,
@@ -214,7 +249,7 @@ __device__ __forceinline__ void load_chunk(Chunk& ch, const Element* __restrict_
     const int row = min(row0 + r, n - 1);  // rows past n compute garbage that is never stored
     ch.v[r] = ld_stream16(values + static_cast<int64_t>(row) * stride + j0);
     if (r == 0 || !shared_idx) {
-      ch.i[r] = ld_stream8(indices + static_cast<int64_t>(row / vector) * stride + j0);
+      load_index(ch.i[r], indices, row, vector, stride, j0);
     } else {
       ch.i[r] = ch.i[0];
     }
@@ -374,12 +409,41 @@ __device__ __forceinline__ void reduce_store(float* red, const Element* __restri
   trace_mark(4);
 }
 
+// kMeta24 at one token (x not staged): a chunk is 4 whole groups, 16 consecutive columns of x. The lane loads those
+// 16 values (two 16-byte loads through L1, where every row's warps find them) and picks each group's two kept
+// columns with one byte permute whose selector comes from the group's meta byte: bytes 2 p, 2 p + 1 hold column p.
+template <class C>  // Chunk: instantiated only where kMeta24 calls it
+__device__ __forceinline__ void consume24_one_token(const C& ch, const Element* __restrict__ x, int cc,
+                                                    float (&acc)[kRows][kMaxTokens]) {
+  const uint4* at = reinterpret_cast<const uint4*>(x) + 2 * cc;
+  const uint4 lo = __ldg(at), hi = __ldg(at + 1);
+  const uint32_t xw[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};  // columns 2 i, 2 i + 1 in word i
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const uint32_t vw[4] = {ch.v[r].x, ch.v[r].y, ch.v[r].z, ch.v[r].w};  // group g's two kept values in word g
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const uint32_t b = ch.i[r] >> (8 * g);  // bits 0-1 first position, 2-3 second
+      const uint32_t sel = 0x1010u + 0x22u * (b & 3u) + 0x880u * (b & 0xcu);  // nibbles 2 p0, 2 p0 + 1, 2 p1, ...
+      const float2 xv = to_float2(__byte_perm(xw[2 * g], xw[2 * g + 1], sel), Element());
+      const float2 wv = to_float2(vw[g], Element());
+      acc[r][0] = fmaf(wv.x, xv.x, acc[r][0]);
+      acc[r][0] = fmaf(wv.y, xv.y, acc[r][0]);
+    }
+  }
+}
+
 template <class Out>
 __global__ void __launch_bounds__(kWarps * 32)
 nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ values,
                  const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
                  int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
+  if constexpr (kMeta24) {  // the 2:4 format fixes them: the compiler folds the group arithmetic below
+    keep = 2;
+    group = 4;
+    vector = 1;
+  }
   float* red = reinterpret_cast<float*>(smem);                                   // [kBlockRows][kMaxTokens]
   push_init(red);
   unsigned char* tbuf = smem + kRedBytes;                                        // [kWarps][kTransposeBytes]
@@ -415,6 +479,13 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
       __syncthreads();
     }
     auto consume = [&](const Chunk& cur, int cc) {
+      if constexpr (kMeta24 && !kStage) {
+        consume24_one_token(cur, x, cc, acc);
+        return;
+      }
+      uint2 off[kRows];  // offsets within the groups (row 0's alone are read where rows share them)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) off[r] = offsets(cur.i[r]);
       const int j0 = cc * 8;
       int g = j0 / keep, q = j0 - g * keep;
 #pragma unroll
@@ -423,14 +494,14 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
         if (!kStage) {  // one token: x straight from L1/L2, one load per kept column per row
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
-            const int col = c0 + col0 + reinterpret_cast<const uint8_t*>(&cur.i[shared_idx ? 0 : r])[e];
+            const int col = c0 + col0 + reinterpret_cast<const uint8_t*>(&off[shared_idx ? 0 : r])[e];
             const float xv = col < k ? to_float(__ldg(x + col)) : 0.f;
             const float w = to_float(reinterpret_cast<const Element*>(&cur.v[r])[e]);
             acc[r][0] = fmaf(w, xv, acc[r][0]);
           }
         } else if (shared_idx) {
           float xv[kMaxTokens];
-          load_column(xs, col0 + reinterpret_cast<const uint8_t*>(&cur.i[0])[e], xv);
+          load_column(xs, col0 + reinterpret_cast<const uint8_t*>(&off[0])[e], xv);
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             const float w = to_float(reinterpret_cast<const Element*>(&cur.v[r])[e]);
@@ -441,7 +512,7 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             float xv[kMaxTokens];
-            load_column(xs, col0 + reinterpret_cast<const uint8_t*>(&cur.i[r])[e], xv);
+            load_column(xs, col0 + reinterpret_cast<const uint8_t*>(&off[r])[e], xv);
             const float w = to_float(reinterpret_cast<const Element*>(&cur.v[r])[e]);
 #pragma unroll
             for (int t = 0; t < kMaxTokens; ++t) acc[r][t] = fmaf(w, xv[t], acc[r][t]);
@@ -460,7 +531,9 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         reinterpret_cast<uint4*>(tv + r * 256)[lane] = valid ? cur.v[r] : make_uint4(0, 0, 0, 0);
-        if (r == 0 || !shared_idx) reinterpret_cast<uint2*>(ti + r * 256)[lane] = valid ? cur.i[r] : make_uint2(0, 0);
+        if (r == 0 || !shared_idx) {
+          reinterpret_cast<uint2*>(ti + r * 256)[lane] = valid ? offsets(cur.i[r]) : make_uint2(0, 0);
+        }
       }
       __syncwarp();
       const int j = base * 8 + lane;  // this lane's first position; the next is 32 further
