@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from .checkpoint import load_compressed_tensors, load_sparse, load_sparse_into, save_sparse
 from .dispatch import matmul, set_selector, use_tuning_db
 from .errors import (
     BuildError,
+    CheckpointError,
     ConfigError,
     CutlassNMError,
     InputError,
@@ -58,6 +60,7 @@ def _runnable(pattern: str | Pattern, w: torch.Tensor) -> Pattern:
 
 __all__ = [
     "BuildError",
+    "CheckpointError",
     "ConfigError",
     "CutlassNMError",
     "InputError",
@@ -71,8 +74,12 @@ __all__ = [
     "SparsityError",
     "VNMWeight",
     "compress",
+    "load_compressed_tensors",
+    "load_sparse",
+    "load_sparse_into",
     "matmul",
     "prune",
+    "save_sparse",
     "set_selector",
     "sparsify",
     "use_tuning_db",

@@ -41,3 +41,8 @@ class StoreError(CutlassNMError, RuntimeError):
 
 class DeviceError(CutlassNMError, RuntimeError):
     """No usable CUDA GPU where the operation needs one (e.g. tuning or timing on a CPU-only machine)."""
+
+
+class CheckpointError(CutlassNMError, ValueError):
+    """A checkpoint that cannot be loaded as what it claims: not safetensors, truncated, foreign, a newer format
+    version, tensors that disagree with its metadata, or layers that do not fit the model they are loaded into."""

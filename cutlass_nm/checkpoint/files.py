@@ -1,0 +1,110 @@
+"""What both checkpoint formats share: safetensors access, tensor names, and installing weights into a model."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import CheckpointError
+from ..formats import AnyWeight
+from ..nn import SparseLinear
+from ..patterns import Pattern
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+HF_EXTRA = "pip install cutlass-nm[hf]"
+PathLike = str | os.PathLike
+
+
+def buffers_of(p: Pattern) -> tuple[str, ...]:
+    """The tensors (SparseLinear buffers, compressed-weight fields) that hold a ``p`` weight."""
+    if p.is_24:
+        return ("values", "meta")
+    return ("values", "columns", "meta") if p.is_vnm else ("values", "indices")
+
+
+def tensor_key(layer: str, buf: str) -> str:
+    return f"{layer}.{buf}" if layer else buf
+
+
+def safetensors_module() -> Any:
+    try:
+        import safetensors
+        import safetensors.torch
+    except ImportError:
+        raise ImportError(f"cutlass_nm checkpoints need the safetensors package: {HF_EXTRA} (or pip install "
+                          "safetensors)") from None
+    return safetensors
+
+
+def open_safetensors(path: Path, stack: ExitStack, device: str = "cpu") -> Any:
+    """An open safetensors file; every error safetensors raises becomes one CheckpointError."""
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such file")
+    try:
+        return stack.enter_context(safetensors_module().safe_open(str(path), framework="pt", device=device))
+    except ImportError:
+        raise
+    except Exception as exc:  # SafetensorError (not safetensors, truncated), OSError
+        raise CheckpointError(f"{path} is not a readable safetensors file (truncated or not safetensors): "
+                              f"{exc}") from None
+
+
+def install(model: nn.Module, layers: Mapping[str, AnyWeight], tensors: Mapping[str, torch.Tensor], *,
+             strict: bool, source: str) -> nn.Module:
+    """Put ``layers`` into ``model`` (an ``nn.Linear`` is replaced by a SparseLinear of its dtype and device, a
+    SparseLinear is filled) and load ``tensors`` by name; returns the model (or the SparseLinear that replaced it)."""
+    root = model
+    for name, w in layers.items():
+        try:
+            mod = model.get_submodule(name)
+        except AttributeError:
+            raise CheckpointError(f"{source}: layer {name!r} is not in the model") from None
+        if not isinstance(mod, nn.Linear | SparseLinear):
+            raise CheckpointError(f"{source}: layer {name!r} is a {type(mod).__name__} in the model, not an nn.Linear "
+                                  "or SparseLinear")
+        if (mod.out_features, mod.in_features) != w.shape:
+            raise CheckpointError(f"{source}: layer {name!r} is {w.shape[0]}x{w.shape[1]} (out x in) in the "
+                                  f"checkpoint, {mod.out_features}x{mod.in_features} in the model")
+        vector = getattr(w, "vector", 0)
+        if isinstance(mod, SparseLinear):
+            if (mod.pattern, mod.vector) != (w.pattern, vector):
+                raise CheckpointError(f"{source}: layer {name!r} is {w.pattern} (vector {vector}) in the checkpoint, "
+                                      f"{mod.pattern} (vector {mod.vector}) in the model")
+        else:
+            device = mod.weight.device if mod.weight.device.type != "meta" else torch.device("cpu")
+            sparse = SparseLinear(mod.in_features, mod.out_features, mod.bias is not None, w.pattern, device,
+                                  mod.weight.dtype, vector=vector or 32)
+            if not name:
+                root = sparse
+            else:
+                parent, _, child = name.rpartition(".")
+                setattr(model.get_submodule(parent), child, sparse)
+            mod = sparse
+        with torch.no_grad():
+            for buf in buffers_of(w.pattern):
+                mod._buffers[buf].copy_(getattr(w, buf))
+    state = root.state_dict()
+    unexpected = [k for k in tensors if k not in state]
+    if unexpected:
+        raise CheckpointError(f"{source}: {len(unexpected)} tensor(s) the model does not have, e.g. "
+                              f"{unexpected[:3]}")
+    for k, t in tensors.items():
+        if state[k].shape != t.shape:
+            raise CheckpointError(f"{source}: tensor {k!r} is {tuple(t.shape)} in the checkpoint, "
+                                  f"{tuple(state[k].shape)} in the model")
+    held = {tensor_key(n, b) for n, w in layers.items() for b in buffers_of(w.pattern)}
+    missing = [k for k in state if k not in tensors and k not in held]
+    if strict and missing:
+        raise CheckpointError(f"{source}: {len(missing)} model tensor(s) not in the checkpoint, e.g. {missing[:3]} "
+                              "(pass strict=False to keep them as they are)")
+    with torch.no_grad():
+        for k, t in tensors.items():
+            state[k].copy_(t)
+    return root
+

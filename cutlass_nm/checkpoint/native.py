@@ -1,0 +1,187 @@
+"""Our checkpoint format, ``cutlass_nm.sparse/1``: safetensors with a metadata header (docs/checkpoints.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import CheckpointError, CutlassNMError
+from ..formats import AnyWeight, NMWeight, Sparse24Weight, VNMWeight
+from ..formats.nm import VECTORS
+from ..nn import SparseLinear
+from ..patterns import Pattern
+from .files import DTYPES, PathLike, buffers_of, install, open_safetensors, safetensors_module, tensor_key
+
+FORMAT = "cutlass_nm.sparse"
+VERSION = 1
+
+
+@dataclass
+class SparseCheckpoint:
+    """What :func:`load_sparse` read: compressed weights by layer name, every other tensor by its state-dict name
+    (a sparse layer's bias is ``<layer>.bias`` there), and the file's format version."""
+
+    layers: dict[str, AnyWeight]
+    tensors: dict[str, torch.Tensor]
+    version: int
+
+
+
+
+def _layer_meta(w: AnyWeight, bias: bool) -> dict[str, Any]:
+    return {"pattern": str(w.pattern), "in_features": w.in_features, "out_features": w.out_features,
+            "vector": getattr(w, "vector", 0), "dtype": str(w.dtype).removeprefix("torch."), "bias": bias}
+
+
+def save_sparse(model_or_state_dict: nn.Module | Mapping[str, torch.Tensor | AnyWeight], path: PathLike) -> None:
+    """Write a compressed model to ``path`` (safetensors, format ``cutlass_nm.sparse/1``).
+
+    A module: its whole ``state_dict`` (``SparseLinear`` layers as their compressed buffers) plus one metadata
+    entry per ``SparseLinear``. A mapping: tensors are written under their names; a compressed weight
+    (Sparse24Weight, VNMWeight, NMWeight) under ``<name>.values`` etc. as sparse layer ``name`` (its bias, if any,
+    is the tensor ``<name>.bias``). Tensors sharing storage (tied weights) are written once each, copied.
+    """
+    st = safetensors_module()
+    layers: dict[str, dict[str, Any]] = {}
+    tensors: dict[str, torch.Tensor] = {}
+    if isinstance(model_or_state_dict, nn.Module):
+        tensors.update(model_or_state_dict.state_dict())
+        for name, mod in model_or_state_dict.named_modules():
+            if isinstance(mod, SparseLinear):
+                layers[name] = _layer_meta(mod.compressed(), mod.bias is not None)
+    elif isinstance(model_or_state_dict, Mapping):
+        for name, item in model_or_state_dict.items():
+            if isinstance(item, torch.Tensor):
+                tensors[name] = item
+            elif isinstance(item, Sparse24Weight | VNMWeight | NMWeight):
+                layers[name] = _layer_meta(item, tensor_key(name, "bias") in model_or_state_dict)
+                tensors.update({tensor_key(name, b): getattr(item, b) for b in buffers_of(item.pattern)})
+            else:
+                raise CheckpointError(f"save_sparse: entry {name!r} is a {type(item).__name__}, not a tensor or a "
+                                      "compressed weight")
+    else:
+        raise CheckpointError(f"save_sparse takes an nn.Module or a state dict, got {type(model_or_state_dict)}")
+    seen: set[int] = set()
+    out = {}
+    for name, t in tensors.items():
+        t = t.detach().cpu().contiguous()
+        ptr = t.untyped_storage().data_ptr()
+        out[name] = t.clone() if ptr in seen and t.numel() else t
+        seen.add(ptr)
+    metadata = {"format": f"{FORMAT}/{VERSION}", "layers": json.dumps(layers, sort_keys=True)}
+    st.torch.save_file(out, str(path), metadata=metadata)
+
+
+def _version(path: Path, header: dict[str, str] | None) -> int:
+    fmt = (header or {}).get("format")
+    if fmt is None:
+        raise CheckpointError(f"{path} is not a cutlass_nm sparse checkpoint: its safetensors metadata has no "
+                              "'format' (a compressed-tensors checkpoint? use load_compressed_tensors)")
+    name, _, version = fmt.partition("/")
+    if name != FORMAT or not version.isdigit() or int(version) < 1:
+        raise CheckpointError(f"{path} is not a cutlass_nm sparse checkpoint: format {fmt!r}, expected "
+                              f"'{FORMAT}/{VERSION}'")
+    if int(version) > VERSION:
+        raise CheckpointError(f"{path} was written in format version {version} by a newer cutlass_nm; this version "
+                              f"reads version {VERSION}: upgrade cutlass-nm")
+    return int(version)
+
+
+def _expected(info: dict[str, Any]) -> tuple[Pattern, int, dict[str, tuple[tuple[int, ...], torch.dtype]]]:
+    """Pattern, vector and the expected (shape, dtype) of every tensor of one layer's metadata entry."""
+    p = Pattern.parse(info["pattern"])
+    dtype = DTYPES[info["dtype"]]
+    n, k, vector = int(info["out_features"]), int(info["in_features"]), int(info["vector"])
+    if n < 1 or k < 1 or not isinstance(info["bias"], bool):
+        raise ValueError("out_features and in_features must be >= 1 and bias a bool")
+    u8 = torch.uint8
+    if p.is_24:
+        if k % 4:
+            raise ValueError(f"2:4 needs in_features % 4 == 0, got {k}")
+        return p, 0, {"values": ((n, k // 2), dtype), "meta": ((n, k // 4), u8)}
+    g = -(-k // p.m)
+    if p.is_vnm:
+        return p, 0, {"values": ((n, 2 * g), dtype), "columns": ((-(-n // p.v), g, 4), u8),
+                      "meta": ((n, g), u8)}
+    if vector not in VECTORS:
+        raise ValueError(f"vector must be one of {VECTORS}, got {vector}")
+    return p, vector, {"values": ((n, g * p.n), dtype), "indices": ((-(-n // vector), g * p.n), u8)}
+
+
+def _check_positions(p: Pattern, t: dict[str, torch.Tensor]) -> str | None:
+    """Why the position tensors are invalid (None: valid): 2:4 nibbles first < second, offsets ascending < M."""
+    if "meta" in t:
+        m = t["meta"].to(torch.int64)
+        if bool(((m >> 4) != 0).any() or ((m & 3) >= ((m >> 2) & 3)).any()):
+            return "meta holds a nibble whose kept positions are not ascending (or bits above the nibble)"
+    offsets = t["columns"] if p.is_vnm else t.get("indices")
+    if offsets is not None:
+        o = offsets.to(torch.int64).reshape(offsets.shape[0], -1, 4 if p.is_vnm else p.n)
+        if bool((o >= p.m).any() or (o[..., 1:] <= o[..., :-1]).any()):
+            return f"{'columns' if p.is_vnm else 'indices'} hold offsets not ascending or not < M = {p.m}"
+    return None
+
+
+def _weight(p: Pattern, t: dict[str, torch.Tensor], shape: tuple[int, int], vector: int) -> AnyWeight:
+    if p.is_24:
+        return Sparse24Weight(t["values"], t["meta"], shape)
+    if p.is_vnm:
+        return VNMWeight(t["values"], t["columns"], t["meta"], shape, p)
+    return NMWeight(t["values"], t["indices"], shape, p, vector)
+
+
+def load_sparse(path: PathLike, *, device: torch.device | str = "cpu") -> SparseCheckpoint:
+    """Read a :func:`save_sparse` file onto ``device``, checking the format version (newer: refused), each layer's
+    pattern, shapes, dtypes and kept positions against the metadata. Any failure: one CheckpointError."""
+    path = Path(path)
+    with ExitStack() as stack:
+        f = open_safetensors(path, stack)
+        version = _version(path, f.metadata())
+        try:
+            entries = json.loads(f.metadata().get("layers", "{}"))
+        except ValueError:
+            entries = None
+        if not isinstance(entries, dict):
+            raise CheckpointError(f"{path}: its 'layers' metadata is not a JSON object")
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (a safe_open handle, not a dict)
+    layers: dict[str, AnyWeight] = {}
+    for name, info in entries.items():
+        try:
+            p, vector, expected = _expected(info)
+        except (KeyError, TypeError, ValueError, CutlassNMError) as exc:
+            raise CheckpointError(f"{path}: layer {name!r} has invalid metadata {info!r}: {exc}") from None
+        parts = {}
+        for buf, (shape, want) in expected.items():
+            t = tensors.pop(tensor_key(name, buf), None)
+            if t is None:
+                raise CheckpointError(f"{path}: layer {name!r} ({p}) lacks its tensor {tensor_key(name, buf)!r}")
+            if tuple(t.shape) != shape or t.dtype != want:
+                raise CheckpointError(f"{path}: layer {name!r} ({p}, {info['out_features']}x{info['in_features']}): "
+                                      f"tensor {buf!r} is {tuple(t.shape)} {t.dtype}, expected {shape} {want}")
+            parts[buf] = t.to(device)
+        bias = tensors.get(tensor_key(name, "bias"))
+        if info["bias"] != (bias is not None) or (bias is not None and tuple(bias.shape) != (info["out_features"],)):
+            raise CheckpointError(f"{path}: layer {name!r}: metadata says bias={info['bias']}, the file holds "
+                                  f"{'no bias' if bias is None else f'a bias of shape {tuple(bias.shape)}'}")
+        if (why := _check_positions(p, parts)) is not None:
+            raise CheckpointError(f"{path}: layer {name!r} ({p}): {why}")
+        layers[name] = _weight(p, parts, (int(info["out_features"]), int(info["in_features"])), vector)
+    return SparseCheckpoint(layers, {k: t.to(device) for k, t in tensors.items()}, version)
+
+
+def load_sparse_into(model: nn.Module, path: PathLike, *, strict: bool = True) -> nn.Module:
+    """Load a :func:`save_sparse` file into ``model`` in place: each sparse layer replaces the ``nn.Linear`` of
+    that name (a SparseLinear in the linear's dtype and device; values cast to it) or fills a SparseLinear of the
+    same pattern; every other tensor is copied into the model's tensor of that name. Tensors the model lacks,
+    shape or pattern mismatches, and (``strict``) model tensors the file lacks raise CheckpointError. Returns
+    ``model`` (for a bare ``nn.Linear`` replaced whole: its SparseLinear)."""
+    ckpt = load_sparse(path)
+    return install(model, ckpt.layers, ckpt.tensors, strict=strict, source=str(path))
+

@@ -1,0 +1,155 @@
+"""``sparsify_model``: N:M-sparse attention and MLP projections for a ``transformers`` causal LM (LLaMA, Mistral,
+Qwen2 and models built like them), in place::
+
+    from transformers import AutoModelForCausalLM, CompileConfig
+    from cutlass_nm.hf import sparsify_model
+
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16).cuda()
+    sparsify_model(model, "128:2:8")        # gate/up fused per MLP; q/k/v/o, down sparse where sparse is faster
+    print(model.sparsify_summary.table())   # per-layer decisions (.fused: the fused MLPs; .notes: lm_head, ...)
+    model.generate(input_ids, max_new_tokens=32)                       # eager
+    model.generate(input_ids, max_new_tokens=32, cache_implementation="static",
+                   compile_config=CompileConfig(fullgraph=True))      # static cache: torch.compile + CUDA graphs
+
+This module finds the decoder layers by their attributes (modules with ``self_attn`` and ``mlp`` children) and
+imports nothing from ``transformers``, which stays an optional extra.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from .decisions import LayerDecision, decide
+from .errors import InputError
+from .formats.glu import PAIR_V
+from .nn import SparseLinear, SparsifySummary, _skip_reason, sparsify, sparsify_gated_mlps
+from .patterns import Pattern
+from .routing import check_runnable
+
+GATED = ("gate_proj", "up_proj", "down_proj")
+SILU = ("silu", "swish")
+
+
+@dataclass
+class ModelSparsifySummary(SparsifySummary):
+    """``SparsifySummary`` plus the MLPs whose gate and up became one ``SparseGatedMLP`` (``fused``; their
+    projections are also in ``replaced``), the MLPs not fused and why (``not_fused``), and ``notes`` (e.g. a tied
+    ``lm_head`` kept dense)."""
+
+    fused: list[str] = field(default_factory=list)
+    not_fused: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def decoder_layers(model: nn.Module) -> list[str]:
+    """Qualified names of the modules with both ``self_attn`` and ``mlp`` children (the decoder layers)."""
+    return [name for name, mod in model.named_modules()
+            if all(isinstance(getattr(mod, child, None), nn.Module) for child in ("self_attn", "mlp"))]
+
+
+def _fuse_refusal(mlp: nn.Module, pattern: Pattern, act: str | None) -> str | None:
+    """Why ``mlp``'s gate and up cannot run as one ``SparseGatedMLP`` (None: they can)."""
+    if act is None and type(getattr(mlp, "act_fn", None)).__name__ not in ("SiLU", "SiLUActivation"):
+        return "the MLP's activation (act_fn) is not SiLU"
+    if act is not None and act not in SILU:
+        return f"config.hidden_act is {act!r}, not 'silu'"
+    parts = [getattr(mlp, n, None) for n in GATED]
+    if not all(type(p) is nn.Linear for p in parts):
+        return f"the MLP has no nn.Linear {'/'.join(GATED)}"
+    if any(p.bias is not None for p in parts):
+        return "the MLP has biases"
+    gate, up, down = parts
+    if not gate.out_features == up.out_features == down.in_features or gate.in_features != up.in_features:
+        return "gate_proj, up_proj and down_proj do not form a gated MLP (their shapes differ)"
+    if gate.out_features % PAIR_V:
+        return f"intermediate size {gate.out_features} is not a multiple of {PAIR_V}"
+    return next((why for p in parts if (why := _skip_reason(p, pattern)) is not None), None)
+
+
+def _tied(model: nn.Module, head: nn.Module) -> bool:
+    get_in = getattr(model, "get_input_embeddings", None)
+    emb = get_in() if callable(get_in) else None
+    return bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False)) or (
+        emb is not None and getattr(emb, "weight", None) is getattr(head, "weight", ()))
+
+
+def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: Iterable[int] = (1, 2048),
+                   min_speedup: float = 1.0, force: bool = False, include_lm_head: bool = False,
+                   fuse_gate_up: bool = True, exclude: Iterable[str] = (), vector: int = 32) -> nn.Module:
+    """Sparsify a decoder-only LM in place: every ``nn.Linear`` of its decoder layers (attention q/k/v/o, MLP
+    gate/up/down) becomes ``pattern``-sparse where sparse is faster (``cutlass_nm.sparsify``'s rule: timed on the
+    GPU at ``tokens`` against ``min_speedup``, untimed off the GPU or with ``force``).
+
+    With ``fuse_gate_up`` and a ``128:2:M`` pattern, each SwiGLU MLP (``config.hidden_act == "silu"``, bias-free
+    ``gate_proj``/``up_proj``/``down_proj``, intermediate size a multiple of 128) becomes one ``SparseGatedMLP``
+    (gate and up pruned together, one kernel); on the GPU only where gate, up and down each win as sparse layers.
+    The others are sparsified layer by layer. Embeddings stay dense; ``lm_head`` too, unless ``include_lm_head``
+    and it is not tied to the input embedding. ``exclude``: fnmatch patterns over qualified names kept dense;
+    ``vector``: as in ``sparsify``.
+
+    Returns ``model`` with ``model.sparsify_summary``, a :class:`ModelSparsifySummary`. InputError if no decoder
+    layer is found."""
+    p = Pattern.parse(pattern)
+    check_runnable(p)
+    tokens, exclude = tuple(tokens), list(exclude)
+    if not tokens or not all(isinstance(t, int) and t >= 1 for t in tokens) or not min_speedup > 0:
+        raise InputError(f"tokens must be positive ints and min_speedup > 0, got {tokens!r} and {min_speedup!r}")
+    layers = decoder_layers(model)
+    if not layers:
+        raise InputError(f"no decoder layers (modules with 'self_attn' and 'mlp' children) in {type(model).__name__}")
+    modules = dict(model.named_modules())
+    include = [f"{name}.*" for name in layers]
+    notes, fused, not_fused, fused_decisions = [], [], {}, []
+    get_out = getattr(model, "get_output_embeddings", None)
+    head = get_out() if callable(get_out) else getattr(model, "lm_head", None)
+    head_name = next((n for n, m in modules.items() if m is head), None) if isinstance(head, nn.Linear) else None
+    if include_lm_head and head_name is not None:
+        if _tied(model, head):
+            notes.append(f"{head_name} is tied to the input embedding: kept dense")
+        else:
+            include.append(head_name)
+    elif head_name is not None:
+        notes.append(f"{head_name} kept dense (include_lm_head=False)")
+
+    if fuse_gate_up and (not p.is_vnm or p.v != PAIR_V):
+        notes.append(f"gate/up not fused: fusing takes {PAIR_V}:2:M patterns, got {p}")
+    elif fuse_gate_up:
+        act = getattr(getattr(model, "config", None), "hidden_act", None)
+        candidates = []
+        for name in (f"{layer}.mlp" for layer in layers):
+            excluded = any(fnmatch.fnmatch(x, q) for x in (name, *(f"{name}.{n}" for n in GATED)) for q in exclude)
+            why = "excluded" if excluded else _fuse_refusal(modules[name], p, act)
+            if why is None:
+                candidates.append(name)
+            else:
+                not_fused[name] = why
+        parts = [(f"{name}.{n}", getattr(modules[name], n)) for name in candidates for n in GATED]
+        if force:
+            decisions = [LayerDecision(q, (lin.out_features, lin.in_features), "sparse", {}, "forced")
+                         for q, lin in parts]
+        else:  # the fused MLP runs where its three projections each win as sparse layers
+            decisions = decide([(q, lin, SparseLinear.from_linear(lin, p)) for q, lin in parts], tokens, min_speedup)
+        for i, name in enumerate(candidates):
+            mine = decisions[3 * i:3 * i + 3]
+            if all(d.decision == "sparse" for d in mine):
+                fused.append(name)
+                for d in mine:
+                    d.how = f"fused gate/up ({d.how})"
+                fused_decisions += mine
+            else:
+                not_fused[name] = f"sparse gate/up/down not {min_speedup}x faster: {', '.join(d.row() for d in mine)}"
+        if fused:
+            sparsify_gated_mlps(model, p, include=fused, names=GATED)
+
+    sparsify(model, p, include, exclude, vector=vector, tokens=tokens, min_speedup=min_speedup, force=force)
+    base = model.sparsify_summary
+    summary = ModelSparsifySummary(**vars(base), fused=fused, not_fused=not_fused, notes=notes)
+    order = {name: i for i, name in enumerate(modules)}  # module order, from before the fusion
+    summary.replaced = sorted([d.name for d in fused_decisions] + summary.replaced, key=order.__getitem__)
+    summary.decisions = sorted(fused_decisions + summary.decisions, key=lambda d: order[d.name])
+    model.sparsify_summary = summary
+    return model

@@ -1,0 +1,226 @@
+"""cutlass_nm.hf.sparsify_model on tiny random LLaMA / Mistral / Qwen2 models (no download), on the CPU reference
+path; the static-cache + CUDA-graph generate() test is marked gpu."""
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+transformers = pytest.importorskip("transformers")
+
+from cutlass_nm import InputError  # noqa: E402
+from cutlass_nm.hf import sparsify_model  # noqa: E402
+from cutlass_nm.nn import SparseGatedMLP, SparseLinear  # noqa: E402
+
+ARCHS = ("llama", "mistral", "qwen2")
+PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+        "mlp.up_proj", "mlp.down_proj")
+
+
+def _model(arch: str, *, device: str = "cpu", intermediate: int = 256, **cfg) -> nn.Module:
+    """A 2-layer bf16 causal LM with GQA (4 query heads, 2 key/value heads) and random weights."""
+    config_cls, model_cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+                             "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+                             "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}[arch]
+    config = config_cls(hidden_size=128, intermediate_size=intermediate, num_hidden_layers=2, vocab_size=256,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                        initializer_range=0.2, **cfg)  # wide weights: logits far apart, few near-ties
+    torch.manual_seed(0)
+    return model_cls(config).to(device=device, dtype=torch.bfloat16).eval()
+
+
+def _masked_dense(dense: nn.Module, sparse: nn.Module) -> nn.Module:
+    """``dense`` (a copy of the model before sparsify_model) with each sparsified weight replaced by its pruned
+    dense weight: the function the sparse model must compute."""
+    ref = copy.deepcopy(dense)
+    mods = dict(ref.named_modules())
+    gated = {name for name, mod in sparse.named_modules() if isinstance(mod, SparseGatedMLP)}
+    with torch.no_grad():
+        for name, mod in sparse.named_modules():
+            if name in gated:
+                for proj, w in zip(("gate_proj", "up_proj", "down_proj"), mod.dense_weights(), strict=True):
+                    getattr(mods[name], proj).weight.copy_(w)
+            elif isinstance(mod, SparseLinear) and name.rpartition(".")[0] not in gated:
+                mods[name].weight.copy_(mod.weight_dense())
+    return ref
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def _inputs(device: str = "cpu") -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 256, (2, 7), generator=g)
+    return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids, device=device)}
+
+
+def _check_greedy(model: nn.Module, ref: nn.Module, new: int = 4, **gen) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy generate() on ``model``; the reference, run on the same tokens, must give the same logits at every
+    step, and each chosen token must be its argmax (up to bf16 ties). Returns the sequences and step logits."""
+    inp = _inputs(next(model.parameters()).device.type)
+    out = model.generate(**inp, max_new_tokens=new, do_sample=False, return_dict_in_generate=True,
+                         output_logits=True, pad_token_id=0, **gen)
+    seq, prompt = out.sequences, inp["input_ids"].shape[1]
+    assert seq.shape == (2, prompt + new)
+    with torch.no_grad():
+        ref_logits = ref(seq, attention_mask=torch.ones_like(seq)).logits[:, prompt - 1:-1].float()
+    got = torch.stack(out.logits, 1).float()
+    assert _rel(got, ref_logits) < 2e-2
+    chosen = ref_logits.gather(-1, seq[:, prompt:, None])[..., 0]
+    assert (chosen >= ref_logits.amax(-1) - 0.05 * ref_logits.abs().amax()).all()
+    return seq, got
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("pattern", ["2:4", "128:2:8"])
+def test_sparsify_model_matches_masked_dense_and_generates(arch, pattern):
+    model = _model(arch)
+    dense = copy.deepcopy(model)
+    assert sparsify_model(model, pattern) is model
+    summary = model.sparsify_summary
+    fused = pattern == "128:2:8"
+    for i in range(2):
+        layer = model.model.layers[i]
+        for proj in PROJ[:4]:
+            assert isinstance(layer.get_submodule(proj), SparseLinear)
+        if fused:
+            assert isinstance(layer.mlp, SparseGatedMLP) and str(layer.mlp.pattern) == pattern
+        else:
+            assert all(isinstance(layer.get_submodule(p), SparseLinear) for p in PROJ[4:])
+    assert type(model.model.embed_tokens) is nn.Embedding and type(model.lm_head) is nn.Linear
+    assert summary.replaced == [f"model.layers.{i}.{p}" for i in range(2) for p in PROJ]
+    assert summary.fused == ([f"model.layers.{i}.mlp" for i in range(2)] if fused else [])
+    assert summary.excluded == ["lm_head"] and not summary.skipped
+    assert any("lm_head kept dense" in n for n in summary.notes)
+
+    ref = _masked_dense(dense, model)
+    inp = _inputs()
+    with torch.no_grad():
+        got, want = model(**inp).logits, ref(**inp).logits
+    assert _rel(got, want) < 2e-2
+    seq, _ = _check_greedy(model, ref)
+    ref_seq = ref.generate(**inp, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert (seq[:, -4] == ref_seq[:, -4]).all()  # the first generated token: same logits up to bf16 rounding
+
+
+def test_lm_head_sparse_only_when_asked_and_untied():
+    llama = sparsify_model(_model("llama", tie_word_embeddings=False), "2:4", include_lm_head=True)
+    assert isinstance(llama.lm_head, SparseLinear) and "lm_head" in llama.sparsify_summary.replaced
+    assert type(llama.model.embed_tokens) is nn.Embedding
+    qwen = _model("qwen2", tie_word_embeddings=True)
+    assert qwen.lm_head.weight is qwen.model.embed_tokens.weight
+    sparsify_model(qwen, "2:4", include_lm_head=True)
+    assert type(qwen.lm_head) is nn.Linear and qwen.lm_head.weight is qwen.model.embed_tokens.weight
+    assert "lm_head is tied to the input embedding: kept dense" in qwen.sparsify_summary.notes
+    with torch.no_grad():
+        qwen(**_inputs())
+
+
+def test_gate_up_fused_only_where_the_mlp_allows():
+    gelu = sparsify_model(_model("llama", hidden_act="gelu"), "128:2:8")
+    assert not gelu.sparsify_summary.fused and "'gelu'" in gelu.sparsify_summary.not_fused["model.layers.0.mlp"]
+    assert all(isinstance(gelu.model.layers[0].get_submodule(p), SparseLinear) for p in PROJ[4:])
+    odd = sparsify_model(_model("mistral", intermediate=320), "128:2:8")  # 320 % 128 != 0
+    assert "not a multiple of 128" in odd.sparsify_summary.not_fused["model.layers.1.mlp"]
+    assert isinstance(odd.model.layers[1].mlp.gate_proj, SparseLinear)
+    off = sparsify_model(_model("qwen2"), "128:2:8", fuse_gate_up=False, exclude=["*.layers.1.mlp.*"])
+    assert isinstance(off.model.layers[0].mlp.up_proj, SparseLinear)
+    assert type(off.model.layers[1].mlp.up_proj) is nn.Linear
+    assert "model.layers.1.mlp.up_proj" in off.sparsify_summary.excluded
+    part = sparsify_model(_model("qwen2"), "128:2:8", exclude=["*.layers.1.mlp.down_proj"])
+    assert part.sparsify_summary.fused == ["model.layers.0.mlp"]
+    assert part.sparsify_summary.not_fused["model.layers.1.mlp"] == "excluded"
+    assert isinstance(part.model.layers[1].mlp.gate_proj, SparseLinear)
+    assert type(part.model.layers[1].mlp.down_proj) is nn.Linear
+
+
+def test_on_a_gpu_fuses_only_where_gate_up_and_down_each_win(monkeypatch):
+    """sparsify's timing faked (every layer counts as on a GPU; speedup by out_features): an MLP whose down
+    projection loses stays unfused, its gate/up decided layer by layer; where all three win it is fused."""
+    from cutlass_nm import decisions
+
+    speed = {}
+    monkeypatch.setattr(decisions, "_measurable", lambda lin: True)
+    monkeypatch.setattr(decisions, "precompile_for", lambda problems: None)
+    monkeypatch.setattr(decisions, "measure_speedups", lambda lin, sp, tokens: dict.fromkeys(tokens,
+                                                                                            speed[lin.out_features]))
+    speed.update({64: 1.5, 128: 0.9, 256: 1.5})  # q, o (128 x 128) and down (128 x 256) lose
+    lose = sparsify_model(_model("llama"), "128:2:8")
+    mlp, attn, s = lose.model.layers[0].mlp, lose.model.layers[0].self_attn, lose.sparsify_summary
+    assert not s.fused and "not 1.0x faster" in s.not_fused["model.layers.0.mlp"]
+    assert isinstance(mlp.gate_proj, SparseLinear) and type(mlp.down_proj) is nn.Linear
+    assert isinstance(attn.k_proj, SparseLinear) and type(attn.q_proj) is nn.Linear
+    assert "model.layers.0.mlp.down_proj" in s.kept_dense
+    speed[128] = 1.2
+    win = sparsify_model(_model("llama"), "128:2:8")
+    assert win.sparsify_summary.fused == ["model.layers.0.mlp", "model.layers.1.mlp"]
+    assert "model.layers.1.mlp.up_proj  256x128  sparse  m=1: 1.50x, m=2048: 1.50x  (fused gate/up (measured))" \
+        in win.sparsify_summary.table()
+    assert not sparsify_model(_model("llama"), "128:2:8", min_speedup=1.3).sparsify_summary.fused
+
+
+def test_duck_typed_model_without_transformers_classes():
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.self_attn = nn.ModuleDict({"q_proj": nn.Linear(128, 128)})
+            self.mlp = nn.Module()
+            self.mlp.gate_proj, self.mlp.up_proj = nn.Linear(128, 256, bias=False), nn.Linear(128, 256, bias=False)
+            self.mlp.down_proj, self.mlp.act_fn = nn.Linear(256, 128, bias=False), nn.SiLU()
+
+    model = nn.Sequential(Layer(), nn.Linear(128, 64)).to(torch.bfloat16)
+    sparsify_model(model, "128:2:8")
+    assert isinstance(model[0].mlp, SparseGatedMLP) and isinstance(model[0].self_attn.q_proj, SparseLinear)
+    assert type(model[1]) is nn.Linear and model.sparsify_summary.excluded == ["1"]
+
+
+def test_refusals():
+    with pytest.raises(InputError, match="no decoder layers"):
+        sparsify_model(nn.Sequential(nn.Linear(16, 16)))
+    with pytest.raises(InputError, match="tokens"):
+        sparsify_model(_model("llama"), tokens=())
+
+
+def test_static_cache_and_fullgraph_compile_on_cpu():
+    """generate() with a static cache through transformers' own torch.compile (fullgraph, aot_eager: traces the
+    custom ops with their fake kernels; the GPU test below runs inductor + CUDA graphs)."""
+    model = _model("llama")
+    dense = copy.deepcopy(model)
+    sparsify_model(model, "128:2:8")
+    eager = model.generate(**_inputs(), max_new_tokens=4, do_sample=False, pad_token_id=0)
+    config = transformers.CompileConfig(fullgraph=True, backend="aot_eager", mode=None)
+    config._compile_all_devices = True  # transformers compiles only on accelerators unless told
+    torch._dynamo.reset()
+    seq, _ = _check_greedy(model, _masked_dense(dense, model), cache_implementation="static", compile_config=config)
+    assert hasattr(model, "_compiled_call")  # generate() used the compiled forward
+    assert torch.equal(seq, eager)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", ["2:4", "128:2:8"])
+def test_gpu_generate_static_cache_cuda_graphs_matches_eager(pattern):
+    """On the GPU: generate() eager, then with a static cache and transformers' torch.compile (inductor,
+    reduce-overhead: CUDA graphs, fullgraph) must compute the masked-dense model's logits."""
+    model = _model("llama", device="cuda", intermediate=512)
+    dense = copy.deepcopy(model)
+    sparsify_model(model, pattern, force=True)
+    assert len(model.sparsify_summary.replaced) == 14
+    ref = _masked_dense(dense, model)
+    eager, eager_logits = _check_greedy(model, ref, new=8)
+    torch._dynamo.reset()
+    config = transformers.CompileConfig(fullgraph=True)  # mode="reduce-overhead": CUDA graphs
+    seq, logits = _check_greedy(model, ref, new=8, cache_implementation="static", compile_config=config)
+    assert hasattr(model, "_compiled_call")  # the decode steps (all but the first) ran compiled
+    prompt = _inputs()["input_ids"].shape[1]
+    agree = int((seq[:, prompt:] == eager[:, prompt:]).all(0).int().cumprod(0).sum())  # steps with equal prefixes
+    assert agree >= 2  # the first token (eager prefill) and the first compiled step
+    assert _rel(logits[:, :agree], eager_logits[:, :agree]) < 2e-2
+
+
+def test_importing_cutlass_nm_hf_does_not_import_transformers():
+    code = "import sys, cutlass_nm, cutlass_nm.hf; assert 'transformers' not in sys.modules, 'imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
