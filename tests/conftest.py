@@ -11,12 +11,17 @@ import torch
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fuzz", type=int, default=40, help="cases of the GPU fuzz test (tests/test_gpu_fuzz.py)")
     parser.addoption("--fuzz-seed", type=int, default=0, help="seed of the GPU fuzz test's cases")
+    parser.addoption("--all-compiles", action="store_true",
+                     help="also the nvcc checks marked slow_nvcc (more variants of a template; minutes on 2 cores)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     no_gpu = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine: pytest -m gpu)")
     no_nvcc = pytest.mark.skip(reason="needs nvcc on PATH (install the CUDA toolkit or set PATH)")
+    not_all = pytest.mark.skip(reason="a slower nvcc variant check: run with --all-compiles")
     for item in items:
+        if "slow_nvcc" in item.keywords and not config.getoption("--all-compiles"):
+            item.add_marker(not_all)
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(no_gpu)
         if "nvcc" in item.keywords and shutil.which("nvcc") is None:
