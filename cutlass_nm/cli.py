@@ -114,7 +114,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not gpu:
         console.print("[yellow]no CUDA GPU here: kernels compiled, nothing launched")
         return 0
-    table = Table("m x n x k", "family", "rel. error vs fp64", "speedup vs torch.mm (eager)")
+    table = Table("m x n x k", "family", "config", "rel. error vs fp64", "speedup vs torch.mm (eager)")
     bad = False
     for m, n, k in shapes:
         x = torch.randn(m, k, device="cuda", dtype=torch.float16)
@@ -126,7 +126,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         wd = w.to_dense()
         t_dense = _time(lambda x=x, wd=wd: torch.mm(x, wd.T))
         t_sparse = _time(lambda x=x, w=w: cutlass_nm.matmul(x, w))
-        table.add_row(f"{m} x {n} x {k}", families[0], f"{err:.1e}", f"{t_dense / t_sparse:.2f}x")
+        chosen = {(r["m"], r["n"], r["k"]): r for r in cutlass_nm.dispatch.resolved()}.get((m, n, k), {})
+        table.add_row(f"{m} x {n} x {k}", chosen.get("family", "?"), chosen.get("config_source", "?"), f"{err:.1e}",
+                      f"{t_dense / t_sparse:.2f}x")
     console.print(table)
     return 1 if bad else 0
 
