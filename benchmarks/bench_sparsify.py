@@ -22,18 +22,7 @@ from torch import nn
 import cutlass_nm
 from cutlass_nm.bench.env import environment
 from cutlass_nm.campaigns import load_models
-from cutlass_nm.timing import copies_to_rotate, time_rotating
-
-
-def timed(module: nn.Module, m: int, reps: int = 50) -> float:
-    """Median ms of ``module`` on m rows, over copies of inputs and module rotated past L2."""
-    k = module.in_features
-    size = sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
-    copies = copies_to_rotate(size + m * (k + module.out_features) * 2)
-    mods = [module] + [copy.deepcopy(module) for _ in range(copies - 1)]
-    xs = [torch.randn(m, k, device="cuda", dtype=torch.half) for _ in range(copies)]
-    with torch.no_grad():
-        return time_rotating(lambda i: mods[i](xs[i]), copies, reps).p50_ms
+from cutlass_nm.decisions import time_module
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for d in summary.decisions:
         for m in tokens:
-            t_dense, t_kept = timed(dense[d.name], m), timed(model[d.name], m)
+            t_dense, t_kept = time_module(dense[d.name], m), time_module(model[d.name], m)
             rows.append({"family": None, "impl": f"sparsify_{d.decision}", "pattern": args.pattern, "dtype": "f16",
                          "m": m, "n": d.shape[0], "k": d.shape[1], "name": f"{args.model}.{d.name}",
                          "decision": d.decision, "decided_speedup": d.speedup.get(m), "median_ms": t_kept,

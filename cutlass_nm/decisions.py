@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.nn import functional
 
 from .dispatch import precompile_for
 from .timing import copies_to_rotate, time_rotating
@@ -38,24 +37,22 @@ class LayerDecision:
         return f"{self.name or '<model>'}  {self.shape[0]}x{self.shape[1]}  {self.decision}  {sp}  ({self.how})"
 
 
+def time_module(module: nn.Module, m: int) -> float:
+    """Median ms of ``module`` (a linear layer: ``in_features``, ``out_features``) on m rows of its weight dtype on
+    its device, over copies of inputs and module rotated past L2."""
+    tensors = [*module.parameters(), *module.buffers()]
+    dtype = next(t.dtype for t in tensors if t.is_floating_point())
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    copies = copies_to_rotate(size + m * (module.in_features + module.out_features) * torch.finfo(dtype).bits // 8)
+    mods = [module] + [copy.deepcopy(module) for _ in range(copies - 1)]
+    xs = [torch.randn(m, module.in_features, device=tensors[0].device, dtype=dtype) for _ in range(copies)]
+    with torch.no_grad():
+        return time_rotating(lambda i: mods[i](xs[i]), copies, REPS, WARMUP_MS).p50_ms
+
+
 def measure_speedups(linear: nn.Linear, sparse: nn.Module, tokens: tuple[int, ...]) -> dict[int, float]:
     """Dense time / sparse time of one layer at each token count (> 1: sparse is faster), on the layer's GPU."""
-    w = linear.weight.detach()
-    bias = None if linear.bias is None else linear.bias.detach()
-    out: dict[int, float] = {}
-    with torch.no_grad():
-        for m in tokens:
-            wbytes = w.numel() * w.element_size()
-            copies = copies_to_rotate(wbytes + m * (w.shape[0] + w.shape[1]) * w.element_size())
-            xs = [torch.randn(m, w.shape[1], device=w.device, dtype=w.dtype) for _ in range(copies)]
-            dense = [w] + [w.clone() for _ in range(copies - 1)]
-            mods = [sparse] + [copy.deepcopy(sparse) for _ in range(copies - 1)]
-            t_dense = time_rotating(lambda i, xs=xs, dense=dense: functional.linear(xs[i], dense[i], bias), copies,
-                                    REPS, WARMUP_MS).p50_ms
-            t_sparse = time_rotating(lambda i, xs=xs, mods=mods: mods[i](xs[i]), copies, REPS, WARMUP_MS).p50_ms
-            out[m] = t_dense / t_sparse
-            del xs, dense, mods
-    return out
+    return {m: time_module(linear, m) / time_module(sparse, m) for m in tokens}
 
 
 def decide(layers: list[tuple[str, nn.Linear, nn.Module]], tokens: tuple[int, ...], min_speedup: float

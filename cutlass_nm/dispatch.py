@@ -11,7 +11,6 @@ where it came from. Later calls do no I/O: one dict lookup, then the launch.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -49,16 +48,10 @@ def _default_selector() -> Selector:
     the heuristic configs run: every wait is bounded by ``$CUTLASS_NM_DB_TIMEOUT`` seconds (default 5), a writer's
     lock by 0.5 s."""
     global _selector
-    from .store.chooser import DefaultChooser
-    from .store.lookup import TunedSelector
+    from .store.chooser import default_chooser
 
-    user = None if _off("CUTLASS_NM_DB") else TunedSelector(quiet_if_missing=True)
-    _selector = DefaultChooser(user, shipped=not _off("CUTLASS_NM_SHIPPED"))
+    _selector = default_chooser()
     return _selector
-
-
-def _off(variable: str) -> bool:
-    return os.environ.get(variable, "").lower() in ("off", "none", "0")
 
 
 def resolved() -> list[dict]:
@@ -226,10 +219,10 @@ def _config_of(answer: Any) -> tuple[Any, str]:
 
 def use_tuning_db(url: str | None = None, objective: str | None = None) -> Selector:
     """Make ``matmul`` consult the tuning database at ``url`` (default ``$CUTLASS_NM_DB`` / user cache), choosing
-    winners by ``objective`` (default ``$CUTLASS_NM_OBJECTIVE`` or "time")."""
-    from .store.chooser import DefaultChooser
-    from .store.lookup import TunedSelector
+    winners by ``objective`` (default ``$CUTLASS_NM_OBJECTIVE`` or "time"); the shipped configs and the config model
+    follow it."""
+    from .store.chooser import default_chooser
 
-    selector = DefaultChooser(TunedSelector(url, objective=objective), shipped=not _off("CUTLASS_NM_SHIPPED"))
+    selector = default_chooser(url, db=True, objective=objective, quiet_if_missing=False)
     set_selector(selector)
     return selector

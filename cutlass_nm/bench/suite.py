@@ -176,8 +176,7 @@ def _selector(args: argparse.Namespace, scratch: Path, gpu: bool = True) -> Any:
     records are matched by the GPU's fingerprint."""
     if args.heuristic:
         return None
-    from ..store.chooser import DefaultChooser
-    from ..store.lookup import TunedSelector
+    from ..store.chooser import default_chooser
 
     url = args.db
     if args.records:
@@ -191,9 +190,7 @@ def _selector(args: argparse.Namespace, scratch: Path, gpu: bool = True) -> Any:
     if not gpu:
         print("no CUDA GPU here: heuristic configs (tuned configs are looked up by the GPU's fingerprint)")
         return None
-    off = os.environ.get("CUTLASS_NM_DB", "").lower() in ("off", "none", "0") and not args.records
-    return DefaultChooser(None if off else TunedSelector(url, quiet_if_missing=True),
-                          shipped=os.environ.get("CUTLASS_NM_SHIPPED", "").lower() not in ("off", "none", "0"))
+    return default_chooser(url, db=True if args.records else None)
 
 
 def _gpu_visible() -> bool:

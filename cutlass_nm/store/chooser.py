@@ -5,10 +5,12 @@ heuristic. Each answer names its source: ``user``, ``shipped``, ``model`` or ``h
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, NamedTuple
 
 from ..families import Family, Problem
 from .fingerprint import ProblemKey
+from .lookup import TunedSelector
 from .predict import predict
 from .shipped import Tuned, shipped_table
 
@@ -74,3 +76,18 @@ def _has_gpu() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def env_off(variable: str) -> bool:
+    """Whether ``$variable`` switches its source off ("off", "none" or "0")."""
+    return os.environ.get(variable, "").lower() in ("off", "none", "0")
+
+
+def default_chooser(url: str | None = None, *, db: bool | None = None, objective: str | None = None,
+                    quiet_if_missing: bool = True) -> DefaultChooser:
+    """The chooser over the tuning DB at ``url`` (default ``$CUTLASS_NM_DB`` / the user cache) and the shipped
+    configs. ``db``: use the DB (None: unless ``CUTLASS_NM_DB=off``); ``CUTLASS_NM_SHIPPED=off`` drops the shipped
+    configs. ``objective`` and ``quiet_if_missing`` go to the DB's ``TunedSelector``."""
+    use_db = not env_off("CUTLASS_NM_DB") if db is None else db
+    user = TunedSelector(url, objective=objective, quiet_if_missing=quiet_if_missing) if use_db else None
+    return DefaultChooser(user, shipped=not env_off("CUTLASS_NM_SHIPPED"))

@@ -16,8 +16,8 @@ from importlib import resources
 from typing import Any
 
 from .fingerprint import ProblemKey, template_hash
-from .store import parsed_records
-from .validate import RecordError, validate_measurement
+from .store import validated_records
+from .validate import RecordError
 
 log = logging.getLogger("cutlass_nm.store")
 MATCH = ("gpu", "compute_capability", "sm_count")  # what a shipped record's environment must share with this GPU
@@ -49,13 +49,9 @@ def shipped_records() -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for gpu, text in _files().items():
         rows = []
-        for line, rec in parsed_records(text.splitlines(), f"shipped configs {gpu}"):
-            try:
-                if isinstance(rec, RecordError):
-                    raise rec
-                r = validate_measurement(rec)
-            except RecordError as exc:
-                log.warning("cutlass_nm: shipped configs %s line %d skipped: %s", gpu, line, exc)
+        for line, r in validated_records(text.splitlines(), f"shipped configs {gpu}"):
+            if isinstance(r, RecordError):
+                log.warning("cutlass_nm: shipped configs %s line %d skipped: %s", gpu, line, r)
                 continue
             if r["status"] == "ok":
                 rows.append({**r, **r["key"].to_dict(), "m": r["m"]})

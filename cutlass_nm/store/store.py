@@ -252,15 +252,11 @@ def check_records(lines: Iterable[str], only_hard_keys: Collection[str] | None =
     environments are skipped. ``source`` names the input in messages."""
     stats = {"new": 0, "known": 0, "rejected": 0, "skipped_env": 0}
     good, rejects, total = [], [], 0
-    for line, rec in parsed_records(lines, source):
+    for line, r in validated_records(lines, source):
         total += 1
-        try:
-            if isinstance(rec, RecordError):
-                raise rec
-            r = validate_measurement(rec)
-        except RecordError as exc:
-            log.info("%s line %d rejected: %s", source, line, exc)
-            rejects.append((line, str(exc)))
+        if isinstance(r, RecordError):
+            log.info("%s line %d rejected: %s", source, line, r)
+            rejects.append((line, str(r)))
             continue
         if only_hard_keys is not None and r["environment"].hard_key not in only_hard_keys:
             stats["skipped_env"] += 1
@@ -307,7 +303,18 @@ def _parse(line: str) -> Any:
     return value
 
 
-def parsed_records(lines: Iterable[str], source: str = "records") -> Iterator[tuple[int, Any]]:
+def validated_records(lines: Iterable[str], source: str = "records") -> Iterator[tuple[int, dict | RecordError]]:
+    """(line number, normalized record or the RecordError that rejects it) of an export, header checked."""
+    for line, rec in _records(lines, source):
+        try:
+            if isinstance(rec, RecordError):
+                raise rec
+            yield line, validate_measurement(rec)
+        except RecordError as exc:
+            yield line, exc
+
+
+def _records(lines: Iterable[str], source: str = "records") -> Iterator[tuple[int, Any]]:
     """(line number, parsed record or the RecordError that rejects it) after checking the header line."""
     it = iter(lines)
     header = next(it, None)
