@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 import torch
+from store_helpers import drop_schema, pg_schema_url
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,3 +34,14 @@ def isolated_cache(tmp_path, monkeypatch):
     """A private kernel cache folder."""
     monkeypatch.setenv("CUTLASS_NM_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path):
+    """A tuning-DB URL: a SQLite file, then a fresh schema on the machine's PostgreSQL (skipped without it)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'tuning.sqlite'}"
+        return
+    engine, schema, schema_url = pg_schema_url()
+    yield schema_url
+    drop_schema(engine, schema)

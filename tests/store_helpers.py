@@ -65,3 +65,4 @@ def drop_schema(engine, schema: str) -> None:
     with engine.begin() as conn:
         conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
     engine.dispose()
+

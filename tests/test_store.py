@@ -9,7 +9,7 @@ import uuid
 import warnings
 
 import pytest
-from store_helpers import CONFIGS, SM90, drop_schema, env, key, pg_schema_url, write_many
+from store_helpers import CONFIGS, SM90, env, key, pg_schema_url, write_many
 
 from cutlass_nm.families import KernelTypes, Problem
 from cutlass_nm.store.db import make_engine, redact, upgrade
@@ -17,16 +17,6 @@ from cutlass_nm.store.lookup import TunedSelector
 from cutlass_nm.store.store import ImportRejected, Store
 
 _pg_schema_url = pg_schema_url  # other test modules import it from here
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'tuning.sqlite'}"
-        return
-    engine, schema, schema_url = pg_schema_url()
-    yield schema_url
-    drop_schema(engine, schema)
 
 
 def test_concurrent_writers_lose_nothing(url):

@@ -147,16 +147,6 @@ def _bad_lines(good: str) -> list[tuple[str, str]]:
             (variant(host="x" * 100_000), "longer than"), (variant(study="a\x1b[31mred"), "study")]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'dst.sqlite'}"
-        return
-    engine, schema, schema_url = pg_schema_url()
-    yield schema_url
-    drop_schema(engine, schema)
-
-
 def test_bad_import_writes_nothing(url, tmp_path):
     src = Store(f"sqlite:///{tmp_path / 'src.sqlite'}")
     for i, cfg in enumerate(CONFIGS[:5]):
