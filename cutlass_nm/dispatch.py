@@ -55,10 +55,11 @@ def _default_selector() -> Selector:
 
 
 def resolved() -> list[dict]:
-    """Each problem ``matmul`` has resolved in this process: m, n, k, pattern, family, config and
-    ``config_source`` (``user``, ``shipped``, ``model`` or ``heuristic``)."""
+    """Each problem ``matmul`` has resolved in this process: m, n, k, pattern, family (``forced``: named by the
+    caller), config and ``config_source`` (``user``, ``shipped``, ``model`` or ``heuristic``)."""
     return [{"m": key[0], "n": key[1], "k": key[2], "pattern": str(key[9]), "family": family,
-             "config": cfg.to_record(), "config_source": source} for key, (family, cfg, source) in _CHOSEN.items()]
+             "forced": key[7] is not None, "config": cfg.to_record(), "config_source": source}
+            for key, (family, cfg, source) in _CHOSEN.items()]
 
 
 
@@ -74,17 +75,24 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
     """
     out_dtype = out_dtype or (out.dtype if out is not None else x.dtype)
     check_inputs(x, w, bias)
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, x.shape[-1])
-    y = _check_out(out, (*lead, w.out_features), out_dtype, x.device)
-    if x2.shape[0] == 0:
+    n = w.out_features
+    flat = x.dim() == 2  # the common case: no reshapes (each costs a dispatcher round trip)
+    x2 = x if flat else x.reshape(-1, x.shape[-1])
+    m = x2.shape[0]
+    if out is None:
+        y2 = torch.empty((m, n), dtype=out_dtype, device=x.device)
+        y = y2 if flat else y2.view(*x.shape[:-1], n)
+    else:
+        y = _check_out(out, (*x.shape[:-1], n), out_dtype, x.device)
+        y2 = y if flat else y.view(-1, n)
+    if m == 0:
         return y
-    key = (x2.shape[0], w.out_features, w.in_features, x.dtype, out_dtype, bias is not None, x.device, family,
-           type(w), w.pattern, w.vector if isinstance(w, NMWeight) else 0)
+    key = (m, n, w.in_features, x.dtype, out_dtype, bias is not None, x.device, family, type(w), w.pattern,
+           w.vector if isinstance(w, NMWeight) else 0)
     kernel = _RESOLVED.get(key)
     if kernel is None:
         kernel = _resolve(key)
-    kernel(x2, w, bias, y.view(-1, w.out_features))
+    kernel(x2, w, bias, y2)
     return y
 
 
@@ -151,16 +159,23 @@ def _key(m: int, w: Sparse24Weight | VNMWeight | NMWeight, dtype: torch.dtype, o
             w.vector if isinstance(w, NMWeight) else 0)
 
 
-def precompile_for(problems: list[tuple[int, Any, torch.dtype, bool]], progress: Callable | None = None) -> None:
-    """Compile, in parallel, the kernels ``matmul`` will pick for (m, weight, x dtype, bias?) problems, so that
-    their first calls only load them (``progress``: see ``kernels.precompile``)."""
-    from .kernels import precompile
-
+def kernels_for(problems: list[tuple[int, Any, torch.dtype, bool]], family: str | None = None) -> list[tuple]:
+    """The kernel ids ``matmul`` will run for (m, weight, x dtype, bias?) problems (``family``: forced, as
+    ``matmul(..., family=...)`` forces it), without duplicates; nothing is compiled."""
     kids = {}
     for m, w, dtype, has_bias in problems:
-        family, cfg, _, problem = _choose(_key(m, w, dtype, dtype, has_bias, w.device))
-        kids[(family.name, cfg, problem.types)] = None
-    failed = [r for r in precompile(list(kids), progress=progress) if isinstance(r, Exception)]
+        fam, cfg, _, problem = _choose(_key(m, w, dtype, dtype, has_bias, w.device, family))
+        kids[(fam.name, cfg, problem.types)] = None
+    return list(kids)
+
+
+def precompile_for(problems: list[tuple[int, Any, torch.dtype, bool]], progress: Callable | None = None, *,
+                   family: str | None = None) -> None:
+    """Compile, in parallel, the kernels ``matmul`` will pick for (m, weight, x dtype, bias?) problems, so that
+    their first calls only load them (``family`` and ``progress``: see ``kernels_for``, ``kernels.precompile``)."""
+    from .kernels import precompile
+
+    failed = [r for r in precompile(kernels_for(problems, family), progress=progress) if isinstance(r, Exception)]
     if failed:
         log.warning("cutlass_nm: %d kernel(s) failed to compile ahead of use: %s", len(failed), failed[0])
 

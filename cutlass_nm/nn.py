@@ -7,22 +7,44 @@ from __future__ import annotations
 import fnmatch
 import logging
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
 from .decisions import LayerDecision, decide
+from .dispatch import matmul
 from .errors import CutlassNMError, InputError, PatternError, ShapeError
 from .formats import compress_as
 from .formats.glu import PAIR_V, fuse_glu, split_glu
 from .formats.nm import VECTORS
+from .gated_mlp import gated_mlp
 from .ops import nm_linear, nm_view, sparse24_linear, vnm_gated_mlp, vnm_linear, vnm_view, weight_view
 from .patterns import Pattern
 from .routing import check_runnable, unrunnable
 
 log = logging.getLogger("cutlass_nm.nn")
+
+
+def direct_call(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
+    """Whether a module's forward may launch the kernels itself rather than through its custom op (same result,
+    a fraction of the host time): a plain CUDA tensor, outside ``torch.compile``, with no gradient to record."""
+    if type(x) is not torch.Tensor or not x.is_cuda or torch.compiler.is_compiling():
+        return False
+    return not torch.is_grad_enabled() or not (x.requires_grad or any(p is not None and p.requires_grad
+                                                                        for p in params))
+
+
+def cached_view(module: nn.Module, buffers: tuple[torch.Tensor, ...], build: Callable[[], Any]) -> Any:
+    """``build()``, kept on ``module`` while ``buffers`` are the same tensor objects (``.to()``, ``.half()`` or a
+    buffer reassignment rebuild it; the view holds the tensors, so their ids cannot be reused meanwhile)."""
+    ids = tuple(map(id, buffers))
+    cached = module.__dict__.get("_cached_view")
+    if cached is None or cached[0] != ids:
+        cached = module.__dict__["_cached_view"] = (ids, build())
+    return cached[1]
 
 
 class SparseLinear(nn.Module):
@@ -98,11 +120,17 @@ class SparseLinear(nn.Module):
             return vnm_view(self.values, self.columns, self.meta, p.v, p.m, self.in_features)
         return nm_view(self.values, self.indices, p.n, p.m, self.in_features, self.vector)
 
+    def _view(self):
+        """``compressed()``, kept while this module's buffers are the same tensors (eager calls build it once)."""
+        return cached_view(self, tuple(self._buffers.values()), self.compressed)
+
     def weight_dense(self) -> torch.Tensor:
         """The (pruned) dense weight, decompressed on demand."""
         return self.compressed().to_dense()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if direct_call(x, self.bias):
+            return matmul(x if x.is_contiguous() else x.contiguous(), self._view(), self.bias)
         p = self.pattern
         if p.is_24:
             return sparse24_linear(x, self.values, self.meta, self.bias)
@@ -271,12 +299,18 @@ class SparseGatedMLP(nn.Module):
         return vnm_view(self.gate_up_values, self.gate_up_columns, self.gate_up_meta, 2 * PAIR_V, self.pattern.m,
                         self.in_features)
 
+    def _gate_up_view(self):
+        """``gate_up()``, kept while the gate/up buffers are the same tensors."""
+        return cached_view(self, tuple(self._buffers.values()), self.gate_up)
+
     def dense_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The pruned dense (gate, up, down) weights, decompressed on demand."""
         return (*split_glu(self.gate_up()), self.down_proj.weight_dense())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         d = self.down_proj
+        if direct_call(x):
+            return gated_mlp(x if x.is_contiguous() else x.contiguous(), self._gate_up_view(), d._view())
         return vnm_gated_mlp(x, self.gate_up_values, self.gate_up_columns, self.gate_up_meta, d.values, d.columns,
                              d.meta, self.pattern.m, self.pattern.m, self.in_features)
 

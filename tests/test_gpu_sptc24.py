@@ -158,3 +158,39 @@ def test_pipelined_mainloop(fields, shape):
         torch.cuda.synchronize()
         assert torch.isfinite(y).all(), "unwritten (poisoned) or non-finite outputs"
         assert rel_err(y, ref) < TOL[dtype], (cfg, dtype)
+
+
+def test_sm90_plan_follows_new_inputs_outputs_and_weights():
+    """A cached plan (one per weight, bias and m) patches x's and y's addresses per call: fresh x and out tensors,
+    a second weight of the same shape and a bias each give their own reference."""
+    if "sptc24_sm90" not in _families():
+        pytest.skip("needs an sm_90 GPU")
+    m, n, k = 16, 1024, 1024
+    cases = [_case(m, n, k, torch.float16, seed=s, with_bias=s % 2 == 1) for s in range(4)]
+    for _ in range(2):  # the second round reuses every plan
+        for x, w, bias, ref in cases:
+            for _ in range(2):
+                xc = x.clone()  # a new address
+                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+                y = cutlass_nm.matmul(xc, w, bias, out=out, family="sptc24_sm90")
+                assert torch.isfinite(y).all() and rel_err(y, ref) < TOL[torch.float16]
+
+
+def test_sm90_plan_under_cuda_graph_then_eager():
+    """A graph captured through a plan replays on its own buffers; eager calls after it still follow their inputs."""
+    if "sptc24_sm90" not in _families():
+        pytest.skip("needs an sm_90 GPU")
+    x, w, _, ref = _case(16, 1024, 1024, torch.float16, seed=21, with_bias=False)
+    x2, _, _, _ = _case(16, 1024, 1024, torch.float16, seed=22, with_bias=False)
+    static_x = x.clone()
+    cutlass_nm.matmul(static_x, w, family="sptc24_sm90")  # warm: the plan exists before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = cutlass_nm.matmul(static_x, w, family="sptc24_sm90")
+    eager = cutlass_nm.matmul(x2, w, family="sptc24_sm90")
+    static_y.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(static_y, ref) < TOL[torch.float16]
+    assert rel_err(eager, x2.double() @ w.to_dense().double().T) < TOL[torch.float16]

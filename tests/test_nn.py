@@ -353,3 +353,35 @@ def test_gpu_sparsify_decides_by_measurement():
     for d, layer in zip(s.decisions, model, strict=True):
         assert (d.decision == "sparse") == (min(d.speedup.values()) >= 1.0)
         assert isinstance(layer, SparseLinear) == (d.decision == "sparse")
+
+
+def test_cached_view_is_rebuilt_when_a_buffer_is_replaced():
+    sl = SparseLinear.from_linear(nn.Linear(64, 48).to(H))
+    first = sl._view()
+    assert sl._view() is first  # kept while the buffers are the same tensors
+    sl.values = sl.values.clone()  # what .to(), .half() or a reassignment do
+    second = sl._view()
+    assert second is not first and second.values is sl.values
+
+
+def test_direct_call_only_for_plain_cuda_tensors_without_gradients():
+    from cutlass_nm.nn import direct_call
+
+    assert not direct_call(torch.randn(2, 4))  # CPU: the op's reference path
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", ["2:4", "128:2:8", "2:8"])
+def test_gpu_direct_forward_matches_the_custom_op(pattern):
+    """Under no_grad the forward launches directly; with gradients it goes through the op: same numbers."""
+    sl = SparseLinear.from_linear(nn.Linear(512, 256).half().cuda(), pattern)
+    x = torch.randn(3, 7, 512, device="cuda", dtype=torch.half)
+    with torch.no_grad():
+        direct = sl(x)
+        strided = sl(x.transpose(0, 1).contiguous().transpose(0, 1))  # non-contiguous x is made contiguous
+    xg = x.clone().requires_grad_(True)
+    via_op = sl(xg)
+    via_op.float().sum().backward()
+    assert xg.grad is not None
+    torch.testing.assert_close(direct, via_op.detach(), rtol=0, atol=0)
+    torch.testing.assert_close(strided, direct, rtol=0, atol=0)

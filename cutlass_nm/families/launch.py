@@ -52,6 +52,19 @@ def workspace(device: torch.device, nbytes: int) -> int | None:
     return buf.data_ptr()
 
 
+def _stream_by_object(index: int) -> int:
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+# torch's own cheap accessor (what its compiled code launches on); the public API where a build lacks it
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _stream_by_object)
+
+
+def stream_of(x: torch.Tensor) -> int:
+    """The raw handle of torch's current CUDA stream on ``x``'s device: what a launch takes."""
+    return _raw_stream(x.get_device())
+
+
 def check_status(status: int, family: str, mnk: tuple[int, int, int]) -> None:
     if status == 0:
         return

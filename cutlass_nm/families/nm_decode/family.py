@@ -25,7 +25,7 @@ from ...formats.nm import NMWeight, decode_layout, decode_mma_layout
 from ...formats.vnm import VNMWeight, decode_vnm_layout
 from ...patterns import Pattern, parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
-from ..launch import check_status, device_info
+from ..launch import check_status, device_info, stream_of
 
 TEMPLATE = "families/nm_decode/kernel.cu"  # both decode families' kernel
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16"}
@@ -306,11 +306,16 @@ class Launcher:
         self.out_kind = 1 if types.out_dtype == "f32" else 0
         self.layout = LAYOUTS[cfg.mode]
         self.layout_key = (self.layout.__name__,)
+        self.plans: dict[tuple[int, ...], tuple[int, int, int]] = {}
 
     def _plan(self, x: torch.Tensor, w, stride: int) -> tuple[int, int, int]:
-        info = device_info(x.device)
-        return plan(self.cfg, w.out_features, stride, w.pattern.n, w.pattern.m, info.sm_count,
-                    info.capability >= (9, 0))
+        """:func:`plan` for this launch, computed once per (n, stride, pattern, device)."""
+        key = (w.out_features, stride, w.pattern.n, w.pattern.m, x.get_device())
+        got = self.plans.get(key)
+        if got is None:
+            info = device_info(x.device)
+            got = self.plans[key] = plan(self.cfg, *key[:4], info.sm_count, info.capability >= (9, 0))
+        return got
 
     def occupancy(self, x: torch.Tensor, w) -> dict[str, int]:
         """The launch a call on (x, w) makes, and whether it fits in one wave: split, piece, smem bytes, its
@@ -334,11 +339,11 @@ class Launcher:
         pdl = int(w.has_layout(self.layout_key))
         values, indices, stride = w.layout(self.layout_key, self.layout)
         split, piece, smem = self._plan(x, w, stride)
-        stream = torch.cuda.current_stream(x.device).cuda_stream
         status = self.lib.cnm_run(x.data_ptr(), values.data_ptr(), indices.data_ptr(),
                                   None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, keep, group,
-                                  vector, stride, split, piece, smem, self.out_kind, pdl, stream)
-        check_status(status, self.family, (m, w.out_features, k))
+                                  vector, stride, split, piece, smem, self.out_kind, pdl, stream_of(x))
+        if status:
+            check_status(status, self.family, (m, w.out_features, k))
 
 
 FAMILY = _DecodeFamily()

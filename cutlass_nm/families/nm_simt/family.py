@@ -22,7 +22,7 @@ from ...errors import LaunchError
 from ...formats.nm import VECTORS, NMWeight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem
-from ..launch import check_status, workspace
+from ..launch import check_status, stream_of, workspace
 
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
 MAX_GROUP = 64  # the largest M the launcher accepts (substituted into the template)
@@ -335,6 +335,7 @@ class _Launcher:
         lib.cnm_workspace.argtypes = [i32, i32, i32]
         lib.cnm_workspace.restype = ctypes.c_longlong
         self.run, self.workspace = lib.cnm_run, lib.cnm_workspace
+        self.ws_bytes: dict[tuple[int, int, int], int] = {}  # (m, n, k) -> split-K scratch bytes, asked once
         self.cfg = cfg
         self.out_kind = 1 if types.out_dtype == "f32" and types.dtype != "f32" else 0
 
@@ -343,8 +344,11 @@ class _Launcher:
         n = w.out_features
         kg = kgroups_for(w.pattern.m, self.cfg.k_cols)
         wt, cols, n_pad, nnz_pad = w.layout(("simt", kg), partial(simt_layout, kgroups=kg))
-        scratch = workspace(x.device, int(self.workspace(m, n, k)))
-        stream = torch.cuda.current_stream(x.device).cuda_stream
+        nbytes = self.ws_bytes.get((m, n, k))
+        if nbytes is None:
+            nbytes = self.ws_bytes[(m, n, k)] = int(self.workspace(m, n, k))
+        scratch = workspace(x.device, nbytes)
+        stream = stream_of(x)
         status = self.run(x.data_ptr(), wt.data_ptr(), cols.data_ptr(), None if bias is None else bias.data_ptr(),
                           y.data_ptr(), scratch, m, n, k, w.pattern.n, w.pattern.m, w.vector, kg, n_pad, nnz_pad,
                           self.out_kind, int(x.data_ptr() % 16 == 0), stream)

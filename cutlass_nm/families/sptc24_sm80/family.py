@@ -18,7 +18,7 @@ import torch
 from ...arch import ARCHS
 from ...formats import Sparse24Weight, meta_sm80
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
-from ..launch import check_status, torch_dtype, workspace
+from ..launch import check_status, stream_of, torch_dtype, workspace
 
 SMEM_BYTES = ARCHS["sm_80"].smem_per_block  # the family targets sm_80 (and runs on sm_90)
 # (tile, warp) pairs CUTLASS instantiates for the 16-bit sparse GEMM.
@@ -123,7 +123,7 @@ class _Launcher:
         if nbytes is None:
             nbytes = self.ws_bytes[(n, ldd, k, e_rows)] = self.ws_size(n, ldd, k, e_rows)
         ws = workspace(x.device, nbytes)
-        stream = torch.cuda.current_stream(x.device).cuda_stream
+        stream = stream_of(x)
         status = self.run(w.values.data_ptr(), e.data_ptr(), x.data_ptr(), yt.data_ptr(), n, ldd, k, ldd, e_rows,
                           ws, stream)
         check_status(status, FAMILY.name, (m, n, k))

@@ -13,7 +13,7 @@ import torch
 from ...arch import HOPPER, target
 from ...formats import Sparse24Weight, meta_sm90
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
-from ..launch import check_status, device_info, workspace
+from ..launch import check_status, device_info, stream_of, workspace
 
 EPILOGUE_SMEM = 34 * 1024  # conservative TMA-epilogue carve-out
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread before spilling
@@ -143,7 +143,12 @@ class _Sm90Family(Family):
 
 
 class _Launcher:
-    """A loaded sm90 2:4 kernel: ``launcher(x, w, bias) -> y`` on torch's current stream."""
+    """A loaded sm90 2:4 kernel: ``launcher(x, w, bias, y)`` on torch's current stream.
+
+    A problem that needs no workspace runs from a plan: the kernel's parameters, built once per (weight, bias, m)
+    and launched with only x's and y's addresses patched in. Stream-K problems (a workspace) build them per call."""
+
+    MAX_PLANS = 4096  # plans kept per kernel before they are all dropped (a few hundred bytes each)
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
@@ -152,8 +157,14 @@ class _Launcher:
         lib.cnm_workspace_size.argtypes = [i32, i32, i32, i32, i32, i32]
         lib.cnm_workspace_size.restype = ctypes.c_size_t
         lib.cnm_meta_atom_k.restype = i32
-        self.run, self.ws_size = lib.cnm_run, lib.cnm_workspace_size
-        self.ws_bytes: dict[tuple[int, int, int, int], int] = {}  # (n, m, k, sms) -> bytes, asked once
+        lib.cnm_plan_bytes.restype = ctypes.c_size_t
+        lib.cnm_plan.argtypes = [vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32]
+        lib.cnm_plan.restype = i32
+        self.lib = lib
+        # holds the GIL (a PYFUNCTYPE): patching a plan and launching it is atomic for Python threads
+        self.launch = ctypes.PYFUNCTYPE(i32, vp, vp, vp, vp)(("cnm_launch", lib))
+        self.plan_bytes = lib.cnm_plan_bytes()
+        self.plans: dict[tuple[int, int, int, int, int, int], ctypes.Array | None] = {}  # None: needs a workspace
         self.swizzle, self.raster = cfg.swizzle, RASTER_ORDER[cfg.raster]
         atom = lib.cnm_meta_atom_k()
         self.layout_key = ("sm90", atom)
@@ -162,17 +173,39 @@ class _Launcher:
     def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
         m, k = x.shape
-        n = w.out_features
         e = w.layout(self.layout_key, self.build_layout)
+        key = (w.values.data_ptr(), e.data_ptr(), 0 if bias is None else bias.data_ptr(), m, w.out_features, k)
+        plan = self.plans[key] if key in self.plans else self._plan(key, x, y)
+        if plan is None:
+            self._run(key, x, y)
+            return
+        status = self.launch(plan, x.data_ptr(), y.data_ptr(), stream_of(x))
+        if status:
+            check_status(status, FAMILY.name, (m, w.out_features, k))
+
+    def _plan(self, key: tuple[int, int, int, int, int, int], x: torch.Tensor, y: torch.Tensor
+              ) -> ctypes.Array | None:
+        """Build and keep the plan of ``key`` (None when the problem needs a workspace: stream-K)."""
+        a, e, bias, m, n, k = key
         sms = device_info(x.device).sm_count
-        nbytes = self.ws_bytes.get((n, m, k, sms))
-        if nbytes is None:
-            nbytes = self.ws_bytes[(n, m, k, sms)] = self.ws_size(n, m, k, sms, self.swizzle, self.raster)
-        ws = workspace(x.device, nbytes)
-        stream = torch.cuda.current_stream(x.device).cuda_stream
-        status = self.run(w.values.data_ptr(), e.data_ptr(), x.data_ptr(), y.data_ptr(),
-                          None if bias is None else bias.data_ptr(), n, m, k, sms, self.swizzle, self.raster, ws,
-                          stream)
+        plan = None
+        if self.lib.cnm_workspace_size(n, m, k, sms, self.swizzle, self.raster) == 0:
+            plan = ctypes.create_string_buffer(self.plan_bytes)
+            status = self.lib.cnm_plan(plan, a, e, x.data_ptr(), y.data_ptr(), bias or None, n, m, k, sms,
+                                       self.swizzle, self.raster)
+            check_status(status, FAMILY.name, (m, n, k))
+        if len(self.plans) >= self.MAX_PLANS:
+            self.plans.clear()
+        self.plans[key] = plan
+        return plan
+
+    def _run(self, key: tuple[int, int, int, int, int, int], x: torch.Tensor, y: torch.Tensor) -> None:
+        """Build the parameters and launch in one call (a problem with a workspace)."""
+        a, e, bias, m, n, k = key
+        sms = device_info(x.device).sm_count
+        ws = workspace(x.device, self.lib.cnm_workspace_size(n, m, k, sms, self.swizzle, self.raster))
+        status = self.lib.cnm_run(a, e, x.data_ptr(), y.data_ptr(), bias or None, n, m, k, sms, self.swizzle,
+                                  self.raster, ws, stream_of(x))
         check_status(status, FAMILY.name, (m, n, k))
 
 

@@ -3,6 +3,8 @@
 // cutlass_library's emitter. Computes D(M x N, col-major) = A(M x K, 2:4, compressed) * B(K x N, col-major)
 // [+ bias per row], i.e. y(m x n_out) = x(m x k) * W^T with M = n_out, N = m.
 #include <cstdint>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include "cutlass/cutlass.h"
@@ -66,11 +68,49 @@ typename Gemm::Arguments make_args(const void* a, const void* e, const void* b, 
   args.scheduler.raster_order = raster == 1 ? Raster::AlongM : raster == 2 ? Raster::AlongN : Raster::Heuristic;
   return args;
 }
+
+// A prepared launch for one (weight, bias, M, N, K, scheduler) with no workspace: the kernel's Params, built once.
+// Each call patches the addresses of B (x) and D (y) into their TMA descriptors when they changed, then launches:
+// no descriptor encoding, no can_implement, no function attribute calls on the steady-state path.
+struct Plan {
+  typename Kernel::Params params;
+  const void* b;
+  void* d;
+};
+
+Plan* aligned_plan(void* buf) {
+  auto p = reinterpret_cast<std::uintptr_t>(buf);
+  return reinterpret_cast<Plan*>((p + alignof(Plan) - 1) / alignof(Plan) * alignof(Plan));
+}
+
+using ReplaceAddress = PFN_cuTensorMapReplaceAddress_v12000;
+
+ReplaceAddress replace_address_fn() {
+  static const ReplaceAddress fn = [] {
+    void* pfn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+#if __CUDACC_VER_MAJOR__ > 12
+    cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapReplaceAddress", &pfn, 12000, cudaEnableDefault,
+                                                       &found);
+#else
+    cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapReplaceAddress", &pfn, cudaEnableDefault, &found);
+#endif
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<ReplaceAddress>(pfn)
+                                                                      : nullptr;
+  }();
+  return fn;
+}
+
+bool replace_address(cute::TmaDescriptor const* desc, const void* ptr) {
+  ReplaceAddress fn = replace_address_fn();
+  return fn != nullptr && fn(const_cast<CUtensorMap*>(reinterpret_cast<CUtensorMap const*>(desc)),
+                             const_cast<void*>(ptr)) == CUDA_SUCCESS;
+}
 }  // namespace
 
 extern "C" {
 
-int cnm_abi_version() { return 2; }
+int cnm_abi_version() { return 3; }
 
 // Logical K columns of one metadata atom: the weight's sm90 layout must have been built for this.
 int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEAtom{})); }
@@ -91,6 +131,47 @@ int cnm_run(const void* a, const void* e, const void* b, void* d, const void* bi
   st = gemm.initialize(args, workspace, stream);
   if (st != cutlass::Status::kSuccess) return int(st);
   st = gemm.run(stream);
+  if (st != cutlass::Status::kSuccess) return int(st);
+  cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
+// Bytes of a caller-owned buffer that holds one Plan (any alignment).
+size_t cnm_plan_bytes() { return sizeof(Plan) + alignof(Plan); }
+
+// Fills the plan in buf for these operands (the problem needs no workspace: cnm_workspace_size is 0).
+// 0 on success; otherwise a cutlass::Status (< 1000) or 1000 + cudaError_t.
+int cnm_plan(void* buf, const void* a, const void* e, const void* b, void* d, const void* bias, int M, int N, int K,
+             int sm_count, int swizzle, int raster) {
+  if (replace_address_fn() == nullptr) return int(cutlass::Status::kErrorNotSupported);
+  auto args = make_args(a, e, b, d, bias, M, N, K, sm_count, swizzle, raster);
+  if (Gemm::get_workspace_size(args) != 0) return int(cutlass::Status::kErrorWorkspaceNull);
+  cutlass::Status st = Gemm::can_implement(args);
+  if (st != cutlass::Status::kSuccess) return int(st);
+  if (Kernel::SharedStorageSize >= (48 << 10)) {  // a function attribute of the current device: set per plan
+    cudaError_t err = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(Kernel::SharedStorageSize));
+    if (err != cudaSuccess) return 1000 + int(err);
+  }
+  Plan* plan = aligned_plan(buf);
+  plan->params = Kernel::to_underlying_arguments(args, nullptr);
+  plan->b = b;
+  plan->d = d;
+  return 0;
+}
+
+// Launches a plan on x (b) and y (d), patching their descriptors first when their addresses changed.
+int cnm_launch(void* buf, const void* b, void* d, cudaStream_t stream) {
+  Plan* plan = aligned_plan(buf);
+  if (b != plan->b) {
+    if (!replace_address(plan->params.mainloop.tma_load_b.get_tma_descriptor(), b)) return 1000 + 1;
+    plan->b = b;
+  }
+  if (d != plan->d) {
+    if (!replace_address(plan->params.epilogue.tma_store_d.get_tma_descriptor(), d)) return 1000 + 1;
+    plan->d = d;
+  }
+  cutlass::Status st = Gemm::run(plan->params, stream);
   if (st != cutlass::Status::kSuccess) return int(st);
   cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? 0 : 1000 + int(err);

@@ -24,7 +24,7 @@ from ...formats import meta_sm80
 from ...formats.vnm import VNMWeight
 from ...patterns import Pattern, parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
-from ..launch import check_status
+from ..launch import check_status, stream_of
 from ..sptc24_sm80.family import TILE_SHAPES
 
 SMEM_BYTES = ARCHS["sm_80"].smem_per_block  # the family targets sm_80 (and runs on sm_90)
@@ -181,7 +181,7 @@ class _Launcher:
         values, e, gidx, e_rows = w.layout(("vnm_sm80",), kernel_layout)
         ldx = -(-m // 8) * 8
         xt = torch.empty(w.padded_k + 1, ldx, dtype=x.dtype, device=x.device)  # x transposed + a zero row
-        stream = torch.cuda.current_stream(x.device).cuda_stream
+        stream = stream_of(x)
         status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), x.data_ptr(), xt.data_ptr(), y.data_ptr(),
                           None if bias is None else bias.data_ptr(), n, m, k, w.padded_k, ldx, gidx.shape[1], e_rows,
                           v, stream)

@@ -22,7 +22,7 @@ from ...formats import meta_sm90
 from ...formats.vnm import VNMWeight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
-from ..launch import check_status
+from ..launch import check_status, stream_of
 
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per consumer thread before spilling
 K_ALIGN = 128  # gathered K is padded to this (a multiple of every tile_k), zero values / valid metadata
@@ -217,7 +217,7 @@ class _Launcher:
                              f"{xt.dtype} {tuple(xt.shape)}")
         if not given:
             xt = torch.empty(w.padded_k, ldx, dtype=x.dtype, device=x.device)  # x transposed by the library
-        stream = torch.cuda.current_stream(x.device).cuda_stream
+        stream = stream_of(x)
         status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), None if given else x.data_ptr(),
                           xt.data_ptr(), y.data_ptr(), None if bias is None else bias.data_ptr(), n, m, k,
                           w.padded_k, ldx, gidx.shape[1], v, stream)
@@ -226,7 +226,7 @@ class _Launcher:
     def transpose(self, x: torch.Tensor, padded_k: int, xt: torch.Tensor) -> None:
         """Only the per-call transpose into xt (padded_k x ldx), for profiling."""
         m, k = x.shape
-        stream = torch.cuda.current_stream(x.device).cuda_stream
+        stream = stream_of(x)
         status = self.transpose_only(x.data_ptr(), xt.data_ptr(), m, k, padded_k, xt.shape[1], stream)
         check_status(status, FAMILY.name, (m, 0, k))
 
