@@ -7,7 +7,8 @@ Part ``calls``: every kernel family (forced through ``cutlass_nm.matmul(..., fam
 on two LLaMA-7B shapes, plus ``SparseLinear.forward`` (default routing) against ``nn.Linear.forward``:
 
 * ``host_us``: host time to issue one call while the GPU is held busy (a sleep kernel ahead of the calls, so the
-  launch queue never pushes back), median of batches; ``host_us_torch`` is ``F.linear``'s (``nn.Linear``'s);
+  launch queue never pushes back), median of batches; ``host_us_torch`` is ``F.linear``'s (``nn.Linear``'s),
+  timed in alternating batches; ``host_ratio`` is the median of the per-batch ratios;
 * ``eager_us``: wall time per call of back-to-back eager calls (events), weights rotated past L2;
 * ``median_ms``: the kernel time per call under a CUDA graph (``cutlass_nm.timing``), same rotation.
 
@@ -44,19 +45,24 @@ BATCHES = (1, 8)
 SLEEP_CYCLES = 60_000_000  # about 30 ms of GPU sleep ahead of each host batch: far longer than the batch issues
 
 
-def host_us(fn: Callable[[], object], calls: int = 100, batches: int = 9) -> float:
-    """Median host time of one ``fn()`` while the GPU is busy: pure issue cost, no back-pressure."""
-    fn()
+def host_us(ours: Callable[[], object], theirs: Callable[[], object], calls: int = 100, batches: int = 15
+            ) -> tuple[float, float, float]:
+    """Host time of one call of ``ours`` and of ``theirs`` while the GPU is busy (a sleep kernel ahead of each
+    batch: pure issue cost, no back-pressure), in alternating batches: the two medians (µs) and the median of
+    the per-batch ratios ours / theirs."""
+    ours(), theirs()
     torch.cuda.synchronize()
-    samples = []
+    samples: tuple[list[float], list[float]] = ([], [])
     for _ in range(batches):
-        torch.cuda._sleep(SLEEP_CYCLES)
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
+        for fn, acc in ((ours, samples[0]), (theirs, samples[1])):
+            torch.cuda._sleep(SLEEP_CYCLES)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            acc.append((time.perf_counter() - t0) / calls * 1e6)
+            torch.cuda.synchronize()
+    ratio = statistics.median(a / b for a, b in zip(*samples, strict=True))
+    return statistics.median(samples[0]), statistics.median(samples[1]), ratio
 
 
 def eager_us(fn: Callable[[int], object], copies: int, calls: int = 200, batches: int = 7) -> float:
@@ -122,36 +128,40 @@ def call_rows(families: list[str]) -> list[dict]:
 
 
 def _problem_rows(m: int, pattern: str, sparse: list, dense: list[torch.Tensor], families: list[str]) -> list[dict]:
-    """The rows of one (pattern, m, shape): each family's matmul, and SparseLinear, against torch."""
+    """The rows of one (pattern, m, shape): each family's matmul against ``F.linear``, and ``SparseLinear`` (default
+    routing) against ``nn.Linear``."""
     copies, (n, k) = len(dense), dense[0].shape
     xs = [torch.randn(m, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
-    torch_host = host_us(lambda: torch.nn.functional.linear(xs[0], dense[0]))
-    torch_eager = eager_us(lambda i: torch.nn.functional.linear(xs[i], dense[i]), copies)
-    torch_graph = time_rotating(lambda i: torch.nn.functional.linear(xs[i], dense[i]), copies)
-    base = {"pattern": pattern, "dtype": "f16", "m": m, "n": n, "k": k, "host_us_torch": torch_host,
-            "eager_us_torch": torch_eager, "baseline": "cublas", "baseline_median_ms": torch_graph.p50_ms}
-    rows = [_row(base, family, "matmul", lambda i, f=family: cutlass_nm.matmul(xs[i], sparse[i], family=f))
+
+    def linear(i: int) -> torch.Tensor:
+        return torch.nn.functional.linear(xs[i], dense[i])
+
+    torch_eager = eager_us(linear, copies)
+    torch_graph = time_rotating(linear, copies)
+    base = {"pattern": pattern, "dtype": "f16", "m": m, "n": n, "k": k, "eager_us_torch": torch_eager,
+            "baseline": "cublas", "baseline_median_ms": torch_graph.p50_ms}
+    rows = [_row(base, family, "matmul", lambda i, f=family: cutlass_nm.matmul(xs[i], sparse[i], family=f), linear)
             for family in families]
     if pattern in MODULE_PATTERNS:
         mods = [_module(d, pattern) for d in dense]
         ref = [_linear(d) for d in dense]
         with torch.no_grad():
-            lin = {"host_us_torch": host_us(lambda: ref[0](xs[0])), "eager_us_torch": eager_us(
-                lambda i: ref[i](xs[i]), copies)}
-            row = _row({**base, **lin}, None, "SparseLinear", lambda i: mods[i](xs[i]))
+            row = _row({**base, "eager_us_torch": eager_us(lambda i: ref[i](xs[i]), copies)}, None, "SparseLinear",
+                       lambda i: mods[i](xs[i]), lambda i: ref[i](xs[i]))
         row["family"] = _resolved_family(m, n, k, pattern)
         rows.append(row)
     return rows
 
 
-def _row(base: dict, family: str | None, impl: str, fn: Callable[[int], object]) -> dict:
-    """Time ``fn(i)`` (input set i) three ways against the torch numbers in ``base``."""
+def _row(base: dict, family: str | None, impl: str, fn: Callable[[int], object], torch_fn: Callable[[int], object]
+         ) -> dict:
+    """Time ``fn(i)`` (input set i) three ways; its host time against ``torch_fn``'s, in alternating batches."""
     copies = copies_to_rotate(base["n"] * base["k"] * 2)
-    ours_host = host_us(lambda: fn(0))
+    ours_host, torch_host, ratio = host_us(lambda: fn(0), lambda: torch_fn(0))
     ours_eager = eager_us(fn, copies)
     graph = time_rotating(fn, copies)
-    return {**base, "family": family, "impl": impl, "host_us": ours_host, "host_ratio": ours_host /
-            base["host_us_torch"], "eager_us": ours_eager, "median_ms": graph.p50_ms, "p20_ms": graph.p20_ms,
+    return {**base, "family": family, "impl": impl, "host_us": ours_host, "host_us_torch": torch_host,
+            "host_ratio": ratio, "eager_us": ours_eager, "median_ms": graph.p50_ms, "p20_ms": graph.p20_ms,
             "p80_ms": graph.p80_ms, "speedup_eager": base["eager_us_torch"] / ours_eager,
             "speedup_graph": base["baseline_median_ms"] / graph.p50_ms}
 

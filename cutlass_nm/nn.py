@@ -28,13 +28,12 @@ from .routing import check_runnable, unrunnable
 log = logging.getLogger("cutlass_nm.nn")
 
 
-def direct_call(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
+def direct_call(x: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     """Whether a module's forward may launch the kernels itself rather than through its custom op (same result,
     a fraction of the host time): a plain CUDA tensor, outside ``torch.compile``, with no gradient to record."""
     if type(x) is not torch.Tensor or not x.is_cuda or torch.compiler.is_compiling():
         return False
-    return not torch.is_grad_enabled() or not (x.requires_grad or any(p is not None and p.requires_grad
-                                                                        for p in params))
+    return not (torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)))
 
 
 def cached_view(module: nn.Module, buffers: tuple[torch.Tensor, ...], build: Callable[[], Any]) -> Any:
@@ -129,8 +128,9 @@ class SparseLinear(nn.Module):
         return self.compressed().to_dense()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if direct_call(x, self.bias):
-            return matmul(x if x.is_contiguous() else x.contiguous(), self._view(), self.bias)
+        bias = self._parameters.get("bias")
+        if direct_call(x, bias):
+            return matmul(x if x.is_contiguous() else x.contiguous(), self._view(), bias)
         p = self.pattern
         if p.is_24:
             return sparse24_linear(x, self.values, self.meta, self.bias)

@@ -194,3 +194,26 @@ def test_sm90_plan_under_cuda_graph_then_eager():
     torch.cuda.synchronize()
     assert rel_err(static_y, ref) < TOL[torch.float16]
     assert rel_err(eager, x2.double() @ w.to_dense().double().T) < TOL[torch.float16]
+
+
+def test_steady_state_calls_still_check_what_may_differ():
+    """After a call has been remembered on the weight, a tensor of the same signature that is non-contiguous or
+    misaligned, another dtype, another bias, and a 3-D x each get matmul's full handling."""
+    x, w, bias, ref = _case(32, 512, 1024, torch.float16, seed=31, with_bias=True)
+    for _ in range(2):
+        assert rel_err(cutlass_nm.matmul(x, w, bias), ref) < TOL[torch.float16]
+    wide = torch.randn(1024, 32, device="cuda", dtype=torch.float16).t()  # (32, 1024), not contiguous
+    with pytest.raises(InputError, match="contiguous"):
+        cutlass_nm.matmul(wide, w, bias)
+    buf = torch.randn(32 * 1024 + 4, device="cuda", dtype=torch.float16)
+    with pytest.raises(InputError, match="aligned"):
+        cutlass_nm.matmul(buf[4:].view(32, 1024), w, bias)
+    with pytest.raises(InputError, match="dtype"):
+        cutlass_nm.matmul(x.bfloat16(), w, bias)
+    other = torch.randn(512, device="cuda", dtype=torch.float16)
+    y = cutlass_nm.matmul(x, w, other)
+    assert rel_err(y, ref - bias.double() + other.double()) < TOL[torch.float16]
+    y3 = cutlass_nm.matmul(x.view(4, 8, 1024), w, bias)
+    assert y3.shape == (4, 8, 512) and rel_err(y3.reshape(32, 512), ref) < TOL[torch.float16]
+    y3 = cutlass_nm.matmul(x.view(4, 8, 1024), w, bias)  # the remembered 3-D call
+    assert rel_err(y3.reshape(32, 512), ref) < TOL[torch.float16]

@@ -33,6 +33,12 @@ class CompressedWeight:
     def in_features(self) -> int:
         return self.shape[1]
 
+    def __getstate__(self) -> dict:
+        """Pickled and deep-copied without ``matmul``'s memo of its calls (it holds loaded kernels)."""
+        state = self.__dict__.copy()
+        state.pop("_calls", None)
+        return state
+
     def has_layout(self, key: tuple) -> bool:
         """Whether the kernel layout ``key`` is already built (``layout`` would not write it now)."""
         return key in self.__dict__.get("_layouts", {})
