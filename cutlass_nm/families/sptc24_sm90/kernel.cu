@@ -76,31 +76,7 @@ struct Plan {
   typename Kernel::Params params;
   const void* b;
   void* d;
-  dim3 grid;
 };
-
-using ClusterShape = typename Kernel::DispatchPolicy::ClusterShape;
-constexpr int kClusterCtas = int(cute::size(ClusterShape{}));
-
-// What CUTLASS's launcher does per call, less the function attribute it sets every time (set once per plan).
-cudaError_t launch(Plan* plan, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attr[1];
-  config.gridDim = plan->grid;
-  config.blockDim = Kernel::get_block_shape();
-  config.dynamicSmemBytes = Kernel::SharedStorageSize;
-  config.stream = stream;
-  if constexpr (kClusterCtas > 1) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cute::size<0>(ClusterShape{});
-    attr[0].val.clusterDim.y = cute::size<1>(ClusterShape{});
-    attr[0].val.clusterDim.z = cute::size<2>(ClusterShape{});
-    config.attrs = attr;
-    config.numAttrs = 1;
-  }
-  void* args[] = {&plan->params};
-  return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>), args);
-}
 
 Plan* aligned_plan(void* buf) {
   auto p = reinterpret_cast<std::uintptr_t>(buf);
@@ -177,16 +153,10 @@ int cnm_plan(void* buf, const void* a, const void* e, const void* b, void* d, co
                                            int(Kernel::SharedStorageSize));
     if (err != cudaSuccess) return 1000 + int(err);
   }
-  if (kClusterCtas > 1) {
-    cudaError_t err = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
-                                           cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (err != cudaSuccess) return 1000 + int(err);
-  }
   Plan* plan = aligned_plan(buf);
   plan->params = Kernel::to_underlying_arguments(args, nullptr);
   plan->b = b;
   plan->d = d;
-  plan->grid = Gemm::get_grid_shape(plan->params);
   return 0;
 }
 
@@ -201,7 +171,9 @@ int cnm_launch(void* buf, const void* b, void* d, cudaStream_t stream) {
     if (!replace_address(plan->params.epilogue.tma_store_d.get_tma_descriptor(), d)) return 1000 + 1;
     plan->d = d;
   }
-  cudaError_t err = launch(plan, stream);
+  cutlass::Status st = Gemm::run(plan->params, stream);
+  if (st != cutlass::Status::kSuccess) return int(st);
+  cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? 0 : 1000 + int(err);
 }
 
