@@ -17,16 +17,18 @@ imports nothing from ``transformers``, which stays an optional extra.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from .decisions import LayerDecision, decide
 from .errors import InputError
 from .formats.glu import PAIR_V
-from .nn import SparseLinear, SparsifySummary, _skip_reason, sparsify, sparsify_gated_mlps
+from .nn import SparseGatedMLP, SparseLinear, SparsifySummary, _skip_reason, sparsify, sparsify_gated_mlps
 from .patterns import Pattern
 from .routing import check_runnable
 
@@ -153,3 +155,19 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
     summary.decisions = sorted(fused_decisions + summary.decisions, key=lambda d: order[d.name])
     model.sparsify_summary = summary
     return model
+
+
+def masked_dense_twin(dense: nn.Module, sparse: nn.Module) -> nn.Module:
+    """A copy of ``dense`` (the model as it was before ``sparsify_model``) whose sparsified weights are replaced by
+    their pruned dense weights: the function ``sparse`` must compute, for checking it."""
+    ref = copy.deepcopy(dense)
+    mods = dict(ref.named_modules())
+    gated = {name for name, mod in sparse.named_modules() if isinstance(mod, SparseGatedMLP)}
+    with torch.no_grad():
+        for name, mod in sparse.named_modules():
+            if name in gated:
+                for proj, w in zip(GATED, mod.dense_weights(), strict=True):
+                    getattr(mods[name], proj).weight.copy_(w)
+            elif isinstance(mod, SparseLinear) and name.rpartition(".")[0] not in gated:
+                mods[name].weight.copy_(mod.weight_dense())
+    return ref

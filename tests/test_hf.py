@@ -12,7 +12,7 @@ from torch import nn
 transformers = pytest.importorskip("transformers")
 
 from cutlass_nm import InputError  # noqa: E402
-from cutlass_nm.hf import sparsify_model  # noqa: E402
+from cutlass_nm.hf import masked_dense_twin, sparsify_model  # noqa: E402
 from cutlass_nm.nn import SparseGatedMLP, SparseLinear  # noqa: E402
 
 ARCHS = ("llama", "mistral", "qwen2")
@@ -30,22 +30,6 @@ def _model(arch: str, *, device: str = "cpu", intermediate: int = 256, **cfg) ->
                         initializer_range=0.2, **cfg)  # wide weights: logits far apart, few near-ties
     torch.manual_seed(0)
     return model_cls(config).to(device=device, dtype=torch.bfloat16).eval()
-
-
-def _masked_dense(dense: nn.Module, sparse: nn.Module) -> nn.Module:
-    """``dense`` (a copy of the model before sparsify_model) with each sparsified weight replaced by its pruned
-    dense weight: the function the sparse model must compute."""
-    ref = copy.deepcopy(dense)
-    mods = dict(ref.named_modules())
-    gated = {name for name, mod in sparse.named_modules() if isinstance(mod, SparseGatedMLP)}
-    with torch.no_grad():
-        for name, mod in sparse.named_modules():
-            if name in gated:
-                for proj, w in zip(("gate_proj", "up_proj", "down_proj"), mod.dense_weights(), strict=True):
-                    getattr(mods[name], proj).weight.copy_(w)
-            elif isinstance(mod, SparseLinear) and name.rpartition(".")[0] not in gated:
-                mods[name].weight.copy_(mod.weight_dense())
-    return ref
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -97,7 +81,7 @@ def test_sparsify_model_matches_masked_dense_and_generates(arch, pattern):
     assert summary.excluded == ["lm_head"] and not summary.skipped
     assert any("lm_head kept dense" in n for n in summary.notes)
 
-    ref = _masked_dense(dense, model)
+    ref = masked_dense_twin(dense, model)
     inp = _inputs()
     with torch.no_grad():
         got, want = model(**inp).logits, ref(**inp).logits
@@ -195,7 +179,7 @@ def test_static_cache_and_fullgraph_compile_on_cpu():
     config = transformers.CompileConfig(fullgraph=True, backend="aot_eager", mode=None)
     config._compile_all_devices = True  # transformers compiles only on accelerators unless told
     torch._dynamo.reset()
-    seq, _ = _check_greedy(model, _masked_dense(dense, model), cache_implementation="static", compile_config=config)
+    seq, _ = _check_greedy(model, masked_dense_twin(dense, model), cache_implementation="static", compile_config=config)
     assert hasattr(model, "_compiled_call")  # generate() used the compiled forward
     assert torch.equal(seq, eager)
 
@@ -209,7 +193,7 @@ def test_gpu_generate_static_cache_cuda_graphs_matches_eager(pattern):
     dense = copy.deepcopy(model)
     sparsify_model(model, pattern, force=True)
     assert len(model.sparsify_summary.replaced) == 14
-    ref = _masked_dense(dense, model)
+    ref = masked_dense_twin(dense, model)
     eager, eager_logits = _check_greedy(model, ref, new=8)
     torch._dynamo.reset()
     config = transformers.CompileConfig(fullgraph=True)  # mode="reduce-overhead": CUDA graphs
@@ -224,3 +208,23 @@ def test_gpu_generate_static_cache_cuda_graphs_matches_eager(pattern):
 def test_importing_cutlass_nm_hf_does_not_import_transformers():
     code = "import sys, cutlass_nm, cutlass_nm.hf; assert 'transformers' not in sys.modules, 'imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_end_to_end_benchmark_runs_on_a_tiny_model(tmp_path):
+    """benchmarks/bench_hf.py's whole flow (build, measure, sparsify, compare with the masked dense twin) on the CPU
+    reference path: the rows it writes are complete and the sparse logits equal the twin's."""
+    import json
+    from pathlib import Path
+
+    out = tmp_path / "hf.json"
+    script = Path(__file__).parents[1] / "benchmarks" / "bench_hf.py"
+    subprocess.run([sys.executable, str(script), "--tiny", "--device", "cpu", "--no-compile", "--patterns", "2:4",
+                    "--prefill-tokens", "32", "--prefill-batches", "1", "--decode-batches", "1", "--steps", "1,2",
+                    "--reps", "1", "--out", str(out)], check=True, capture_output=True, timeout=300)
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["pattern"], r["metric"]) for r in rows} == {(p, m) for p in ("dense", "2:4")
+                                                           for m in ("weight_gb", "prefill_ms", "decode_tok_s")}
+    sparse = [r for r in rows if r["pattern"] == "2:4"]
+    assert all(r["rel_err"] < 1e-6 and r["layers_sparse"] == 14 for r in sparse)
+    weights = next(r for r in sparse if r["metric"] == "weight_gb")
+    assert weights["value"] < weights["dense_value"]  # compressed projections

@@ -1,0 +1,198 @@
+"""A Hugging Face LLaMA end to end: dense against sparse (``cutlass_nm.hf.sparsify_model``), one process.
+
+    python3 benchmarks/bench_hf.py --out results/h100/hf_llama3_8b.json            # LLaMA-3-8B shape, fp16
+    python3 benchmarks/bench_hf.py --dtypes bf16 --patterns 2:4 --no-compile       # a subset
+    python3 benchmarks/bench_hf.py --tiny --device cpu --no-compile                # the script itself, small model
+
+The model is built from a ``LlamaConfig`` with random weights (no download): LLaMA-3-8B's shape (32 layers, hidden
+4096, MLP 14336, GQA 32/8 heads, vocab 128256), or a 2-layer one with ``--tiny``. For each dtype, the dense model
+and each pattern (the default path: ``sparsify_model`` decides per layer at ``tokens=(1, 2048)``) give rows of:
+
+* ``prefill_ms``: one forward over batch x 2048 tokens (1 and 4 sequences; ``logits_to_keep=1``, as generate's
+  prefill), CUDA events, median of repeats;
+* ``decode_tok_s``: ``generate()`` tokens per second at batch 1 and 16, greedy, eager and with a static cache +
+  ``torch.compile`` (CUDA graphs), from the difference of two generation lengths (the prefill cancels);
+* ``weight_gb`` (parameters and buffers, each storage once) and ``peak_gb`` (peak allocated during decode);
+* ``rel_err``: the logits' relative difference against the same model with masked dense weights.
+
+Each row carries ``speedup_vs_dense`` (or the ratio to dense for memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+LLAMA3_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "vocab_size": 128256, "rope_theta": 500000.0, "max_position_embeddings": 8192}
+TINY = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 512}
+
+
+def build(shape: dict, dtype: torch.dtype, device: str) -> nn.Module:
+    """A random-weight LlamaForCausalLM of ``shape``, initialised directly on ``device`` in ``dtype``."""
+    import transformers
+
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**shape))
+    finally:
+        torch.set_default_dtype(default)
+    return model.eval()
+
+
+def weight_gb(model: nn.Module) -> float:
+    """Bytes of the model's parameters and buffers, each storage counted once, in GB."""
+    seen: dict[int, int] = {}
+    for t in (*model.parameters(), *model.buffers()):
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values()) / 1e9
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def prefill_ms(model: nn.Module, batch: int, tokens: int, device: str, reps: int) -> float:
+    """Median wall time of one forward over batch x tokens (last position's logits only)."""
+    ids = torch.randint(0, model.config.vocab_size, (batch, tokens), device=device)
+    samples = []
+    with torch.no_grad():
+        for i in range(reps + 1):
+            _sync(device)
+            t0 = time.perf_counter()
+            model(input_ids=ids, logits_to_keep=1, use_cache=False)
+            _sync(device)
+            if i:  # the first is a warm-up
+                samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+def decode_tok_s(model: nn.Module, batch: int, device: str, compiled: bool, steps: tuple[int, int]) -> float:
+    """Greedy generate() tokens per second at ``batch``, from two generation lengths (prefill cancels out)."""
+    import transformers
+
+    ids = torch.randint(0, model.config.vocab_size, (batch, 32), device=device)
+    kw: dict = {"do_sample": False, "pad_token_id": 0}
+    if compiled:
+        torch._dynamo.reset()
+        kw.update(cache_implementation="static", compile_config=transformers.CompileConfig(fullgraph=True))
+    times = {}
+    for n in (*steps, *steps):  # the first pass warms up (and compiles)
+        _sync(device)
+        t0 = time.perf_counter()
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                             **kw)
+        _sync(device)
+        assert out.shape[1] == ids.shape[1] + n
+        times[n] = time.perf_counter() - t0
+    return batch * (steps[1] - steps[0]) / (times[steps[1]] - times[steps[0]])
+
+
+def rel_err(model: nn.Module, ref: nn.Module, device: str) -> float:
+    """Relative difference of the logits of ``model`` and ``ref`` on one random 128-token prompt."""
+    ids = torch.randint(0, model.config.vocab_size, (1, 128), device=device)
+    with torch.no_grad():
+        got, want = model(input_ids=ids).logits.float(), ref(input_ids=ids).logits.float()
+    return ((got - want).norm() / want.norm()).item()
+
+
+def measure(model: nn.Module, args: argparse.Namespace, label: str) -> dict[tuple, float]:
+    """Every timing and memory metric of one model: {(metric, batch, mode): value}."""
+    out: dict[tuple, float] = {("weight_gb", 0, ""): weight_gb(model)}
+    for batch in args.prefill_batches:
+        out[("prefill_ms", batch, "eager")] = prefill_ms(model, batch, args.prefill_tokens, args.device, args.reps)
+        print(f"{label}: prefill {batch}x{args.prefill_tokens} {out[('prefill_ms', batch, 'eager')]:.1f} ms",
+              flush=True)
+    for mode in ("eager", *(() if args.no_compile else ("compiled",))):
+        for batch in args.decode_batches:
+            if args.device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            out[("decode_tok_s", batch, mode)] = decode_tok_s(model, batch, args.device, mode == "compiled",
+                                                              args.steps)
+            if args.device == "cuda":
+                out[("peak_gb", batch, mode)] = torch.cuda.max_memory_allocated() / 1e9
+            print(f"{label}: decode batch {batch} {mode} {out[('decode_tok_s', batch, mode)]:.1f} tok/s", flush=True)
+    return out
+
+
+def rows_for(dtype: str, pattern: str, got: dict, dense: dict, extra: dict) -> list[dict]:
+    rows = []
+    for (metric, batch, mode), value in got.items():
+        base = dense[(metric, batch, mode)]
+        better = base / value if metric in ("prefill_ms", "weight_gb", "peak_gb") else value / base
+        rows.append({"impl": "hf_llama", "pattern": pattern, "dtype": dtype, "metric": metric, "m": batch,
+                     "mode": mode, "value": value, "dense_value": base, "speedup_vs_dense": better, **extra})
+    return rows
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    from cutlass_nm.hf import masked_dense_twin, sparsify_model
+
+    shape = TINY if args.tiny else LLAMA3_8B
+    rows = []
+    for dtype_name in args.dtypes:
+        model = build(shape, DTYPES[dtype_name], args.device)
+        dense = measure(model, args, f"{dtype_name} dense")
+        rows += rows_for(dtype_name, "dense", dense, dense, {})
+        original = copy.deepcopy(model)
+        for pattern in args.patterns:
+            if model is None:
+                model = copy.deepcopy(original)
+            sparsify_model(model, pattern, force=args.force)
+            summary = model.sparsify_summary
+            err = rel_err(model, masked_dense_twin(original, model), args.device)
+            sparse, kept = len(summary.replaced), len(summary.kept_dense)
+            print(f"{dtype_name} {pattern}: {sparse} layers sparse, {kept} kept dense, rel err {err:.2e}", flush=True)
+            got = measure(model, args, f"{dtype_name} {pattern}")
+            extra = {"rel_err": err, "layers_sparse": sparse, "layers_kept_dense": kept}
+            rows += rows_for(dtype_name, pattern, got, dense, extra)
+            model = None
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dtypes", type=lambda s: s.split(","), default=["fp16"], help="fp16,bf16")
+    ap.add_argument("--patterns", type=lambda s: s.split(","), default=["2:4", "128:2:8"])
+    ap.add_argument("--prefill-batches", type=lambda s: [int(v) for v in s.split(",")], default=[1, 4])
+    ap.add_argument("--prefill-tokens", type=int, default=2048)
+    ap.add_argument("--decode-batches", type=lambda s: [int(v) for v in s.split(",")], default=[1, 16])
+    ap.add_argument("--steps", type=lambda s: tuple(int(v) for v in s.split(",")), default=(16, 80),
+                    help="two generation lengths; tokens/s comes from their difference")
+    ap.add_argument("--reps", type=int, default=5, help="timed prefill repeats (median)")
+    ap.add_argument("--no-compile", action="store_true", help="decode eager only (no static cache + torch.compile)")
+    ap.add_argument("--force", action="store_true", help="sparsify every layer (default: sparse where faster)")
+    ap.add_argument("--tiny", action="store_true", help="a 2-layer model (checks the script; numbers mean nothing)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out", type=Path, help="write the result JSON here")
+    args = ap.parse_args()
+    unknown = set(args.dtypes) - set(DTYPES)
+    if unknown:
+        raise SystemExit(f"unknown dtypes {sorted(unknown)}; choose from {sorted(DTYPES)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA GPU here: use --tiny --device cpu --no-compile to check the script")
+    from cutlass_nm.bench.env import environment
+
+    result = {"environment": environment(), "rows": run(args)}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
