@@ -8,8 +8,8 @@ from string import Template
 from cutlass_library import library as L
 from cutlass_library.gemm_operation import EmitGemmUniversal3xInstance, EmitSparseGemmInstance, GemmOperation
 
-DTYPES = {"f16": L.DataType.f16, "bf16": L.DataType.bf16, "f32": L.DataType.f32}
-CPP_TYPES = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "float"}
+DTYPES = {"f16": L.DataType.f16, "bf16": L.DataType.bf16, "f32": L.DataType.f32, "e4m3": L.DataType.e4m3}
+CPP_TYPES = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "float", "e4m3": "cutlass::float_e4m3_t"}
 SM90_SCHEDULES = {
     "cooperative": (L.KernelScheduleType.TmaWarpSpecializedCooperative,
                     L.EpilogueScheduleType.TmaWarpSpecializedCooperative),
@@ -31,6 +31,32 @@ class _PerRowBias:
 
 def _alignment(dtype: str) -> int:
     return 128 // L.DataTypeSize[DTYPES[dtype]]
+
+
+@dataclass(frozen=True)
+class _ScaledFp8:
+    """Epilogue D = sw[row] * sx[col] * acc (+ bias[row]): the EVT ``cnm_fp8::Fusion`` the FP8 template defines."""
+
+    def emit_declaration(self) -> str:
+        return "cnm_fp8::Fusion"
+
+
+def sm90_sparse_fp8_operation(*, tile: tuple[int, int, int], cluster: tuple[int, int], schedule: str,
+                              out_dtype: str, streamk: bool = False) -> GemmOperation:
+    """A wgmma.sp e4m3 GEMM D(MxN, col-major) = A(MxK, row-major, 2:4) · B(KxN, col-major), fp32 accumulation,
+    scales (and the optional bias) in the epilogue."""
+    kernel_schedule, epilogue_schedule = SM90_SCHEDULES[schedule]
+    math = L.MathInstruction([64, tile[1], 64], L.DataType.e4m3, L.DataType.e4m3, L.DataType.f32,
+                             L.OpcodeClass.SparseTensorOp, L.MathOperation.multiply_add)
+    warps = [4, 1, 1] if schedule == "pingpong" else [tile[0] // 64, 1, 1]
+    td = L.TileDescription(list(tile), 0, warps, math, 90, 90, [cluster[0], cluster[1], 1])
+    a = L.TensorDescription(L.DataType.e4m3, L.LayoutType.RowMajor, 2 * _alignment("e4m3"))
+    b = L.TensorDescription(L.DataType.e4m3, L.LayoutType.ColumnMajor, _alignment("e4m3"))
+    c = L.TensorDescription(L.DataType.void, L.LayoutType.ColumnMajor, _alignment(out_dtype))
+    d = L.TensorDescription(DTYPES[out_dtype], L.LayoutType.ColumnMajor, _alignment(out_dtype))
+    return GemmOperation(L.GemmKind.SparseUniversal3x, 90, td, a, b, c, L.DataType.f32, _ScaledFp8(),
+                         L.SwizzlingFunctor.Identity1, d, kernel_schedule, epilogue_schedule,
+                         L.TileSchedulerType.StreamK if streamk else L.TileSchedulerType.Default)
 
 
 def sm90_sparse_operation(*, tile: tuple[int, int, int], cluster: tuple[int, int], schedule: str,

@@ -1,0 +1,98 @@
+// cutlass_nm: FP8 (e4m3) 2:4 SpMM on Hopper Sparse Tensor Cores, scales fused in the epilogue, C ABI launcher.
+// D(M x N, col-major) = sw[M] * sx[N] * (A(M x K, 2:4, e4m3) * B(K x N, e4m3)) [+ bias[M]], i.e.
+// y(m x n_out) = (x * W^T) scaled per token of x and per output channel of W; either scale may be one scalar.
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "cutlass/cutlass.h"
+#include "cute/tensor.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/util/packed_stride.hpp"
+
+namespace cnm_fp8 {
+using namespace cutlass::epilogue::fusion;
+using TileShape = ${tile_shape};
+using ElementD = ${element_d};
+using ElementBias = ${element_bias};
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+// x's scale per column of D (a token) or one scalar; W's per row of D (an output channel) or one scalar
+using ScaleX = Sm90RowBroadcast<0, TileShape, float, float, cute::Stride<cute::_0, bool, int64_t>>;
+using ScaleW = Sm90ColBroadcast<0, TileShape, float, float, cute::Stride<bool, cute::_0, int64_t>>;
+using Bias = Sm90ColBroadcast<0, TileShape, ElementBias, float, cute::Stride<cute::_1, cute::_0, int64_t>>;
+using AccX = Sm90EVT<Sm90Compute<cutlass::multiplies, float, float, kRound>, ScaleX, Sm90AccFetch>;
+using NoBias = Sm90EVT<Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, ScaleW, AccX>;
+using WithBias = Sm90EVT<Sm90Compute<cutlass::multiply_add, ElementD, float, kRound>, ScaleW, AccX, Bias>;
+constexpr bool kHasBias = ${has_bias};
+using Fusion = cute::conditional_t<kHasBias, WithBias, NoBias>;
+}  // namespace cnm_fp8
+
+${operation}
+
+namespace {
+using Emitted = ${name};
+using Kernel = cutlass::gemm::kernel::GemmUniversal<typename Emitted::ProblemShape, typename Emitted::CollectiveMainloop,
+                                                    typename Emitted::CollectiveEpilogue,
+                                                    typename Emitted::TileSchedulerTag>;
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+using Mainloop = typename Kernel::CollectiveMainloop;
+using SparseConfig = typename Mainloop::SparseConfig;
+using ElementA = typename Mainloop::ElementA;
+using ElementB = typename Mainloop::ElementB;
+using ElementE = typename Mainloop::ElementE;
+
+template <class Args>
+void set_scales(Args& args, const float* sw, bool sw_vector, const float* sx, bool sx_vector, const void* bias) {
+  auto& fused = args.epilogue.thread;  // {ScaleW, AccX = {ScaleX, acc, op}, [Bias,] op}
+  fused.op_0 = {sw, 0.f, {sw_vector, cute::_0{}, int64_t(0)}};
+  fused.op_1.op_0 = {sx, 0.f, {cute::_0{}, sx_vector, int64_t(0)}};
+  if constexpr (cnm_fp8::kHasBias) {
+    fused.op_2 = {static_cast<cnm_fp8::ElementBias const*>(bias)};
+  }
+}
+
+typename Gemm::Arguments make_args(const void* a, const void* e, const void* b, void* d, const float* sw,
+                                   int sw_vector, const float* sx, int sx_vector, const void* bias, int M, int N,
+                                   int K, int sm_count) {
+  auto problem = cute::make_shape(M, N, K, 1);
+  auto stride_b = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, cute::make_shape(N, K, 1));
+  auto stride_d = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, cute::make_shape(M, N, 1));
+  typename Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      problem,
+      {static_cast<ElementA const*>(a), SparseConfig::fill_layoutA(problem), static_cast<ElementB const*>(b), stride_b,
+       static_cast<ElementE const*>(e), SparseConfig::fill_layoutE(problem)},
+      {{}, nullptr, stride_d, static_cast<typename Kernel::CollectiveEpilogue::ElementD*>(d), stride_d}};
+  set_scales(args, sw, sw_vector != 0, sx, sx_vector != 0, bias);
+  args.hw_info.sm_count = sm_count;
+  return args;
+}
+}  // namespace
+
+extern "C" {
+
+int cnm_abi_version() { return 1; }
+
+int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEAtom{})); }
+
+// 0 on success; otherwise a cutlass::Status (< 1000) or 1000 + cudaError_t. sw: n_out floats (sw_vector) or one;
+// sx: m floats (sx_vector) or one.
+int cnm_run(const void* a, const void* e, const void* b, void* d, const float* sw, int sw_vector, const float* sx,
+            int sx_vector, const void* bias, int M, int N, int K, int sm_count, void* workspace, cudaStream_t stream) {
+  auto args = make_args(a, e, b, d, sw, sw_vector, sx, sx_vector, bias, M, N, K, sm_count);
+  Gemm gemm;
+  cutlass::Status st = gemm.can_implement(args);
+  if (st != cutlass::Status::kSuccess) return int(st);
+  st = gemm.initialize(args, workspace, stream);
+  if (st != cutlass::Status::kSuccess) return int(st);
+  st = gemm.run(stream);
+  if (st != cutlass::Status::kSuccess) return int(st);
+  cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
+}  // extern "C"
