@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
@@ -21,9 +20,9 @@ from ...arch import target
 from ...errors import ShapeError
 from ...formats.sparse24 import Sparse24Weight
 from ...patterns import Pattern
-from ..base import Family, FamilyConfig, KernelTypes, Problem
+from ..base import Family, KernelTypes, Problem
 from ..nm_decode import family as decode
-from ..nm_decode.family import MAX_ACCUMULATORS, DecodeKernel
+from ..nm_decode.family import MAX_ACCUMULATORS, SimtConfig
 
 K_MULTIPLE = 16  # k a multiple of this: a row's k / 2 values are whole chunks of 8 nonzeros, 16-byte aligned
 ONE_TOKEN_CTAS = {(4, 2): 10, (8, 2): 5, (8, 1): 6}  # (warps, rows): resident one-token CTAs per H100 SM (registers)
@@ -31,31 +30,8 @@ MIN_TAIL = 0.35  # the thinnest last wave (a fraction of the resident CTAs) that
 
 
 @dataclass(frozen=True, slots=True)
-class Config(DecodeKernel, FamilyConfig):
-    """One 2:4 decode kernel and its launch (``nm_decode_simt``'s fields). ``max_tokens``: tokens per launch;
-    ``warps`` per CTA; ``rows`` per warp; ``ahead``: chunks of 8 nonzeros each lane keeps in flight; ``transpose``:
-    a warp's chunks go through shared memory so lanes gather neighbouring x columns. Launch-only: ``split`` (CTAs
-    per cluster along k, 0: ``plan``'s rule), ``max_ctas`` (shared memory padded so at most that many CTAs share an
-    SM). ``push``: a cluster's sums are pushed to their owner by ``st.async``."""
-
-    max_tokens: int = 16
-    warps: int = 4
-    rows: int = 1
-    ahead: int = 1
-    transpose: int = 0
-    split: int = 0
-    max_ctas: int = 0
-    push: int = 0
-
-    mode: ClassVar[int] = 0  # lanes along k; the tensor-core stream options do not apply
-    bulk: ClassVar[int] = 0
-    prefetch: ClassVar[int] = 0
-    min_ctas: ClassVar[int] = 0
-    early_release: ClassVar[int] = 0
-    wsplit: ClassVar[int] = 1
-
-    SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (4, 8, 16), "rows": (1, 2), "ahead": (1, 2),
-                       "transpose": (0, 1), "split": (0, 1, 2, 4, 8), "max_ctas": (0, 2), "push": (0, 1)}
+class Config(SimtConfig):
+    """One 2:4 decode kernel and its launch (the fields: ``nm_decode.family.SimtConfig``)."""
 
 
 def full_last_wave(cfg: Config, n: int, k: int) -> bool:

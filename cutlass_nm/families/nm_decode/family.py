@@ -152,6 +152,35 @@ def fixed_smem(cfg: DecodeKernel) -> int:
     return cfg.red_bytes + cfg.warps * cfg.transpose_bytes + cfg.ring_bytes
 
 
+@dataclass(frozen=True, slots=True)
+class SimtConfig(DecodeKernel, FamilyConfig):
+    """A CUDA-core decode kernel (mode 0: lanes along k) and its launch, as ``nm_decode_simt`` and ``decode24`` build
+    it. ``max_tokens``: tokens per launch; ``warps`` per CTA; ``rows``
+    per warp; ``ahead``: chunks of 8 nonzeros each lane keeps in flight; ``transpose``: a warp's chunks go through
+    shared memory so lanes gather neighbouring x columns. Launch-only: ``split`` (CTAs per cluster along k, 0:
+    ``plan``'s rule), ``max_ctas`` (shared memory padded so at most that many CTAs share an SM). ``push``: a
+    cluster's sums are pushed to their owner by ``st.async``."""
+
+    max_tokens: int = 16
+    warps: int = 4
+    rows: int = 1
+    ahead: int = 1
+    transpose: int = 0
+    split: int = 0
+    max_ctas: int = 0
+    push: int = 0
+
+    mode: ClassVar[int] = 0  # lanes along k; the tensor-core stream options do not apply
+    bulk: ClassVar[int] = 0
+    prefetch: ClassVar[int] = 0
+    min_ctas: ClassVar[int] = 0
+    early_release: ClassVar[int] = 0
+    wsplit: ClassVar[int] = 1
+
+    SPACE: ClassVar = {"max_tokens": (1, 2, 4, 8, 16), "warps": (4, 8, 16), "rows": (1, 2), "ahead": (1, 2),
+                       "transpose": (0, 1), "split": (0, 1, 2, 4, 8), "max_ctas": (0, 2), "push": (0, 1)}
+
+
 @functools.lru_cache(maxsize=4096)
 def plan(cfg: DecodeKernel, n: int, stride: int, keep: int, group: int, sm_count: int, clusters: bool = True
          ) -> tuple[int, int, int]:
