@@ -42,13 +42,14 @@ def test_compress_roundtrip(shape, dtype, seed):
 
 
 @settings(max_examples=30, deadline=None)
-@given(shapes, st.sampled_from([32, 64, 128]), st.integers(0, 2**31 - 1))
-def test_sm90_layout_roundtrip_and_bijective(shape, atom_k, seed):
+@given(shapes, st.sampled_from([(32, 16), (64, 16), (128, 16), (64, 8), (128, 8)]), st.integers(0, 2**31 - 1))
+def test_sm90_layout_roundtrip_and_bijective(shape, atom_bits, seed):
+    atom_k, bits = atom_bits  # bits: A's element width (8: FP8)
     c = compress_24(_rand(*shape, torch.float16, seed), prune=True)
-    e = meta_sm90.to_sm90(c, atom_k)
-    assert torch.equal(meta_sm90.from_sm90(e, *shape, atom_k), c.meta)
+    e = meta_sm90.to_sm90(c, atom_k, bits)
+    assert torch.equal(meta_sm90.from_sm90(e, *shape, atom_k, bits), c.meta)
     rows_a, k_a = meta_sm90.padded_shape(*shape, atom_k)
-    off = meta_sm90.byte_offsets(rows_a, k_a, atom_k).flatten()
+    off = meta_sm90.byte_offsets(rows_a, k_a, atom_k, bits=bits).flatten()
     assert torch.equal(off.sort().values, torch.arange(e.numel()))
 
 

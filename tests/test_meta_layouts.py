@@ -30,3 +30,13 @@ def test_sm90_byte_offsets_match_cute(cute_layout_tool, rows, k, atom_k):
     assert len(cute) == rows * (-(-k // 8))
     offsets = meta_sm90.byte_offsets(*meta_sm90.padded_shape(rows, k, atom_k), atom_k)
     assert torch.equal(offsets[cute[:, 0], cute[:, 1] // 8], cute[:, 2])
+
+
+@pytest.mark.parametrize(("rows", "k", "atom_k"), [(64, 128, 64), (200, 336, 128), (130, 256, 64), (7, 48, 128)])
+def test_sm90_fp8_byte_offsets_match_cute(cute_layout_tool, rows, k, atom_k):
+    out = subprocess.run([str(cute_layout_tool), str(rows), str(k), str(atom_k), "8"], capture_output=True,
+                         text=True, check=True).stdout.split()
+    cute = torch.tensor([int(v) for v in out]).view(-1, 3)
+    assert len(cute) == rows * (-(-k // 8))
+    offsets = meta_sm90.byte_offsets(*meta_sm90.padded_shape(rows, k, atom_k), atom_k, bits=8)
+    assert torch.equal(offsets[cute[:, 0], cute[:, 1] // 8], cute[:, 2])

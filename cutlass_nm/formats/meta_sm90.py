@@ -1,12 +1,12 @@
 """2:4 metadata in the layout CUTLASS's sm90 sparse GEMM (wgmma.sp) reads.
 
-The layout is ``Sm90GemmSparseConfig::fill_layoutE`` for 16-bit A, K-major: an atom of
-64 rows x ``atom_k`` logical columns (``atom_k = min(tile_k, 128)``), atoms tiled along M
-first, then K. Inside the atom, logical coordinates decompose as
+The layout is ``Sm90GemmSparseConfig::fill_layoutE`` for K-major A: an atom of 64 rows x
+``atom_k`` logical columns (``atom_k = min(tile_k, 128)``), atoms tiled along M first, then K.
+Inside a 16-bit A's atom, logical coordinates decompose as
 m = m0 + 8·m1 + 16·m2 (8, 2, 4) and k = k0 + 16·k1 + 32·k2 (16, 2, atom_k/32),
-with compact strides ordered k0 < m1 < k2 < m0 < k1 < m2. One metadata byte covers 8
-logical columns (two groups of 4: low nibble first). tests/test_meta_layouts.py checks
-this against CuTe itself, compiled by nvcc.
+with compact strides ordered k0 < m1 < k2 < m0 < k1 < m2; an 8-bit A's (FP8) atom is row-major.
+One metadata byte covers 8 logical columns (two groups of 4: low nibble first).
+tests/test_meta_layouts.py checks both against CuTe itself, compiled by nvcc.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ ROWS_ALIGN = 64
 PAD_BYTE = PAD_NIBBLE * 0x11  # two padding nibbles
 
 
-def atom_k_for_tile(tile_k: int) -> int:
-    """The metadata atom width (logical columns) a kernel with CTA tile K = ``tile_k`` reads."""
-    atom = min(tile_k, 128)
-    if atom % 32:
-        raise ValueError(f"sm90 16-bit sparse GEMM needs tile K % 32 == 0, got {tile_k}")
+def atom_k_for_tile(tile_k: int, bits: int = 16) -> int:
+    """The metadata atom width (logical columns) a kernel with CTA tile K = ``tile_k`` and ``bits``-bit A reads."""
+    atom, block = min(tile_k, 128), 512 // bits
+    if atom % block:
+        raise ValueError(f"sm90 {bits}-bit sparse GEMM needs tile K % {block} == 0, got {tile_k}")
     return atom
 
 
@@ -31,19 +31,20 @@ def padded_shape(rows: int, k: int, atom_k: int) -> tuple[int, int]:
     return -(-rows // ROWS_ALIGN) * ROWS_ALIGN, -(-k // atom_k) * atom_k
 
 
-def byte_offsets(rows_a: int, k_a: int, atom_k: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Byte offset of every (row, 8-column block) of a ``rows_a x k_a`` padded problem."""
-    nk = atom_k // 32
+def byte_offsets(rows_a: int, k_a: int, atom_k: int, device: torch.device | str = "cpu", bits: int = 16
+                 ) -> torch.Tensor:
+    """Byte offset of every (row, 8-column block) of a ``rows_a x k_a`` padded problem, for ``bits``-bit A."""
     m = torch.arange(rows_a, device=device, dtype=torch.int64)[:, None]
     k = torch.arange(0, k_a, 8, device=device, dtype=torch.int64)[None, :]
-    m0, m1, m2, mb = m % 8, (m // 8) % 2, (m // 16) % 4, m // 64
-    kk, kb = k % atom_k, k // atom_k
-    k0, k1, k2 = kk % 16, (kk // 16) % 2, kk // 32
-    logical = (
-        k0 + 16 * m1 + 32 * k2 + 32 * nk * m0 + 256 * nk * k1 + 512 * nk * m2
-        + mb * (64 * atom_k) + kb * (rows_a * atom_k)
-    )
-    return logical // 8
+    mb, kk, kb = m // 64, k % atom_k, k // atom_k
+    if bits == 8:
+        inside = kk + atom_k * (m % 64)
+    else:
+        nk = atom_k // 32
+        m0, m1, m2 = m % 8, (m // 8) % 2, (m // 16) % 4
+        k0, k1, k2 = kk % 16, (kk // 16) % 2, kk // 32
+        inside = k0 + 16 * m1 + 32 * k2 + 32 * nk * m0 + 256 * nk * k1 + 512 * nk * m2
+    return (inside + mb * (64 * atom_k) + kb * (rows_a * atom_k)) // 8
 
 
 def _pairs(meta: torch.Tensor) -> torch.Tensor:
@@ -55,21 +56,22 @@ def _pairs(meta: torch.Tensor) -> torch.Tensor:
     return (m[..., 0] | (m[..., 1] << 4)).to(torch.uint8)
 
 
-def to_sm90(w: Sparse24Weight, atom_k: int) -> torch.Tensor:
-    """Flat uint8 metadata buffer for the sm90 kernels whose tile K gives ``atom_k``."""
+def to_sm90(w: Sparse24Weight, atom_k: int, bits: int = 16) -> torch.Tensor:
+    """Flat uint8 metadata buffer for the sm90 kernels whose tile K gives ``atom_k`` (``bits``: A's element width,
+    8 for FP8)."""
     rows, k = w.shape
     rows_a, k_a = padded_shape(rows, k, atom_k)
     out = torch.full((rows_a * k_a // 8,), PAD_BYTE, dtype=torch.uint8, device=w.device)
     b = _pairs(w.meta)
-    off = byte_offsets(rows_a, k_a, atom_k, w.device)[:rows, : b.shape[1]]
+    off = byte_offsets(rows_a, k_a, atom_k, w.device, bits)[:rows, : b.shape[1]]
     out[off.reshape(-1)] = b.reshape(-1)
     return out
 
 
-def from_sm90(e: torch.Tensor, rows: int, k: int, atom_k: int) -> torch.Tensor:
+def from_sm90(e: torch.Tensor, rows: int, k: int, atom_k: int, bits: int = 16) -> torch.Tensor:
     """Inverse of :func:`to_sm90`: the canonical ``rows x k/4`` nibbles."""
     rows_a, k_a = padded_shape(rows, k, atom_k)
-    off = byte_offsets(rows_a, k_a, atom_k, e.device)[:rows, : -(-k // 8)]
+    off = byte_offsets(rows_a, k_a, atom_k, e.device, bits)[:rows, : -(-k // 8)]
     b = e[off].to(torch.int32)
     nib = torch.stack((b & 0xF, b >> 4), dim=-1).reshape(rows, -1)
     return nib[:, : k // 4].to(torch.uint8).contiguous()
