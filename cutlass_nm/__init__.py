@@ -4,6 +4,7 @@ Public surface::
 
     w = cutlass_nm.compress(weight, "2:4", prune=True)   # prune + compress
     y = cutlass_nm.matmul(x, w, bias)                   # y = x @ W.T + bias
+    w8, _ = cutlass_nm.prune(weight, "2:4", dtype=torch.float8_e4m3fn)   # FP8 2:4 (Hopper)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .errors import (
     SparsityError,
 )
 from .formats import AnyWeight, NMWeight, Sparse24Weight, VNMWeight, compress_as, mask_for, validate_24
+from .formats.fp8 import Sparse24FP8Weight, quantize
 from .nn import SparseLinear, sparsify
 from .patterns import Pattern
 from .routing import check_runnable
@@ -31,19 +33,27 @@ from .routing import check_runnable
 __version__ = "0.1.0"
 
 
-def prune(w: torch.Tensor, pattern: str | Pattern = "2:4", *, vector: int = 32) -> tuple[AnyWeight, torch.Tensor]:
+def prune(w: torch.Tensor, pattern: str | Pattern = "2:4", *, vector: int = 32, dtype: torch.dtype | None = None
+          ) -> tuple[AnyWeight, torch.Tensor]:
     """Magnitude-prune ``w`` to ``pattern``; return the compressed weight and the boolean mask.
 
     '2:4' gives the Sparse Tensor Core format, 'V:2:M' the VENOM format, any other 'N:M' the CUDA-core
     format, whose kept positions are shared by ``vector`` consecutive rows (see formats/nm.py).
+    ``dtype=torch.float8_e4m3fn`` (2:4 only) stores the kept values in FP8 with per-output-channel scales
+    (:func:`quantize`).
 
     Refused, naming the rule: patterns or dtypes no kernel family of this version runs at every m
     (``routing.unrunnable``: 2:4 and V:N:M fp16/bf16 with V a multiple of 64; general N:M fp32/fp16/bf16 with
     M <= 64), weights holding NaN/Inf, and empty weights.
     """
+    if dtype not in (None, torch.float8_e4m3fn):
+        raise InputError(f"prune's dtype is None (keep w's) or torch.float8_e4m3fn, got {dtype}")
     p = _runnable(pattern, w)
+    if dtype is not None and not p.is_24:
+        raise PatternError(f"FP8 weights are 2:4 in this version, got {p}")
     mask = mask_for(w, p, vector)
-    return compress_as(w * mask, p, vector=vector), mask
+    c = compress_as(w * mask, p, vector=vector)
+    return (quantize(c) if dtype is not None else c), mask
 
 
 def compress(w: torch.Tensor, pattern: str | Pattern = "2:4", *, prune: bool = False, vector: int = 32) -> AnyWeight:
@@ -69,6 +79,7 @@ __all__ = [
     "Pattern",
     "PatternError",
     "ShapeError",
+    "Sparse24FP8Weight",
     "Sparse24Weight",
     "SparseLinear",
     "SparsityError",
@@ -79,6 +90,7 @@ __all__ = [
     "load_sparse_into",
     "matmul",
     "prune",
+    "quantize",
     "save_sparse",
     "set_selector",
     "sparsify",

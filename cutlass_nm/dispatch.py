@@ -20,6 +20,7 @@ from .errors import InputError, ShapeError
 from .families import FAMILIES, Family, KernelTypes, Problem, get_family
 from .families.launch import dtype_name
 from .formats import Sparse24Weight
+from .formats.fp8 import E4M3, Sparse24FP8Weight, quantize_rows
 from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
 from .kernels import get_kernel
@@ -30,6 +31,7 @@ _selector: Selector | None = None
 _RESOLVED: dict[tuple, Callable] = {}
 _CHOSEN: dict[tuple, tuple[str, Any, str]] = {}  # matmul's key -> (family, config, config source)
 _IN_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # f32: general N:M on CUDA cores (nm_simt) only
+FP8_OUT = (torch.bfloat16, torch.float16)  # what an FP8 matmul writes (and the 16-bit x it quantizes)
 _generation = 0  # bumped when the selector changes: calls remembered on weights before then resolve again
 _NO_CALLS: dict = {}
 MAX_CALLS = 64  # call signatures (x shape, dtype, device, bias, out dtype, family) remembered per weight
@@ -69,15 +71,17 @@ def resolved() -> list[dict]:
 
 def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torch.Tensor | None = None, *,
            out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None,
-           family: str | None = None) -> torch.Tensor:
+           family: str | None = None, x_scale: torch.Tensor | None = None) -> torch.Tensor:
     """y = x · Wᵀ (+ bias), the ``nn.Linear`` convention, with W compressed 2:4 or V:N:M (Sparse Tensor
     Cores) or general N:M (CUDA cores).
 
     x is ``(..., k)`` fp16/bf16 (or fp32 with a general N:M weight: CUDA cores) on a CUDA device; the result
     is ``(..., n)`` in ``out_dtype`` (default: x's dtype), written into ``out`` when given. ``family`` forces a
-    kernel family.
+    kernel family. With an FP8 weight (``cutlass_nm.quantize``), x is e4m3 with ``x_scale`` (float32: one per
+    token, or one for the tensor), or fp16/bf16, quantized per token here; the output defaults to bf16 (to x's
+    dtype for a 16-bit x).
     """
-    if out is None and type(x) is torch.Tensor:
+    if out is None and x_scale is None and type(x) is torch.Tensor:
         # steady state: this weight already ran x's shape, dtype and device with this bias (checked then); only
         # what may differ per tensor of that signature is checked again
         calls = getattr(w, "__dict__", _NO_CALLS).get("_calls")
@@ -91,6 +95,11 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
                 else:
                     kernel(x.view(flat[0]), w, bias, y.view(flat[1]))
                 return y
+    if type(w) is Sparse24FP8Weight:
+        return _matmul_fp8(x, w, bias, x_scale, out_dtype, out, family)
+    if x_scale is not None:
+        raise InputError("x_scale goes with an FP8 weight (cutlass_nm.quantize(w)); this weight is "
+                         f"{type(w).__name__}")
     return _matmul(x, w, bias, out_dtype, out, family)
 
 
@@ -122,6 +131,59 @@ def _matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: tor
         _remember(w, (x.shape, x.dtype, x.device, id(bias), given_dtype, family),
                   (kernel, out_dtype, tuple(y.shape), None if flat else ((m, x.shape[-1]), (m, n)), bias))
     return y
+
+
+def _matmul_fp8(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None, x_scale: torch.Tensor | None,
+                out_dtype: torch.dtype | None, out: torch.Tensor | None, family: str | None) -> torch.Tensor:
+    """matmul for an FP8 weight: x e4m3 with its scale, or fp16/bf16 quantized per token (amax / 448)."""
+    out_dtype = out_dtype or (out.dtype if out is not None else x.dtype if x.dtype in FP8_OUT else torch.bfloat16)
+    check_fp8_inputs(x, w, bias, x_scale, out_dtype)
+    n, k = w.out_features, w.in_features
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    y = _check_out(out, (*x.shape[:-1], n), out_dtype, x.device) if out is not None else torch.empty(
+        (*x.shape[:-1], n), dtype=out_dtype, device=x.device)
+    if m == 0:
+        return y
+    if x.dtype == E4M3:
+        xq, sx = x2, x_scale.reshape(-1)
+    else:
+        xq, sx = quantize_rows(x2, check=False)
+    key = (m, n, k, E4M3, out_dtype, bias is not None, x.device, family, type(w), w.pattern, 0)
+    kernel = _RESOLVED.get(key) or _resolve(key)
+    kernel(xq, w, bias, y.view(m, n), sx)
+    return y
+
+
+def check_fp8_inputs(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None, x_scale: torch.Tensor | None,
+                     out_dtype: torch.dtype) -> None:
+    """matmul's input rules for an FP8 weight."""
+    if not isinstance(x, torch.Tensor):
+        raise InputError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in (E4M3, *FP8_OUT):
+        raise InputError(f"with an FP8 weight, x must be float8_e4m3fn (with x_scale) or float16/bfloat16 "
+                         f"(quantized per token here), got {x.dtype}")
+    if out_dtype not in FP8_OUT:
+        raise InputError(f"an FP8 matmul writes float16 or bfloat16, got out_dtype {out_dtype}")
+    if x.dim() < 1 or x.shape[-1] != w.in_features:
+        raise InputError(f"x's last dim {tuple(x.shape)[-1:]} must equal the weight's in_features {w.in_features}")
+    if not x.is_contiguous() or x.data_ptr() % 16:
+        raise InputError("x must be contiguous and 16-byte aligned; call x.contiguous() (or x.clone() for a view)")
+    if not x.is_cuda or w.device != x.device:
+        raise InputError(f"x and the weight must be on one CUDA device, got {x.device} and {w.device}")
+    rows = x.numel() // max(1, w.in_features)
+    if x.dtype == E4M3:
+        if not isinstance(x_scale, torch.Tensor) or x_scale.dtype != torch.float32 or x_scale.numel() not in (1, rows) \
+                or not x_scale.is_contiguous() or x_scale.device != x.device:
+            raise InputError(f"an e4m3 x needs x_scale: a contiguous float32 tensor on {x.device} of {rows} values "
+                             "(one per token) or 1 (per tensor)")
+    elif x_scale is not None:
+        raise InputError("x_scale goes with an e4m3 x; a float16/bfloat16 x is quantized per token here")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or bias.shape != (w.out_features,) or bias.dtype != out_dtype:
+            raise InputError(f"bias must be a ({w.out_features},) {out_dtype} tensor (the output dtype)")
+        if not bias.is_contiguous() or bias.data_ptr() % 16 or bias.device != x.device:
+            raise InputError(f"bias must be contiguous, 16-byte aligned and on {x.device}")
 
 
 def _remember(w: Any, key: tuple, call: tuple) -> None:
@@ -201,7 +263,11 @@ def kernels_for(problems: list[tuple[int, Any, torch.dtype, bool]], family: str 
     ``matmul(..., family=...)`` forces it), without duplicates; nothing is compiled."""
     kids = {}
     for m, w, dtype, has_bias in problems:
-        fam, cfg, _, problem = _choose(_key(m, w, dtype, dtype, has_bias, w.device, family))
+        if isinstance(w, Sparse24FP8Weight):  # e4m3 kernel inputs; dtype is the output's
+            key = _key(m, w, E4M3, dtype if dtype in FP8_OUT else torch.bfloat16, has_bias, w.device, family)
+        else:
+            key = _key(m, w, dtype, dtype, has_bias, w.device, family)
+        fam, cfg, _, problem = _choose(key)
         kids[(fam.name, cfg, problem.types)] = None
     return list(kids)
 

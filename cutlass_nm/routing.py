@@ -10,10 +10,12 @@ from .families.decode24.family import K_MULTIPLE as DECODE24_K_MULTIPLE
 from .families.launch import device_info, dtype_name
 from .families.nm_simt.family import MAX_GROUP
 from .formats import NMWeight, Sparse24Weight, VNMWeight, weight_class
+from .formats.fp8 import Sparse24FP8Weight
 from .patterns import Pattern
 
 WEIGHTS = (Sparse24Weight, VNMWeight, NMWeight)
-KINDS: dict[type, str] = {Sparse24Weight: "24", VNMWeight: "vnm", NMWeight: "nm"}  # weight class -> pattern kind
+# weight class -> pattern kind
+KINDS: dict[type, str] = {Sparse24Weight: "24", Sparse24FP8Weight: "24", VNMWeight: "vnm", NMWeight: "nm"}
 DECODE_MAX_M = 16  # largest m the decode families take (N:M and V:N:M weights)
 # largest m at which 2:4 weights (k % 16 == 0) run on the decode path (decode24), not sptc24: on the H100 decode24 beat
 # sptc24_sm90's shipped configs at m = 1 (1.0-2.2x, 8 LLaMA-like shapes) and lost at m = 2 on all but 4096² and below
@@ -32,6 +34,10 @@ def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: 
     forced (``device=None``: an sm_90 GPU, e.g. to plan work on a machine without one). ``vector``: an N:M
     weight's rows sharing positions (0: unknown). ``k``: the weight's in_features (0: unknown); a 2:4 weight takes
     the decode path only where k is known to be a multiple of 16 (read in place), else the sptc24 GEMM."""
+    if kind is Sparse24FP8Weight:  # every m: no FP8 decode path yet
+        if device is not None and device_info(device).capability != (9, 0):
+            raise ShapeError("FP8 2:4 weights run on sm_90 (Hopper) only; use a 16-bit 2:4 weight here")
+        return "sptc24_fp8_sm90"
     if kind is Sparse24Weight and m <= DECODE24_MAX_M and k > 0 and k % DECODE24_K_MULTIPLE == 0:
         return decode_family(kind)
     if kind is NMWeight:

@@ -19,8 +19,12 @@ DECODE = ("nm_decode", "nm_decode_simt", "decode24")  # m <= 16 only
 SIMT = get_family("nm_decode_simt")
 
 
+TYPES = {"sptc24_fp8_sm90": KernelTypes("e4m3", "bf16", False)}  # FP8 inputs; the others fp16
+
+
 def _problem(family, m: int) -> Problem:
-    return Problem(m, 4096, 4096, F16, PATTERN.get(family.name, "2:4"), VECTOR.get(family.name, 0))
+    return Problem(m, 4096, 4096, TYPES.get(family.name, F16), PATTERN.get(family.name, "2:4"),
+                   VECTOR.get(family.name, 0))
 
 
 @pytest.mark.parametrize("family", list(FAMILIES.values()), ids=list(FAMILIES))

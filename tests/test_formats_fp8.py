@@ -5,7 +5,7 @@ import torch
 
 import cutlass_nm
 from cutlass_nm import InputError
-from cutlass_nm.formats.fp8 import E4M3, E4M3_MAX, dequantize_weight, quantize_rows, quantize_weight
+from cutlass_nm.formats.fp8 import E4M3, E4M3_MAX, Sparse24FP8Weight, quantize, quantize_rows
 
 
 def test_rows_scale_to_the_e4m3_range_and_round_trip():
@@ -22,21 +22,26 @@ def test_rows_scale_to_the_e4m3_range_and_round_trip():
 
 def test_weight_quantized_keeps_its_pattern_and_dequantizes_close():
     w, _ = cutlass_nm.prune(torch.randn(96, 128, dtype=torch.bfloat16))
-    q = quantize_weight(w)
-    assert q.values.dtype == E4M3 and q.scale.shape == (96,) and q.meta is w.meta
-    dense, ref = dequantize_weight(q).to_dense(), w.to_dense().float()
+    q = quantize(w)
+    assert isinstance(q, Sparse24FP8Weight) and q.values.dtype == E4M3 and q.scale.shape == (96,)
+    assert q.meta is w.meta and str(q.pattern) == "2:4"
+    dense, ref = q.to_dense(), w.to_dense().float()
+    assert dense.dtype == torch.float32
     assert ((dense - ref).norm() / ref.norm()).item() < 0.05
     assert ((dense != 0) == (ref != 0)).all()  # the same kept positions
-    assert q.to("cpu").scale is not None
+    moved = q.to("cpu")
+    assert isinstance(moved, Sparse24FP8Weight) and torch.equal(moved.scale, q.scale)
 
 
 def test_refusals():
     w, _ = cutlass_nm.prune(torch.randn(8, 16, dtype=torch.float16))
     with pytest.raises(InputError, match="already FP8"):
-        quantize_weight(quantize_weight(w))
-    with pytest.raises(InputError, match="not FP8"):
-        dequantize_weight(w)
+        quantize(quantize(w))
+    with pytest.raises(InputError, match="float32 scale"):
+        Sparse24FP8Weight(quantize(w).values, w.meta, w.shape, scale=torch.ones(3))
+    with pytest.raises(InputError, match="values are"):
+        Sparse24FP8Weight(w.values, w.meta, w.shape, scale=torch.ones(8))
     with pytest.raises(InputError, match="non-finite"):
         quantize_rows(torch.tensor([[1.0, float("nan")]]))
     with pytest.raises(InputError, match="2:4"):
-        quantize_weight(cutlass_nm.prune(torch.randn(8, 16, dtype=torch.float16), "2:8")[0])
+        quantize(cutlass_nm.prune(torch.randn(8, 16, dtype=torch.float16), "2:8")[0])

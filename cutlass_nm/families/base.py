@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from ..errors import ConfigError
 
-DTYPE_NAMES = ("f16", "bf16", "f32")
+DTYPE_NAMES = ("f16", "bf16", "f32", "e4m3")  # e4m3: FP8 inputs (sptc24_fp8_sm90)
 HALF_DTYPES = ("f16", "bf16")  # the input types of the tensor-core families (and the decode path)
 PACKAGE = "cutlass_nm"
 CANDIDATES = 512  # random draws a family's candidate list takes from its space (warm start)

@@ -9,7 +9,7 @@ import torch
 
 from ..errors import LaunchError
 
-_TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+_TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "e4m3": torch.float8_e4m3fn}
 _NAMES = {v: k for k, v in _TORCH.items()}
 _CUTLASS_STATUS = {
     1: "misaligned operand", 2: "invalid problem", 3: "not supported", 4: "workspace null",

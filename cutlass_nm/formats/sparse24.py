@@ -80,7 +80,6 @@ class Sparse24Weight(CompressedWeight):
     meta: torch.Tensor
     shape: tuple[int, int]
     _layouts: dict = field(default_factory=dict, repr=False)
-    scale: torch.Tensor | None = None  # FP8 values: float32 per output channel, W = values * scale[:, None]
 
     @property
     def pattern(self) -> Pattern:
@@ -101,8 +100,7 @@ class Sparse24Weight(CompressedWeight):
 
     def to(self, device: torch.device | str) -> Sparse24Weight:
         """Copy to another device (cached kernel layouts are rebuilt there on first use)."""
-        scale = None if self.scale is None else self.scale.to(device)
-        return Sparse24Weight(self.values.to(device), self.meta.to(device), self.shape, scale=scale)
+        return Sparse24Weight(self.values.to(device), self.meta.to(device), self.shape)
 
 
 def compress_24(w: torch.Tensor, *, prune: bool = False) -> Sparse24Weight:

@@ -1,4 +1,5 @@
 // cutlass_nm: FP8 (e4m3) 2:4 SpMM on Hopper Sparse Tensor Cores, scales fused in the epilogue, C ABI launcher.
+// Generated from cutlass_nm/families/sptc24_fp8_sm90/kernel.cu; the kernel type comes from cutlass_library's emitter.
 // D(M x N, col-major) = sw[M] * sx[N] * (A(M x K, 2:4, e4m3) * B(K x N, e4m3)) [+ bias[M]], i.e.
 // y(m x n_out) = (x * W^T) scaled per token of x and per output channel of W; either scale may be one scalar.
 #include <cstdint>
@@ -57,7 +58,7 @@ void set_scales(Args& args, const float* sw, bool sw_vector, const float* sx, bo
 
 typename Gemm::Arguments make_args(const void* a, const void* e, const void* b, void* d, const float* sw,
                                    int sw_vector, const float* sx, int sx_vector, const void* bias, int M, int N,
-                                   int K, int sm_count) {
+                                   int K, int sm_count, int swizzle, int raster) {
   auto problem = cute::make_shape(M, N, K, 1);
   auto stride_b = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, cute::make_shape(N, K, 1));
   auto stride_d = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, cute::make_shape(M, N, 1));
@@ -69,6 +70,9 @@ typename Gemm::Arguments make_args(const void* a, const void* e, const void* b, 
       {{}, nullptr, stride_d, static_cast<typename Kernel::CollectiveEpilogue::ElementD*>(d), stride_d}};
   set_scales(args, sw, sw_vector != 0, sx, sx_vector != 0, bias);
   args.hw_info.sm_count = sm_count;
+  args.scheduler.max_swizzle_size = swizzle;
+  using Raster = decltype(args.scheduler.raster_order);
+  args.scheduler.raster_order = raster == 1 ? Raster::AlongM : raster == 2 ? Raster::AlongN : Raster::Heuristic;
   return args;
 }
 }  // namespace
@@ -82,8 +86,9 @@ int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEA
 // 0 on success; otherwise a cutlass::Status (< 1000) or 1000 + cudaError_t. sw: n_out floats (sw_vector) or one;
 // sx: m floats (sx_vector) or one.
 int cnm_run(const void* a, const void* e, const void* b, void* d, const float* sw, int sw_vector, const float* sx,
-            int sx_vector, const void* bias, int M, int N, int K, int sm_count, void* workspace, cudaStream_t stream) {
-  auto args = make_args(a, e, b, d, sw, sw_vector, sx, sx_vector, bias, M, N, K, sm_count);
+            int sx_vector, const void* bias, int M, int N, int K, int sm_count, int swizzle, int raster,
+            void* workspace, cudaStream_t stream) {
+  auto args = make_args(a, e, b, d, sw, sw_vector, sx, sx_vector, bias, M, N, K, sm_count, swizzle, raster);
   Gemm gemm;
   cutlass::Status st = gemm.can_implement(args);
   if (st != cutlass::Status::kSuccess) return int(st);

@@ -1,0 +1,147 @@
+"""FP8 (e4m3) 2:4 on Hopper Sparse Tensor Cores: CUTLASS's wgmma.sp collective (m64nNk64 e4m3, fp32 accumulation),
+TMA, warp-specialized, with the scales fused in the epilogue: y = sx[token] * sw[channel] * (x_q · W_qᵀ) (+ bias),
+each scale a vector or one scalar."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ...arch import target
+from ...formats import meta_sm90
+from ...formats.fp8 import Sparse24FP8Weight
+from ..base import Family, FamilyConfig, KernelTypes, Problem
+from ..launch import check_status, device_info, stream_of
+
+EPILOGUE_SMEM = 34 * 1024  # conservative TMA-epilogue carve-out
+MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread before spilling
+K_MULTIPLE = 32  # the compressed rows (k / 2 bytes) and x's rows (k bytes) are TMA boxes: 16-byte aligned
+OUT_DTYPES = ("bf16", "f16")
+RASTER_ORDER = {"heuristic": 0, "m": 1, "n": 2}  # cutlass::gemm::kernel::detail::RasterOrderOptions
+
+
+@dataclass(frozen=True, slots=True)
+class Config(FamilyConfig):
+    """CTA tile (``tile_k`` in e4m3 elements: 128 of them are 128 bytes, the 16-bit family's 64), cluster,
+    schedule, raster swizzle and order; as many pipeline stages as fit, persistent data-parallel scheduler."""
+
+    tile_m: int = 128
+    tile_n: int = 128
+    tile_k: int = 128
+    cluster_m: int = 1
+    cluster_n: int = 1
+    schedule: str = "cooperative"
+    swizzle: int = 1
+    raster: str = "heuristic"
+
+    SPACE: ClassVar = {
+        "tile_m": (64, 128, 256),
+        "tile_n": (64, 128, 256),
+        "tile_k": (128, 256),
+        "cluster_m": (1, 2),
+        "cluster_n": (1, 2),
+        "schedule": ("cooperative", "pingpong"),
+        "swizzle": (1, 2, 4, 8),
+        "raster": ("heuristic", "m", "n"),
+    }
+
+
+def smem_per_stage(cfg: Config) -> int:
+    """Bytes of one pipeline stage: compressed A (half of K, 1 byte each), metadata (1 bit per element), B."""
+    return cfg.tile_m * cfg.tile_k // 2 + cfg.tile_m * cfg.tile_k // 8 + cfg.tile_n * cfg.tile_k
+
+
+class _Fp8Family(Family):
+    name = "sptc24_fp8_sm90"
+    arch = "sm_90a"
+    weight = Sparse24FP8Weight
+    Config = Config
+    templates = ("families/sptc24_fp8_sm90/kernel.cu", "codegen/cutlass_emit.py")
+    input_dtypes = ("e4m3",)
+
+    def check(self, cfg: Config, problem: Problem) -> str | None:
+        types = problem.types
+        if types.dtype != "e4m3":
+            return f"input dtype {types.dtype} is not supported (e4m3 only: fp16/bf16 x is quantized first)"
+        if types.out_dtype not in OUT_DTYPES:
+            return f"output dtype {types.out_dtype} is not supported ({'/'.join(OUT_DTYPES)})"
+        wgs = 2 if cfg.schedule == "cooperative" else 1
+        if cfg.schedule == "cooperative" and cfg.tile_m < 128:
+            return "cooperative splits tile M across two warpgroups: tile_m must be >= 128"
+        if cfg.schedule == "pingpong" and cfg.tile_m > 128:
+            return "pingpong gives each warpgroup a whole tile: tile_m must be <= 128"
+        if cfg.tile_m * cfg.tile_n // (128 * wgs) > MAX_ACC_PER_THREAD:
+            return f"{cfg.tile_m}x{cfg.tile_n} needs more than {MAX_ACC_PER_THREAD} accumulators per thread"
+        fit = (target().smem_per_block - EPILOGUE_SMEM) // smem_per_stage(cfg)
+        if fit < 2:
+            return f"2 stages of {smem_per_stage(cfg)} B do not fit in shared memory ({fit} fit)"
+        if problem.k % K_MULTIPLE:
+            return (f"in_features k={problem.k} must be a multiple of {K_MULTIPLE} for FP8 (TMA needs the "
+                    "compressed rows 16-byte aligned)")
+        if problem.n % 8:
+            return f"out_features n={problem.n} must be a multiple of 8 for {types.out_dtype} output"
+        if problem.m < 1:
+            return "m must be >= 1"
+        return None
+
+    def source(self, cfg: Config, types: KernelTypes) -> str:
+        from ...codegen.cutlass_emit import CPP_TYPES, emit_sm90, sm90_sparse_fp8_operation
+
+        tile = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
+        op = sm90_sparse_fp8_operation(tile=tile, cluster=(cfg.cluster_m, cfg.cluster_n), schedule=cfg.schedule,
+                                       out_dtype=types.out_dtype)
+        shape = "cute::Shape<" + ", ".join(f"cute::_{t}" for t in tile) + ">"
+        return emit_sm90(op, self.template(self.templates[0]), tile_shape=shape,
+                         element_d=CPP_TYPES[types.out_dtype], element_bias=CPP_TYPES[types.out_dtype],
+                         has_bias="true" if types.bias else "false")
+
+    def heuristic(self, problem: Problem) -> Config:
+        """The 16-bit family's tiles at the same bytes per k-tile: m <= 32: 128x64x256, cluster 2x1; m <= 512:
+        128x64x256, raster n, swizzle 8; larger: 128x256x128, cluster 2x1, raster n, swizzle 8."""
+        if problem.m <= 32:
+            return Config(tile_m=128, tile_n=64, tile_k=256, cluster_m=2, cluster_n=1)
+        if problem.m <= 512:
+            return Config(tile_m=128, tile_n=64, tile_k=256, raster="n", swizzle=8)
+        return Config(tile_m=128, tile_n=256, tile_k=128, cluster_m=2, cluster_n=1, raster="n", swizzle=8)
+
+    def reference(self, x: torch.Tensor, w: Sparse24FP8Weight) -> torch.Tensor:
+        """x·Wᵀ in fp64 of the dequantized operands (x is taken at scale 1: the tuner's inputs)."""
+        return x.double() @ w.to_dense().double().T
+
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, helpers: Sequence[Callable] = ()) -> _Launcher:
+        return _Launcher(lib, cfg)
+
+
+class _Launcher:
+    """A loaded FP8 kernel: ``launcher(x, w, bias, y, x_scale)`` on torch's current stream; x (m x k) is e4m3 and
+    ``x_scale`` float32 of m entries (per token) or one (per tensor)."""
+
+    def __init__(self, lib: ctypes.CDLL, cfg: Config) -> None:
+        vp, i32 = ctypes.c_void_p, ctypes.c_int
+        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, i32, vp, i32, vp, i32, i32, i32, i32, i32, i32, vp, vp]
+        lib.cnm_run.restype = i32
+        lib.cnm_meta_atom_k.restype = i32
+        self.run = lib.cnm_run
+        self.swizzle, self.raster = cfg.swizzle, RASTER_ORDER[cfg.raster]
+        atom = lib.cnm_meta_atom_k()
+        self.layout_key = ("sm90_fp8", atom)
+        self.build_layout = lambda w: meta_sm90.to_sm90(w, atom, 8)
+
+    def __call__(self, x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None, y: torch.Tensor,
+                 x_scale: torch.Tensor) -> None:
+        m, k = x.shape
+        n = w.out_features
+        e = w.layout(self.layout_key, self.build_layout)
+        status = self.run(w.values.data_ptr(), e.data_ptr(), x.data_ptr(), y.data_ptr(), w.scale.data_ptr(), 1,
+                          x_scale.data_ptr(), int(x_scale.numel() > 1), None if bias is None else bias.data_ptr(),
+                          n, m, k, device_info(x.device).sm_count, self.swizzle, self.raster, None,
+                          stream_of(x))
+        if status:
+            check_status(status, FAMILY.name, (m, n, k))
+
+
+FAMILY = _Fp8Family()

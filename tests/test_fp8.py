@@ -1,0 +1,98 @@
+"""FP8 (e4m3) 2:4 matmul: its input rules on the CPU; against an fp32 reference of the dequantized operands on the
+GPU (random inputs, poisoned outputs, tails, m = 1, per-token and per-tensor scales, bias)."""
+
+import pytest
+import torch
+
+import cutlass_nm
+from cutlass_nm import InputError, PatternError, ShapeError
+from cutlass_nm.formats.fp8 import E4M3, quantize_rows
+
+gpu = pytest.mark.gpu
+
+
+def _fp8(n: int, k: int, device: str = "cpu", seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g).to(device=device, dtype=torch.bfloat16)
+    return cutlass_nm.prune(w, "2:4", dtype=E4M3)[0]
+
+
+def test_prune_to_fp8_refusals():
+    w = torch.randn(16, 64, dtype=torch.float16)
+    with pytest.raises(InputError, match="float8_e4m3fn"):
+        cutlass_nm.prune(w, "2:4", dtype=torch.int8)
+    with pytest.raises(PatternError, match="2:4"):
+        cutlass_nm.prune(w, "2:8", dtype=E4M3)
+
+
+def test_cpu_inputs_are_refused_with_the_rule():
+    w8 = _fp8(64, 128)
+    with pytest.raises(InputError, match="CUDA device"):
+        cutlass_nm.matmul(torch.randn(4, 128, dtype=torch.bfloat16), w8)
+    with pytest.raises(InputError, match="float8_e4m3fn"):
+        cutlass_nm.matmul(torch.randn(4, 128), w8)  # fp32 x
+    with pytest.raises(InputError, match="in_features"):
+        cutlass_nm.matmul(torch.randn(4, 64, dtype=torch.bfloat16), w8)
+    with pytest.raises(InputError, match="x_scale goes with an FP8 weight"):
+        w16, _ = cutlass_nm.prune(torch.randn(64, 128, dtype=torch.float16))
+        cutlass_nm.matmul(torch.randn(4, 128, dtype=torch.float16), w16, x_scale=torch.ones(4))
+    with pytest.raises(InputError, match="out_dtype"):
+        cutlass_nm.matmul(torch.randn(4, 128, dtype=torch.bfloat16), w8, out_dtype=torch.float32)
+
+
+def _reference(xq: torch.Tensor, sx: torch.Tensor, w8, bias):
+    x = xq.float() * sx.reshape(-1, 1)
+    ref = x.double() @ w8.to_dense().double().T
+    return ref + bias.double() if bias is not None else ref
+
+
+def _rel(y, ref):
+    return ((y.double() - ref).norm() / ref.norm()).item()
+
+
+@gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 256, 512), (7, 264, 352), (129, 1000, 1056), (512, 4096, 4096)])
+@pytest.mark.parametrize("per_token", [True, False])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_gpu_fp8_x_with_scales_matches_fp32(m, n, k, per_token, with_bias):
+    w8 = _fp8(n, k, "cuda", seed=m + n)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    if per_token:
+        xq, sx = quantize_rows(x)
+    else:
+        sx = (x.abs().amax().float() / 448).reshape(1)
+        xq = (x.float() / sx).to(E4M3)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if with_bias else None
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    y = cutlass_nm.matmul(xq, w8, bias, x_scale=sx, out=out)
+    torch.cuda.synchronize()
+    assert y.data_ptr() == out.data_ptr() and torch.isfinite(y).all()
+    assert _rel(y, _reference(xq, sx, w8, bias)) < 1e-2
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_16bit_x_is_quantized_per_token(dtype):
+    w8 = _fp8(544, 1088, "cuda", seed=5)
+    x = torch.randn(3, 5, 1088, device="cuda", dtype=dtype)
+    y = cutlass_nm.matmul(x, w8)
+    assert y.shape == (3, 5, 544) and y.dtype == dtype
+    xq, sx = quantize_rows(x.reshape(15, 1088))
+    assert _rel(y.reshape(15, 544), _reference(xq, sx, w8, None)) < 1e-2
+    # against the unquantized x: FP8 activations cost about e4m3's precision
+    assert _rel(y.reshape(15, 544), x.reshape(15, 1088).double() @ w8.to_dense().double().T) < 5e-2
+
+
+@gpu
+def test_gpu_fp8_rules():
+    w8 = _fp8(256, 512, "cuda")
+    xq = torch.randn(4, 512, device="cuda").to(E4M3)
+    with pytest.raises(InputError, match="x_scale"):
+        cutlass_nm.matmul(xq, w8)
+    with pytest.raises(InputError, match="x_scale"):
+        cutlass_nm.matmul(xq, w8, x_scale=torch.ones(3, device="cuda"))
+    with pytest.raises(InputError, match="bias"):
+        cutlass_nm.matmul(xq, w8, torch.zeros(256, device="cuda"), x_scale=torch.ones(1, device="cuda"))
+    odd = _fp8(256, 528, "cuda")  # k % 32 != 0
+    with pytest.raises(ShapeError, match="multiple of 32"):
+        cutlass_nm.matmul(torch.randn(4, 528, device="cuda", dtype=torch.bfloat16), odd)
