@@ -1,0 +1,112 @@
+"""FP8 (e4m3) 2:4 against dense FP8, cuSPARSELt FP8 and fp16 dense, one process, LLM layer shapes.
+
+    python3 benchmarks/bench_fp8.py --out results/h100/fp8_sptc24.json
+    python3 benchmarks/bench_fp8.py --tokens 2048,8192 --shapes 4096x4096,14336x4096
+
+Per (m, n, k): ``cutlass_nm.matmul`` on an FP8 2:4 weight with an e4m3 x and per-token scales (bf16 out), against
+``torch._scaled_mm`` (cuBLASLt dense FP8, row-wise scales), ``torch._cslt_sparse_mm`` on FP8 2:4 (cuSPARSELt, where
+this torch build runs it; the row says why where it does not) and fp16 ``F.linear``. CUDA-graph medians with inputs
+rotated past L2 (``cutlass_nm.timing``); ``speedup_vs_*`` are ratios to the baselines timed in the same run;
+``rel_err`` is against an fp32 reference of the dequantized operands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+import cutlass_nm
+from cutlass_nm.formats.fp8 import E4M3, quantize_rows
+from cutlass_nm.timing import copies_to_rotate, time_rotating
+
+SHAPES = ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (4096, 14336), (1024, 4096))  # (n, k)
+TOKENS = (1, 512, 2048, 4096, 8192)
+
+
+def _parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
+    return tuple(tuple(int(v) for v in s.split("x")) for s in text.split(","))  # type: ignore[misc]
+
+
+def _time(fn: Callable[[int], object], copies: int) -> float:
+    return time_rotating(fn, copies).p50_ms
+
+
+def _cusparselt(xq: list[torch.Tensor], wq: list[torch.Tensor]) -> tuple[Callable[[int], object] | None, str]:
+    """cuSPARSELt FP8 2:4 through torch, or None and why it does not run here."""
+    try:
+        packed = [torch._cslt_compress(w) for w in wq]
+        fn = lambda i: torch._cslt_sparse_mm(packed[i], xq[i].t(), out_dtype=torch.bfloat16)  # noqa: E731
+        fn(0)
+        torch.cuda.synchronize()
+        return fn, ""
+    except Exception as exc:  # a build without FP8 cuSPARSELt: recorded, not fatal
+        return None, f"{type(exc).__name__}: {str(exc)[:160]}"
+
+
+def bench_shape(m: int, n: int, k: int) -> dict:
+    copies = copies_to_rotate(n * k + m * k)
+    dense16 = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(copies)]
+    w8 = [cutlass_nm.prune(w, "2:4", dtype=E4M3)[0] for w in dense16]
+    x16 = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    xs = [quantize_rows(x) for x in x16]
+    xq, sx = [q for q, _ in xs], [s for _, s in xs]
+    ours = lambda i: cutlass_nm.matmul(xq[i], w8[i], x_scale=sx[i])  # noqa: E731
+    y = ours(0)
+    ref = (xq[0].float() * sx[0][:, None]).double() @ w8[0].to_dense().double().T
+    row = {"family": "sptc24_fp8_sm90", "impl": "sptc24_fp8_sm90", "pattern": "2:4", "dtype": "e4m3", "m": m,
+           "n": n, "k": k, "rel_err": ((y.double() - ref).norm() / ref.norm()).item()}
+    row["median_ms"] = _time(ours, copies)
+    # dense FP8 on the same (pruned) weights, row-wise scales: what cuBLASLt gives an FP8 user
+    wd = [quantize_rows(w.to_dense()) for w in w8]
+    dense8 = lambda i: torch._scaled_mm(xq[i], wd[i][0].t(), scale_a=sx[i][:, None], scale_b=wd[i][1][None, :],  # noqa: E731
+                                        out_dtype=torch.bfloat16)
+    row["dense_fp8_ms"] = _time(dense8, copies)
+    fp16 = [w.half() for w in dense16]
+    xh = [x.half() for x in x16]
+    row["dense_fp16_ms"] = _time(lambda i: torch.nn.functional.linear(xh[i], fp16[i]), copies)
+    cslt, why = _cusparselt(xq, [w.to_dense().to(E4M3) for w in w8])
+    row["cusparselt_fp8_ms"] = _time(cslt, copies) if cslt else None
+    if why:
+        row["cusparselt_fp8_note"] = why
+    row["speedup_vs_dense_fp8"] = row["dense_fp8_ms"] / row["median_ms"]
+    row["speedup_vs_fp16"] = row["dense_fp16_ms"] / row["median_ms"]
+    if cslt:
+        row["speedup_vs_cusparselt_fp8"] = row["cusparselt_fp8_ms"] / row["median_ms"]
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=lambda s: tuple(int(v) for v in s.split(",")), default=TOKENS)
+    ap.add_argument("--shapes", type=_parse_shapes, default=SHAPES, help="NxK,... (out x in features)")
+    ap.add_argument("--out", type=Path, help="write the result JSON here")
+    args = ap.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        raise SystemExit("bench_fp8.py needs an sm_90 (Hopper) GPU")
+    from cutlass_nm.bench.env import environment
+    from cutlass_nm.dispatch import precompile_for
+
+    weights = {(n, k): cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.bfloat16), "2:4", dtype=E4M3)[0]
+               for n, k in args.shapes}
+    precompile_for([(m, w, torch.bfloat16, False) for w in weights.values() for m in args.tokens])
+    rows = []
+    for n, k in args.shapes:
+        for m in args.tokens:
+            row = bench_shape(m, n, k)
+            rows.append(row)
+            cslt = f"{row['speedup_vs_cusparselt_fp8']:.2f}x cuSPARSELt" if "speedup_vs_cusparselt_fp8" in row \
+                else "cuSPARSELt FP8 not run"
+            print(f"{m}x{n}x{k}: {row['speedup_vs_dense_fp8']:.2f}x dense FP8, {row['speedup_vs_fp16']:.2f}x fp16, "
+                  f"{cslt}, rel err {row['rel_err']:.1e}", flush=True)
+    result = {"environment": environment(), "rows": rows}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
