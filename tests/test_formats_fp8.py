@@ -45,3 +45,14 @@ def test_refusals():
         quantize_rows(torch.tensor([[1.0, float("nan")]]))
     with pytest.raises(InputError, match="2:4"):
         quantize(cutlass_nm.prune(torch.randn(8, 16, dtype=torch.float16), "2:8")[0])
+
+
+def test_fp8_problem_records_validate_and_foreign_families_do_not():
+    from cutlass_nm.store.validate import RecordError, validate_problem
+
+    rec = {"family": "sptc24_fp8_sm90", "pattern": "2:4", "m_bucket": 2048, "n": 4096, "k": 4096, "dtype": "e4m3",
+           "out_dtype": "bf16", "layout": "tn", "bias": False, "alignment": 16}
+    key = validate_problem(rec)
+    assert key.family == "sptc24_fp8_sm90" and key.dtype == "e4m3"
+    with pytest.raises(RecordError, match="does not run"):
+        validate_problem({**rec, "pattern": "128:2:8"})

@@ -15,13 +15,14 @@ from typing import Any
 
 from ..errors import ConfigError, CutlassNMError, PatternError
 from ..families import FAMILIES
+from ..families.base import DTYPE_NAMES
 from ..formats import weight_class
 from ..patterns import Pattern
 from .fingerprint import HARD, SOFT, STATUSES, EnvFields, ProblemKey, m_bucket
 from .schema import Environment, Measurement
 
 MAX_DIM = 1 << 24
-DTYPES = ("f16", "bf16", "f32")
+DTYPES = DTYPE_NAMES  # the kernel types a record may name (families.base: one list)
 LAYOUTS = ("tn",)
 _MAX_STR = 128
 MIN_MS = 1e-3  # no kernel takes under 1 us: a smaller time is a broken measurement (it would win forever)
@@ -127,7 +128,8 @@ def validate_problem(rec: dict) -> ProblemKey:
         p = Pattern.parse(pattern)
     except PatternError as exc:
         raise RecordError(f"pattern: {exc}") from None
-    if not FAMILIES[family].runs(weight_class(p)):
+    fam, cls = FAMILIES[family], weight_class(p)
+    if not (fam.runs(cls) or issubclass(fam.weight, cls)):  # or a format of that pattern with more (FP8 scales)
         raise RecordError(f"family {family} does not run {pattern} weights")
     m_bucket = _int(rec, "m_bucket", 1, MAX_DIM)
     if m_bucket & (m_bucket - 1):

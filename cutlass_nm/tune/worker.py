@@ -13,7 +13,7 @@ import multiprocessing as mp
 import traceback
 from typing import Any
 
-TOLERANCE = {"f16": 2e-3, "bf16": 1e-2, "f32": 1e-5}
+TOLERANCE = {"f16": 2e-3, "bf16": 1e-2, "f32": 1e-5, "e4m3": 1e-2}  # e4m3: bf16 output
 
 
 def _serve(conn) -> None:  # runs in the worker process
@@ -23,6 +23,7 @@ def _serve(conn) -> None:  # runs in the worker process
     from cutlass_nm.bench.run import make_weight
     from cutlass_nm.families import KernelTypes, get_family
     from cutlass_nm.families.launch import torch_dtype
+    from cutlass_nm.formats.fp8 import quantize, quantize_rows
     from cutlass_nm.kernels import get_kernel
     from cutlass_nm.routing import weight_kind
     from cutlass_nm.timing import copies_to_rotate, time_rotating
@@ -42,29 +43,35 @@ def _serve(conn) -> None:  # runs in the worker process
             shape_key = (m, n, k, types, pattern, family)
             if shape_key not in cache:
                 cache.clear()
-                dt = torch_dtype(types.dtype)
+                fp8 = types.dtype == "e4m3"  # drawn in bf16, then quantized (x per token, W per channel)
+                dt = torch.bfloat16 if fp8 else torch_dtype(types.dtype)
                 copies = copies_to_rotate((m * k + n * k) * 2)
                 g = torch.Generator(device="cuda").manual_seed(1234)
                 xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=g) for _ in range(copies)]
                 kind = weight_kind(get_family(family).weight) or "24"  # the pattern, in the family's weight format
                 ws = [make_weight(torch.randn(n, k, device="cuda", dtype=dt, generator=g), pattern, kind)
                       for _ in range(copies)]
+                extra: list[tuple] = [() for _ in range(copies)]  # the launcher's arguments after y
+                if fp8:
+                    quantized = [quantize_rows(x) for x in xs]
+                    xs, extra = [q for q, _ in quantized], [(s,) for _, s in quantized]
+                    ws = [quantize(w) for w in ws]
                 fam = get_family(family)  # a family with its own output (vnm_glu_sm90: h transposed) says so
-                ref = fam.reference(xs[0], ws[0])
+                ref = fam.reference(xs[0].float() * extra[0][0][:, None] if fp8 else xs[0], ws[0])
                 shape = fam.output_shape(m, n)
                 ys = [torch.empty(shape, device="cuda", dtype=torch_dtype(types.out_dtype)) for _ in range(copies)]
-                cache[shape_key] = (xs, ws, ref, ys, copies)
-            xs, ws, ref, ys, copies = cache[shape_key]
+                cache[shape_key] = (xs, ws, ref, ys, copies, extra)
+            xs, ws, ref, ys, copies, extra = cache[shape_key]
             kern = get_kernel((family, cfg, types))
             ys[0].fill_(float("nan"))
-            kern(xs[0], ws[0], None, ys[0])
+            kern(xs[0], ws[0], None, ys[0], *extra[0])
             torch.cuda.synchronize()
             err = ((ys[0].double() - ref).norm() / ref.norm()).item()
             if not err < TOLERANCE[types.dtype]:
                 conn.send({"status": "runtime_error", "error": f"wrong result: rel. error {err:.2e}"})
                 continue
-            def run(i, kern=kern, xs=xs, ws=ws, ys=ys):
-                return kern(xs[i], ws[i], None, ys[i])
+            def run(i, kern=kern, xs=xs, ws=ws, ys=ys, extra=extra):
+                return kern(xs[i], ws[i], None, ys[i], *extra[i])
 
             t = time_rotating(run, copies, reps=reps, warmup_ms=50.0)
             res = {"status": "ok", "p20_ms": t.p20_ms, "p50_ms": t.p50_ms, "p80_ms": t.p80_ms,
