@@ -18,14 +18,26 @@ from .decisions import LayerDecision, decide
 from .dispatch import matmul
 from .errors import CutlassNMError, InputError, PatternError, ShapeError
 from .formats import compress_as
+from .formats.fp8 import E4M3, quantize
 from .formats.glu import PAIR_V, fuse_glu, split_glu
 from .formats.nm import VECTORS
 from .gated_mlp import gated_mlp
-from .ops import nm_linear, nm_view, sparse24_linear, vnm_gated_mlp, vnm_linear, vnm_view, weight_view
+from .ops import (
+    fp8_view,
+    nm_linear,
+    nm_view,
+    sparse24_fp8_linear,
+    sparse24_linear,
+    vnm_gated_mlp,
+    vnm_linear,
+    vnm_view,
+    weight_view,
+)
 from .patterns import Pattern
 from .routing import check_runnable, unrunnable
 
 log = logging.getLogger("cutlass_nm.nn")
+FP8_K_MULTIPLE = 32  # FP8 2:4 (sptc24_fp8_sm90): in_features a multiple of this
 
 
 def direct_call(x: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
@@ -59,10 +71,14 @@ class SparseLinear(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, pattern: str | Pattern = "2:4",
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
-                 vector: int = 32) -> None:
+                 vector: int = 32, fp8: bool = False) -> None:
         super().__init__()
         self.pattern = Pattern.parse(pattern)
         check_runnable(self.pattern)
+        if fp8 and (not self.pattern.is_24 or in_features % FP8_K_MULTIPLE):
+            raise PatternError(f"FP8 SparseLinear is 2:4 with in_features % {FP8_K_MULTIPLE} == 0, got "
+                               f"{self.pattern} and in_features = {in_features}")
+        self.fp8 = fp8
         if self.pattern.is_24 and in_features % 4:
             raise PatternError(f"2:4 needs in_features % 4 == 0, got {in_features}")
         if in_features < 1 or out_features < 1:
@@ -88,24 +104,33 @@ class SparseLinear(nn.Module):
             blocks = -(-out_features // vector)
             idx = torch.arange(p.n, device=device, dtype=torch.uint8).repeat(groups).expand(blocks, kept)
             self.register_buffer("indices", idx.contiguous())
-        self.register_buffer("values", torch.zeros(out_features, kept, device=device, dtype=dtype))
+        # FP8: the e4m3 bytes as uint8 (module casts such as .half() leave them alone) and a float32 scale per row
+        values_dtype = torch.uint8 if fp8 else dtype
+        self.register_buffer("values", torch.zeros(out_features, kept, device=device, dtype=values_dtype))
+        if fp8:
+            self.register_buffer("scale", torch.ones(out_features, device=device, dtype=torch.float32))
         if p.is_24 or p.is_vnm:
             self.register_buffer("meta", torch.full((out_features, groups), 0x4, device=device, dtype=torch.uint8))
         self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, pattern: str | Pattern = "2:4", *, prune: bool = True,
-                    vector: int = 32) -> SparseLinear:
-        """Compress ``linear``'s weight (magnitude-pruned to the pattern unless ``prune=False``); refused as
-        ``cutlass_nm.prune`` refuses (pattern, dtype, NaN/Inf, shape), naming the rule."""
+                    vector: int = 32, fp8: bool = False) -> SparseLinear:
+        """Compress ``linear``'s weight (magnitude-pruned to the pattern unless ``prune=False``; ``fp8``: its kept
+        values in e4m3 with per-output-channel scales, 2:4 only, Hopper); refused as ``cutlass_nm.prune`` refuses
+        (pattern, dtype, NaN/Inf, shape), naming the rule."""
         w = linear.weight.detach()
         mod = cls(linear.in_features, linear.out_features, linear.bias is not None, pattern, w.device, w.dtype,
-                  vector=vector)
+                  vector=vector, fp8=fp8)
         check_runnable(mod.pattern, w.dtype)
         c = compress_as(w, mod.pattern, prune=prune, vector=vector)
+        if fp8:
+            c = quantize(c)
+            mod._buffers["scale"].copy_(c.scale)
         for name in ("values", "meta", "columns", "indices"):
             if hasattr(c, name) and name in mod._buffers:
-                mod._buffers[name].copy_(getattr(c, name))
+                t = getattr(c, name)
+                mod._buffers[name].copy_(t.view(torch.uint8) if t.dtype == E4M3 else t)
         if linear.bias is not None:
             mod.bias.data.copy_(linear.bias.detach())
         return mod
@@ -113,6 +138,8 @@ class SparseLinear(nn.Module):
     def compressed(self):
         """The weight as a compressed-weight view over this module's buffers (shares their storage)."""
         p = self.pattern
+        if self.fp8:
+            return fp8_view(self.values, self.meta, self.scale)
         if p.is_24:
             return weight_view(self.values, self.meta)
         if p.is_vnm:
@@ -132,6 +159,8 @@ class SparseLinear(nn.Module):
         if direct_call(x, bias):
             return matmul(x if x.is_contiguous() else x.contiguous(), self._view(), bias)
         p = self.pattern
+        if self.fp8:
+            return sparse24_fp8_linear(x, self.values, self.meta, self.scale, self.bias)
         if p.is_24:
             return sparse24_linear(x, self.values, self.meta, self.bias)
         if p.is_vnm:
@@ -141,7 +170,7 @@ class SparseLinear(nn.Module):
     def extra_repr(self) -> str:
         vector = f", vector={self.vector}" if self.vector else ""
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, " \
-               f"pattern={self.pattern}{vector}"
+               f"pattern={self.pattern}{vector}{', fp8=True' if self.fp8 else ''}"
 
 
 @dataclass
@@ -172,10 +201,12 @@ class SparsifySummary:
         return "; ".join(f"{', '.join(names)}: {reason}" for reason, names in by_reason.items())
 
 
-def _skip_reason(linear: nn.Linear, pattern: Pattern) -> str | None:
+def _skip_reason(linear: nn.Linear, pattern: Pattern, fp8: bool = False) -> str | None:
     """Why ``linear`` cannot become a ``pattern`` SparseLinear that runs (None: it can)."""
     if (why := unrunnable(pattern, linear.weight.dtype)) is not None:
         return why
+    if fp8 and (linear.in_features % FP8_K_MULTIPLE or linear.out_features % 8):
+        return f"FP8 2:4 needs in_features % {FP8_K_MULTIPLE} == 0 and out_features % 8 == 0"
     if not pattern.is_24 and not pattern.is_vnm:
         return None  # general N:M: the CUDA-core and decode kernels take any shape
     if linear.in_features % 16 or linear.out_features % 8:
@@ -186,7 +217,7 @@ def _skip_reason(linear: nn.Linear, pattern: Pattern) -> str | None:
 
 def sparsify(model: nn.Module, pattern: str | Pattern = "2:4", include: Iterable[str] | None = None,
              exclude: Iterable[str] | None = None, *, vector: int = 32, tokens: Iterable[int] = (1, 2048),
-             min_speedup: float = 1.0, force: bool = False) -> nn.Module:
+             min_speedup: float = 1.0, force: bool = False, fp8: bool = False) -> nn.Module:
     """Replace ``nn.Linear`` layers in place by ``SparseLinear`` (magnitude-pruned to ``pattern``: 2:4, V:N:M or
     general N:M, every pattern ``cutlass_nm.prune`` takes; ``vector``: the general N:M format's rows sharing
     positions) where sparse is faster.
@@ -201,10 +232,13 @@ def sparsify(model: nn.Module, pattern: str | Pattern = "2:4", include: Iterable
     returned module is ``model`` itself, or, for a bare ``nn.Linear`` passed as ``model``, its ``SparseLinear``
     (include/exclude do not apply to it). Its attribute ``sparsify_summary`` (a :class:`SparsifySummary`) says
     what was replaced, skipped (and why), kept dense and excluded, and ``sparsify_summary.table()`` the per-layer
-    decisions with their measured speedups. A pattern no family runs raises PatternError.
+    decisions with their measured speedups. A pattern no family runs raises PatternError. ``fp8=True`` (2:4 only,
+    Hopper) stores the kept values in e4m3 with per-channel scales; the layers then quantize x per token.
     """
     p = Pattern.parse(pattern)
     check_runnable(p)
+    if fp8 and not p.is_24:
+        raise PatternError(f"fp8=True takes the 2:4 pattern, got {p}")
     tokens = tuple(tokens)
     if not tokens or not all(isinstance(t, int) and t >= 1 for t in tokens):
         raise InputError(f"tokens must be positive ints (rows of x to decide at), got {tokens!r}")
@@ -225,10 +259,10 @@ def sparsify(model: nn.Module, pattern: str | Pattern = "2:4", include: Iterable
                                    or any(fnmatch.fnmatch(qualified, q) for q in exclude)):
             summary.excluded.append(qualified)
             continue
-        reason = _skip_reason(child, p)
+        reason = _skip_reason(child, p, fp8)
         if reason is None:
             try:
-                sparse = SparseLinear.from_linear(child, p, vector=vector)
+                sparse = SparseLinear.from_linear(child, p, vector=vector, fp8=fp8)
             except CutlassNMError as exc:  # e.g. NaN/Inf weights
                 reason = f"{type(exc).__name__}: {exc}"
         if reason is not None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import torch
 
 from .dispatch import check_inputs, matmul
+from .errors import InputError
 from .formats import Sparse24Weight
+from .formats.fp8 import E4M3, Sparse24FP8Weight, quantize_rows
 from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
 from .patterns import Pattern
@@ -40,6 +42,15 @@ def weight_view(values: torch.Tensor, meta: torch.Tensor) -> Sparse24Weight:
     """A Sparse24Weight over existing tensors, sharing one layout cache per metadata storage."""
     shape = (int(values.shape[0]), int(values.shape[1]) * 2)
     return Sparse24Weight(values, meta, shape, _layout_cache(meta))
+
+
+def fp8_view(values: torch.Tensor, meta: torch.Tensor, scale: torch.Tensor) -> Sparse24FP8Weight:
+    """An FP8 2:4 weight over existing tensors (``values``: the e4m3 bytes, stored as uint8 so that module casts
+    leave them alone), with the shared layout cache."""
+    shape = (int(values.shape[0]), int(values.shape[1]) * 2)
+    w = Sparse24FP8Weight(values.view(E4M3), meta, shape, scale=scale.float())
+    w.__dict__["_layouts"] = _layout_cache(meta)
+    return w
 
 
 def vnm_view(values: torch.Tensor, columns: torch.Tensor, meta: torch.Tensor, v: int, m: int, k: int) -> VNMWeight:
@@ -102,6 +113,30 @@ def _backward(ctx, grad):
 
 
 sparse24_linear.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op("cutlass_nm::sparse24_fp8_linear", mutates_args=())
+def sparse24_fp8_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, scale: torch.Tensor,
+                        bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x · Wᵀ (+ bias) for an FP8 2:4 weight given as (values as uint8, meta, scale); x fp16/bf16, quantized per
+    token as on the GPU (the CPU path computes the same through the dequantized operands). Inference only."""
+    w = fp8_view(values, meta, scale)
+    x = x.contiguous()
+    if x.is_cuda:
+        return matmul(x, w, bias)
+    if x.dtype not in (torch.float16, torch.bfloat16) or x.shape[-1] != w.in_features:
+        raise InputError(f"x must be float16/bfloat16 with {w.in_features} features, got {x.dtype} "
+                         f"{tuple(x.shape)}")
+    q, sx = quantize_rows(x.reshape(-1, x.shape[-1]).float(), check=False)
+    xd = (q.float() * sx[:, None]).reshape(x.shape)
+    return torch.nn.functional.linear(xd, w.to_dense(), None if bias is None else bias.float()).to(x.dtype)
+
+
+@sparse24_fp8_linear.register_fake
+def _(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, scale: torch.Tensor,
+      bias: torch.Tensor | None = None) -> torch.Tensor:
+    torch._check(x.shape[-1] == values.shape[1] * 2, lambda: "x's last dim must equal the weight's in_features")
+    return x.new_empty((*x.shape[:-1], values.shape[0]))
 
 
 @torch.library.custom_op("cutlass_nm::vnm_linear", mutates_args=())

@@ -96,3 +96,47 @@ def test_gpu_fp8_rules():
     odd = _fp8(256, 528, "cuda")  # k % 32 != 0
     with pytest.raises(ShapeError, match="multiple of 32"):
         cutlass_nm.matmul(torch.randn(4, 528, device="cuda", dtype=torch.bfloat16), odd)
+
+
+def test_fp8_sparse_linear_on_the_cpu_reference_path():
+    from torch import nn
+
+    lin = nn.Linear(128, 64).to(torch.bfloat16)
+    sl = cutlass_nm.SparseLinear.from_linear(lin, "2:4", fp8=True)
+    assert sl.values.dtype == torch.uint8 and sl.scale.dtype == torch.float32 and "fp8=True" in repr(sl)
+    x = torch.randn(3, 5, 128, dtype=torch.bfloat16)
+    y = sl(x)
+    xq, sx = quantize_rows(x.reshape(15, 128).float())
+    want = _reference(xq, sx, sl.compressed(), sl.bias.detach()).reshape(3, 5, 64)
+    assert y.dtype == torch.bfloat16 and _rel(y, want) < 1e-2
+    again = cutlass_nm.SparseLinear(128, 64, True, "2:4", dtype=torch.bfloat16, fp8=True)
+    again.load_state_dict(sl.state_dict())
+    assert torch.equal(again(x), y)
+    model = cutlass_nm.sparsify(nn.Sequential(nn.Linear(128, 64), nn.Linear(64, 48)).to(torch.bfloat16), "2:4",
+                                fp8=True)
+    assert all(m.fp8 for m in model) and not model.sparsify_summary.skipped
+    with pytest.raises(PatternError, match="2:4"):
+        cutlass_nm.SparseLinear(128, 64, pattern="2:8", fp8=True)
+    with pytest.raises(PatternError, match="in_features"):
+        cutlass_nm.SparseLinear(112, 64, fp8=True)
+
+
+@gpu
+def test_gpu_fp8_sparse_linear_direct_compiled_and_graph_agree():
+    from torch import nn
+
+    sl = cutlass_nm.SparseLinear.from_linear(nn.Linear(512, 256).to("cuda", torch.bfloat16), "2:4", fp8=True)
+    x = torch.randn(16, 512, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        direct = sl(x)
+        compiled = torch.compile(sl, fullgraph=True)(x)
+        static_x = x.clone()
+        sl(static_x)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = sl(static_x)
+        graph.replay()
+    xq, sx = quantize_rows(x)
+    assert _rel(direct, _reference(xq, sx, sl.compressed(), sl.bias.detach())) < 1e-2
+    torch.testing.assert_close(compiled, direct, rtol=0, atol=0)
+    torch.testing.assert_close(static_y, direct, rtol=0, atol=0)
