@@ -16,12 +16,10 @@ from ...formats import meta_sm90
 from ...formats.fp8 import Sparse24FP8Weight
 from ..base import Family, FamilyConfig, KernelTypes, Problem
 from ..launch import check_status, device_info, stream_of
+from ..sptc24_sm90.family import EPILOGUE_SMEM, RASTER_ORDER, schedule_rule
 
-EPILOGUE_SMEM = 34 * 1024  # conservative TMA-epilogue carve-out
-MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread before spilling
 K_MULTIPLE = 32  # the compressed rows (k / 2 bytes) and x's rows (k bytes) are TMA boxes: 16-byte aligned
 OUT_DTYPES = ("bf16", "f16")
-RASTER_ORDER = {"heuristic": 0, "m": 1, "n": 2}  # cutlass::gemm::kernel::detail::RasterOrderOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +67,8 @@ class _Fp8Family(Family):
             return f"input dtype {types.dtype} is not supported (e4m3 only: fp16/bf16 x is quantized first)"
         if types.out_dtype not in OUT_DTYPES:
             return f"output dtype {types.out_dtype} is not supported ({'/'.join(OUT_DTYPES)})"
-        wgs = 2 if cfg.schedule == "cooperative" else 1
-        if cfg.schedule == "cooperative" and cfg.tile_m < 128:
-            return "cooperative splits tile M across two warpgroups: tile_m must be >= 128"
-        if cfg.schedule == "pingpong" and cfg.tile_m > 128:
-            return "pingpong gives each warpgroup a whole tile: tile_m must be <= 128"
-        if cfg.tile_m * cfg.tile_n // (128 * wgs) > MAX_ACC_PER_THREAD:
-            return f"{cfg.tile_m}x{cfg.tile_n} needs more than {MAX_ACC_PER_THREAD} accumulators per thread"
+        if (reason := schedule_rule(cfg)) is not None:
+            return reason
         fit = (target().smem_per_block - EPILOGUE_SMEM) // smem_per_stage(cfg)
         if fit < 2:
             return f"2 stages of {smem_per_stage(cfg)} B do not fit in shared memory ({fit} fit)"

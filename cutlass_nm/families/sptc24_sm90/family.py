@@ -69,6 +69,20 @@ def pipeline_stages(cfg: Config, out_bytes: int = 2) -> int:
     return (HOPPER.smem_per_block - epilogue) // (smem_per_stage(cfg) + 32)  # + the stage's pipeline barriers
 
 
+def schedule_rule(cfg) -> str | None:
+    """The warp-specialized schedule's rules on a CTA tile (any sm90 CUTLASS GEMM config with ``tile_m``,
+    ``tile_n`` and ``schedule``): cooperative splits M over two warpgroups, pingpong gives each one a whole tile,
+    and the fp32 accumulators must fit the registers."""
+    wgs = 2 if cfg.schedule == "cooperative" else 1
+    if cfg.schedule == "cooperative" and cfg.tile_m < 128:
+        return "cooperative splits tile M across two warpgroups: tile_m must be >= 128"
+    if cfg.schedule == "pingpong" and cfg.tile_m > 128:
+        return "pingpong gives each warpgroup a whole tile: tile_m must be <= 128"
+    if cfg.tile_m * cfg.tile_n // (128 * wgs) > MAX_ACC_PER_THREAD:
+        return f"{cfg.tile_m}x{cfg.tile_n} needs more than {MAX_ACC_PER_THREAD} accumulators per thread"
+    return None
+
+
 def alignment_rule(problem: Problem) -> str | None:
     """The data-layout rules every sm90 2:4 kernel shares (TMA needs 16-byte strides)."""
     if problem.k % 16:
@@ -91,15 +105,10 @@ class _Sm90Family(Family):
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := half_inputs_only(problem.types)) is not None:
             return reason
-        wgs = 2 if cfg.schedule == "cooperative" else 1
-        if cfg.schedule == "cooperative" and cfg.tile_m < 128:
-            return "cooperative splits tile M across two warpgroups: tile_m must be >= 128"
         if cfg.scheduler == "streamk" and cfg.schedule != "cooperative":
             return "stream-K needs the cooperative schedule (CUTLASS's pingpong kernel has no stream-K)"
-        if cfg.schedule == "pingpong" and cfg.tile_m > 128:
-            return "pingpong gives each warpgroup a whole tile: tile_m must be <= 128"
-        if cfg.tile_m * cfg.tile_n // (128 * wgs) > MAX_ACC_PER_THREAD:
-            return f"{cfg.tile_m}x{cfg.tile_n} needs more than {MAX_ACC_PER_THREAD} accumulators per thread"
+        if (reason := schedule_rule(cfg)) is not None:
+            return reason
         fit = (target().smem_per_block - EPILOGUE_SMEM) // smem_per_stage(cfg)
         need = cfg.stages or 2
         if need > fit:
