@@ -293,3 +293,37 @@ def test_own_format_refusals(tmp_path):
     with pytest.raises(CheckpointError, match=r"model tensor\(s\) not in the checkpoint, e.g. \['4.weight'"):
         load_sparse_into(extra, good)
     load_sparse_into(extra, good, strict=False)
+
+
+def test_fp8_layers_round_trip_and_are_checked(tmp_path):
+    """FP8 2:4 layers: the uint8 value bytes and float32 scales with ``"fp8": true``, back bit for bit, into an
+    nn.Linear model or a matching FP8 SparseLinear; metadata that claims FP8 for another pattern is refused."""
+    torch.manual_seed(3)
+    dense = nn.Sequential(nn.Linear(64, 128), nn.Linear(128, 48)).to(H)
+    model = cutlass_nm.sparsify(dense, "2:4", fp8=True, force=True)
+    path = tmp_path / "fp8.safetensors"
+    save_sparse(model, path)
+    layers = json.loads(_metadata(path)["layers"])
+    assert layers["0"]["fp8"] is True and layers["0"]["dtype"] == "float8_e4m3fn"
+    fresh = load_sparse_into(nn.Sequential(nn.Linear(64, 128), nn.Linear(128, 48)).to(H), path)
+    assert all(m.fp8 for m in fresh)
+    x = torch.randn(3, 64, dtype=H)
+    assert torch.equal(fresh(x), model(x))
+    w8 = cutlass_nm.prune(torch.randn(64, 128, dtype=H), dtype=torch.float8_e4m3fn)[0]
+    save_sparse({"l": w8}, tmp_path / "w.safetensors")
+    back = load_sparse(tmp_path / "w.safetensors").layers["l"]
+    assert torch.equal(back.to_dense(), w8.to_dense()) and torch.equal(back.scale, w8.scale)
+    with pytest.raises(CheckpointError, match=r"\(vector 0, fp8 True\) in the checkpoint, 2:4 \(vector 0, fp8 False\)"):
+        load_sparse_into(nn.Sequential(SparseLinear(64, 128, dtype=H), nn.Linear(128, 48).to(H)), path)
+    bad = json.loads(_metadata(path)["layers"])
+    bad["0"]["pattern"] = "128:2:8"
+    _tamper(path, tmp_path / "bad.safetensors", metadata={"layers": json.dumps(bad)})
+    with pytest.raises(CheckpointError, match="fp8 layers are 2:4"):
+        load_sparse(tmp_path / "bad.safetensors")
+
+
+def _metadata(path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return f.metadata()

@@ -13,10 +13,12 @@ from torch import nn
 
 from ..errors import CheckpointError
 from ..formats import AnyWeight
+from ..formats.fp8 import Sparse24FP8Weight
 from ..nn import SparseLinear
 from ..patterns import Pattern
 
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+          "float8_e4m3fn": torch.float8_e4m3fn}
 HF_EXTRA = "pip install cutlass-nm[hf]"
 PathLike = str | os.PathLike
 
@@ -26,6 +28,15 @@ def buffers_of(p: Pattern) -> tuple[str, ...]:
     if p.is_24:
         return ("values", "meta")
     return ("values", "columns", "meta") if p.is_vnm else ("values", "indices")
+
+
+def weight_tensors(w: AnyWeight) -> dict[str, torch.Tensor]:
+    """The SparseLinear buffers that hold ``w``, by name: an FP8 weight's values as their uint8 bytes (what the
+    module stores), plus its scale."""
+    out = {b: getattr(w, b) for b in buffers_of(w.pattern)}
+    if isinstance(w, Sparse24FP8Weight):
+        out.update(values=w.values.view(torch.uint8), scale=w.scale)
+    return out
 
 
 def tensor_key(layer: str, buf: str) -> str:
@@ -71,15 +82,15 @@ def install(model: nn.Module, layers: Mapping[str, AnyWeight], tensors: Mapping[
         if (mod.out_features, mod.in_features) != w.shape:
             raise CheckpointError(f"{source}: layer {name!r} is {w.shape[0]}x{w.shape[1]} (out x in) in the "
                                   f"checkpoint, {mod.out_features}x{mod.in_features} in the model")
-        vector = getattr(w, "vector", 0)
+        vector, fp8 = getattr(w, "vector", 0), isinstance(w, Sparse24FP8Weight)
         if isinstance(mod, SparseLinear):
-            if (mod.pattern, mod.vector) != (w.pattern, vector):
-                raise CheckpointError(f"{source}: layer {name!r} is {w.pattern} (vector {vector}) in the checkpoint, "
-                                      f"{mod.pattern} (vector {mod.vector}) in the model")
+            if (mod.pattern, mod.vector, mod.fp8) != (w.pattern, vector, fp8):
+                raise CheckpointError(f"{source}: layer {name!r} is {w.pattern} (vector {vector}, fp8 {fp8}) in the "
+                                      f"checkpoint, {mod.pattern} (vector {mod.vector}, fp8 {mod.fp8}) in the model")
         else:
             device = mod.weight.device if mod.weight.device.type != "meta" else torch.device("cpu")
             sparse = SparseLinear(mod.in_features, mod.out_features, mod.bias is not None, w.pattern, device,
-                                  mod.weight.dtype, vector=vector or 32)
+                                  mod.weight.dtype, vector=vector or 32, fp8=fp8)
             if not name:
                 root = sparse
             else:
@@ -87,8 +98,8 @@ def install(model: nn.Module, layers: Mapping[str, AnyWeight], tensors: Mapping[
                 setattr(model.get_submodule(parent), child, sparse)
             mod = sparse
         with torch.no_grad():
-            for buf in buffers_of(w.pattern):
-                mod._buffers[buf].copy_(getattr(w, buf))
+            for buf, t in weight_tensors(w).items():
+                mod._buffers[buf].copy_(t)
     state = root.state_dict()
     unexpected = [k for k in tensors if k not in state]
     if unexpected:
@@ -98,7 +109,7 @@ def install(model: nn.Module, layers: Mapping[str, AnyWeight], tensors: Mapping[
         if state[k].shape != t.shape:
             raise CheckpointError(f"{source}: tensor {k!r} is {tuple(t.shape)} in the checkpoint, "
                                   f"{tuple(state[k].shape)} in the model")
-    held = {tensor_key(n, b) for n, w in layers.items() for b in buffers_of(w.pattern)}
+    held = {tensor_key(n, b) for n, w in layers.items() for b in weight_tensors(w)}
     missing = [k for k in state if k not in tensors and k not in held]
     if strict and missing:
         raise CheckpointError(f"{source}: {len(missing)} model tensor(s) not in the checkpoint, e.g. {missing[:3]} "

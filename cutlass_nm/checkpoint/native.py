@@ -14,10 +14,11 @@ from torch import nn
 
 from ..errors import CheckpointError, CutlassNMError
 from ..formats import AnyWeight, NMWeight, Sparse24Weight, VNMWeight
+from ..formats.fp8 import E4M3, Sparse24FP8Weight
 from ..formats.nm import VECTORS
 from ..nn import SparseLinear
 from ..patterns import Pattern
-from .files import DTYPES, PathLike, buffers_of, install, open_safetensors, safetensors_module, tensor_key
+from .files import DTYPES, PathLike, install, open_safetensors, safetensors_module, tensor_key, weight_tensors
 
 FORMAT = "cutlass_nm.sparse"
 VERSION = 1
@@ -36,8 +37,11 @@ class SparseCheckpoint:
 
 
 def _layer_meta(w: AnyWeight, bias: bool) -> dict[str, Any]:
-    return {"pattern": str(w.pattern), "in_features": w.in_features, "out_features": w.out_features,
+    meta = {"pattern": str(w.pattern), "in_features": w.in_features, "out_features": w.out_features,
             "vector": getattr(w, "vector", 0), "dtype": str(w.dtype).removeprefix("torch."), "bias": bias}
+    if isinstance(w, Sparse24FP8Weight):
+        meta["fp8"] = True  # values stored as their uint8 bytes, with a float32 scale per row
+    return meta
 
 
 def save_sparse(model_or_state_dict: nn.Module | Mapping[str, torch.Tensor | AnyWeight], path: PathLike) -> None:
@@ -62,7 +66,7 @@ def save_sparse(model_or_state_dict: nn.Module | Mapping[str, torch.Tensor | Any
                 tensors[name] = item
             elif isinstance(item, Sparse24Weight | VNMWeight | NMWeight):
                 layers[name] = _layer_meta(item, tensor_key(name, "bias") in model_or_state_dict)
-                tensors.update({tensor_key(name, b): getattr(item, b) for b in buffers_of(item.pattern)})
+                tensors.update({tensor_key(name, b): t for b, t in weight_tensors(item).items()})
             else:
                 raise CheckpointError(f"save_sparse: entry {name!r} is a {type(item).__name__}, not a tensor or a "
                                       "compressed weight")
@@ -102,10 +106,17 @@ def _expected(info: dict[str, Any]) -> tuple[Pattern, int, dict[str, tuple[tuple
     if n < 1 or k < 1 or not isinstance(info["bias"], bool):
         raise ValueError("out_features and in_features must be >= 1 and bias a bool")
     u8 = torch.uint8
+    fp8 = info.get("fp8", False)
+    if fp8 is not False and (fp8 is not True or dtype != E4M3 or not p.is_24):
+        raise ValueError("fp8 layers are 2:4 with dtype float8_e4m3fn")
     if p.is_24:
         if k % 4:
             raise ValueError(f"2:4 needs in_features % 4 == 0, got {k}")
+        if fp8:
+            return p, 0, {"values": ((n, k // 2), u8), "meta": ((n, k // 4), u8), "scale": ((n,), torch.float32)}
         return p, 0, {"values": ((n, k // 2), dtype), "meta": ((n, k // 4), u8)}
+    if dtype == E4M3:
+        raise ValueError(f"float8_e4m3fn values need fp8: true and the 2:4 pattern, got {p}")
     g = -(-k // p.m)
     if p.is_vnm:
         return p, 0, {"values": ((n, 2 * g), dtype), "columns": ((-(-n // p.v), g, 4), u8),
@@ -130,6 +141,8 @@ def _check_positions(p: Pattern, t: dict[str, torch.Tensor]) -> str | None:
 
 
 def _weight(p: Pattern, t: dict[str, torch.Tensor], shape: tuple[int, int], vector: int) -> AnyWeight:
+    if "scale" in t:
+        return Sparse24FP8Weight(t["values"].view(E4M3), t["meta"], shape, scale=t["scale"])
     if p.is_24:
         return Sparse24Weight(t["values"], t["meta"], shape)
     if p.is_vnm:
