@@ -86,7 +86,7 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
         # what may differ per tensor of that signature is checked again
         calls = getattr(w, "__dict__", _NO_CALLS).get("_calls")
         if calls is not None and calls[0] == _generation:
-            call = calls[1].get((x.shape, x.dtype, x.device, id(bias), out_dtype, family))
+            call = calls[1].get((x.shape, x.dtype, x.device, _bias_id(bias), out_dtype, family))
             if call is not None and x.is_contiguous() and not x.data_ptr() % 16:
                 kernel, dtype, y_shape, flat, _ = call
                 y = torch.empty(y_shape, dtype=dtype, device=x.device)
@@ -128,7 +128,7 @@ def _matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: tor
         kernel = _resolve(key)
     kernel(x2, w, bias, y2)
     if out is None and type(x) is torch.Tensor:
-        _remember(w, (x.shape, x.dtype, x.device, id(bias), given_dtype, family),
+        _remember(w, (x.shape, x.dtype, x.device, _bias_id(bias), given_dtype, family),
                   (kernel, out_dtype, tuple(y.shape), None if flat else ((m, x.shape[-1]), (m, n)), bias))
     return y
 
@@ -186,9 +186,15 @@ def check_fp8_inputs(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor |
             raise InputError(f"bias must be contiguous, 16-byte aligned and on {x.device}")
 
 
+def _bias_id(bias: torch.Tensor | None) -> tuple[int, int] | None:
+    """The bias in a remembered call's key: the object (held by the entry, so its id is not reused) and its data
+    (``bias.data = ...`` gives the same object other data, checked again)."""
+    return None if bias is None else (id(bias), bias.data_ptr())
+
+
 def _remember(w: Any, key: tuple, call: tuple) -> None:
     """Keep ``call`` (kernel, out dtype, y shape, 2-D views or None, bias) for ``key`` on the weight, at most
-    ``MAX_CALLS`` signatures. The entry holds the bias, so its id in the key is not reused while the entry lives."""
+    ``MAX_CALLS`` signatures."""
     calls = w.__dict__.get("_calls")
     if calls is None or calls[0] != _generation or len(calls[1]) >= MAX_CALLS:
         calls = w.__dict__["_calls"] = (_generation, {})

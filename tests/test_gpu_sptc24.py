@@ -217,3 +217,6 @@ def test_steady_state_calls_still_check_what_may_differ():
     assert y3.shape == (4, 8, 512) and rel_err(y3.reshape(32, 512), ref) < TOL[torch.float16]
     y3 = cutlass_nm.matmul(x.view(4, 8, 1024), w, bias)  # the remembered 3-D call
     assert rel_err(y3.reshape(32, 512), ref) < TOL[torch.float16]
+    bias.data = torch.zeros(256, device="cuda", dtype=torch.float16)  # the same object, other data: checked again
+    with pytest.raises(InputError, match="bias must be a tensor of shape"):
+        cutlass_nm.matmul(x, w, bias)
