@@ -1,11 +1,9 @@
-"""Dispatch costs: the tuning-DB lookup (CPU) and matmul's overhead over a raw launch (GPU).
+"""The tuning-DB lookup's cost (CPU): what a problem's first ``matmul`` call pays to ask the database.
 
     python3 benchmarks/bench_dispatch.py --out dispatch.json
 
-Lookup: a SQLite tuning DB with 256 winners; the first lookup reads them (I/O, once), repeated
-lookups are memoized. Overhead: host time per call of ``cutlass_nm.matmul`` (input checks, key,
-dict lookup, launch) minus that of calling the same compiled kernel's launcher directly, on a
-problem small enough that the host, not the GPU, sets the pace. Medians of several batches.
+A SQLite tuning DB with 256 winners; the first lookup reads them (I/O, once), repeated lookups are memoized.
+Medians of several batches. The host time of every later call is ``bench_host.py``'s.
 """
 
 from __future__ import annotations
@@ -18,15 +16,13 @@ import time
 from pathlib import Path
 
 
-def _per_call_us(fn, calls: int, batches: int = 7, sync=None) -> float:
+def _per_call_us(fn, calls: int, batches: int = 7) -> float:
     fn()
     samples = []
     for _ in range(batches):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        if sync:
-            sync()
         samples.append((time.perf_counter() - t0) / calls * 1e6)
     return statistics.median(samples)
 
@@ -63,29 +59,6 @@ def lookup_costs() -> dict:
             "found": first is not None}
 
 
-def overhead_costs() -> dict:
-    import torch
-
-    import cutlass_nm
-    from cutlass_nm.dispatch import _RESOLVED
-
-    m, n, k = 8, 256, 256
-    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
-    w, _ = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16))
-    y = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    cutlass_nm.matmul(x, w, out=y)
-    (kernel,) = list(_RESOLVED.values())
-    torch.cuda.synchronize()
-    sync = torch.cuda.synchronize
-    raw = _per_call_us(lambda: kernel(x, w, None, y), 2000, sync=sync)
-    full = _per_call_us(lambda: cutlass_nm.matmul(x, w, out=y), 2000, sync=sync)
-    full_alloc = _per_call_us(lambda: cutlass_nm.matmul(x, w), 2000, sync=sync)
-    wd = w.to_dense()
-    torch_mm = _per_call_us(lambda: torch.mm(x, wd.T, out=y), 2000, sync=sync)
-    return {"shape": [m, n, k], "raw_launch_us": raw, "matmul_out_us": full, "matmul_alloc_us": full_alloc,
-            "dispatch_overhead_us": full - raw, "torch_mm_us": torch_mm}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, help="write the result JSON here")
@@ -94,11 +67,6 @@ def main() -> None:
 
     result = {"environment": environment(), "lookup": lookup_costs()}
     print("lookup:", json.dumps(result["lookup"]))
-    import torch
-
-    if torch.cuda.is_available():
-        result["overhead"] = overhead_costs()
-        print("overhead:", json.dumps(result["overhead"]))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))

@@ -2,7 +2,7 @@
 
 Each timed sample is one replay of a CUDA graph that calls the kernel once per input set, so
 host launch overhead (Python, ctypes, descriptor setup) stays out of kernel comparisons; the
-dispatch overhead is measured on its own (benchmarks/bench_dispatch.py). Where capture fails,
+host overhead is measured on its own (benchmarks/bench_host.py). Where capture fails,
 samples fall back to events around single eager calls, and the result says so.
 """
 
