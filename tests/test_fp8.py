@@ -140,3 +140,68 @@ def test_gpu_fp8_sparse_linear_direct_compiled_and_graph_agree():
     assert _rel(direct, _reference(xq, sx, sl.compressed(), sl.bias.detach())) < 1e-2
     torch.testing.assert_close(compiled, direct, rtol=0, atol=0)
     torch.testing.assert_close(static_y, direct, rtol=0, atol=0)
+
+
+def test_fp8_dispatch_plumbing_with_a_stand_in_kernel(monkeypatch):
+    """_matmul_fp8 up to the launch, on the CPU: the kernel it resolves gets e4m3 x (quantized per token from a
+    16-bit x), the per-token scales, a (m, n) view of y and the bias; a stand-in computes what the kernel does."""
+    from cutlass_nm import dispatch
+
+    seen = {}
+
+    def kernel(xq, w, bias, y, sx):
+        seen.update(x=xq, sx=sx, y=y)
+        ref = (xq.float() * sx.reshape(-1, 1)) @ w.to_dense().T
+        y.copy_(ref + (bias.float() if bias is not None else 0))
+
+    monkeypatch.setattr(dispatch, "check_fp8_inputs", lambda *a: None)
+    monkeypatch.setattr(dispatch, "_resolve", lambda key: seen.setdefault("key", key) and kernel)
+    monkeypatch.setattr(dispatch, "_RESOLVED", {})
+    w8 = _fp8(64, 128)
+    x = torch.randn(2, 3, 128, dtype=torch.bfloat16)
+    bias = torch.randn(64, dtype=torch.bfloat16)
+    y = cutlass_nm.matmul(x, w8, bias)
+    assert y.shape == (2, 3, 64) and y.dtype == torch.bfloat16
+    assert seen["x"].dtype == E4M3 and seen["x"].shape == (6, 128) and seen["sx"].shape == (6,)
+    assert seen["y"].shape == (6, 64) and seen["key"][3] == E4M3 and seen["key"][4] == torch.bfloat16
+    xq, sx = quantize_rows(x.reshape(6, 128).float())
+    assert _rel(y.reshape(6, 64), _reference(xq, sx, w8, bias)) < 1e-2
+    xq8 = x.reshape(6, 128).float().to(E4M3)
+    y8 = cutlass_nm.matmul(xq8, w8, x_scale=torch.ones(1))  # e4m3 x: its scale passes through, bf16 out
+    assert y8.dtype == torch.bfloat16 and seen["x"].data_ptr() == xq8.data_ptr() and seen["sx"].shape == (1,)
+
+
+def test_fp8_launcher_passes_arguments_in_the_c_order(monkeypatch):
+    """The FP8 launcher's ctypes call: D = W·xᵀ, so M = n (weight rows), N = m (tokens); W's scale is a vector,
+    x's a vector unless it holds one value."""
+    from cutlass_nm.families.sptc24_fp8_sm90 import family as fp8_family
+
+    calls = []
+
+    class Fn:
+        argtypes = restype = None
+
+        def __init__(self, value):
+            self.value = value
+
+        def __call__(self, *args):
+            calls.append(args)
+            return self.value
+
+    class Lib:
+        cnm_run = Fn(0)
+        cnm_meta_atom_k = Fn(128)
+
+    cfg = fp8_family.Config(swizzle=4, raster="n")
+    launcher = fp8_family._Launcher(Lib(), cfg)
+    w8 = _fp8(64, 128)
+    x = torch.zeros(5, 128, dtype=E4M3)
+    y = torch.empty(5, 64, dtype=torch.bfloat16)
+    monkeypatch.setattr(fp8_family, "device_info", lambda device: type("Info", (), {"sm_count": 132})())
+    monkeypatch.setattr(fp8_family, "stream_of", lambda t: 7)
+    for sx, vector in ((torch.ones(5), 1), (torch.ones(1), 0)):
+        launcher(x, w8, None, y, sx)
+        a = calls[-1]
+        assert a[0] == w8.values.data_ptr() and a[2] == x.data_ptr() and a[3] == y.data_ptr()
+        assert a[4] == w8.scale.data_ptr() and a[5] == 1 and a[6] == sx.data_ptr() and a[7] == vector
+        assert a[8] is None and a[9:13] == (64, 5, 128, 132) and a[13:15] == (4, 2) and a[16] == 7
