@@ -50,3 +50,23 @@ def test_shipped_configs_are_used_for_their_gpu_only():
     assert DefaultChooser(None, machine)(fam, untuned).source == "model"
     other = {**machine, "gpu": "rtx-4090"}
     assert DefaultChooser(None, other)(fam, problem) is None  # no shipped configs, nothing tuned: the heuristic
+
+
+@pytest.mark.parametrize(("family", "dtype"), [("sptc24_sm90", "f16"), ("sptc24_fp8_sm90", "e4m3"),
+                                               ("vnm_sm90", "f16")])
+def test_shipping_grid_plans_without_a_gpu(capsys, family, dtype):
+    """tuning/ship_configs.py --dry-run: every grid config is valid in its family, and the tune models' problems
+    each have a candidate to time (FP8: e4m3 inputs, bf16 output)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ship_configs", Path(__file__).parents[1] / "tuning" /
+                                                  "ship_configs.py")
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+    pattern = "128:2:8" if family == "vnm_sm90" else "2:4"
+    assert ship.main(["--family", family, "--dtype", dtype, "--pattern", pattern, "--out", "unused.jsonl",
+                      "--dry-run"]) == 0
+    problems, kernels = (int(w) for w in capsys.readouterr().out.split()[::2][:2])
+    assert problems > 100 and kernels >= len(ship.GRID[family]) // 2
+    fam = cutlass_nm.families.get_family(family)
+    assert all(fam.Config.from_record({**fam.Config().to_record(), **c}) for c in ship.GRID[family])

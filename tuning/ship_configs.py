@@ -59,6 +59,19 @@ GRID = {  # family -> candidate configs (fields not named take the Config defaul
         dict(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, cluster=2),
         dict(tile_m=128, tile_n=256, tile_k=64, stages=5, consumers=2, mma_pipe=1),
     ],
+    "sptc24_fp8_sm90": [  # tile_k in e4m3 elements: 128 of them are the 16-bit family's 64 in bytes
+        dict(tile_m=128, tile_n=64, tile_k=256, cluster_m=2, cluster_n=1),
+        dict(tile_m=128, tile_n=64, tile_k=256, raster="n", swizzle=8),
+        dict(tile_m=64, tile_n=64, tile_k=256, schedule="pingpong"),
+        dict(tile_m=128, tile_n=64, tile_k=128, schedule="pingpong"),
+        dict(tile_m=128, tile_n=128, tile_k=256),
+        dict(tile_m=128, tile_n=128, tile_k=128, cluster_m=2, cluster_n=1, raster="n", swizzle=8),
+        dict(tile_m=256, tile_n=128, tile_k=128, cluster_n=2),
+        dict(tile_m=256, tile_n=128, tile_k=128, raster="n", swizzle=8),
+        dict(tile_m=128, tile_n=256, tile_k=128, cluster_m=2, cluster_n=1, raster="n", swizzle=8),
+        dict(tile_m=128, tile_n=256, tile_k=128, cluster_m=2, cluster_n=2),
+        dict(tile_m=128, tile_n=256, tile_k=128, raster="n", swizzle=8),
+    ],
 }
 TOKENS = (16, 128, 512, 2048, 8192)  # the GEMM families' token counts (m = 1 runs on the decode path)
 
@@ -70,44 +83,68 @@ def candidates(family, m: int) -> list:
     return [c for c in cfgs if c.tile_n <= max(64, m) and not (m >= 2048 and c.tile_n < 128)]
 
 
+def kernel_types(dtype: str):
+    """The kernel types a shipped problem of ``dtype`` inputs runs: its own output dtype; e4m3 writes bf16."""
+    from cutlass_nm.families import KernelTypes
+
+    return KernelTypes(dtype, "bf16" if dtype == "e4m3" else dtype, False)
+
+
 def problems(family, tokens: tuple[int, ...], pattern: str, dtype: str):
     from cutlass_nm.campaigns import split_shapes
-    from cutlass_nm.families import KernelTypes, Problem
+    from cutlass_nm.families import Problem
 
-    types = KernelTypes(dtype, dtype, False)
-    return [Problem(m, n, k, types, pattern) for m, n, k in split_shapes("tune", tokens)]
+    return [Problem(m, n, k, kernel_types(dtype), pattern) for m, n, k in split_shapes("tune", tokens)]
+
+
+def inputs(p, copies: int, seed: int) -> tuple[list, object, list, list[tuple], object]:
+    """x copies, the weight, y copies, the launcher's arguments after y (FP8: x's per-token scales) and the fp32
+    reference of the first copy. FP8 operands are drawn in bf16 and quantized."""
+    import torch
+
+    import cutlass_nm
+    from cutlass_nm.formats.fp8 import quantize_rows
+
+    fp8 = p.types.dtype == "e4m3"
+    dt = torch.bfloat16 if fp8 else {"f16": torch.float16, "bf16": torch.bfloat16}[p.types.dtype]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    w, _ = cutlass_nm.prune(torch.randn(p.n, p.k, device="cuda", dtype=dt, generator=g), p.pattern,
+                            dtype=torch.float8_e4m3fn if fp8 else None)
+    xs = [torch.randn(p.m, p.k, device="cuda", dtype=dt, generator=g) for _ in range(copies)]
+    extra: list[tuple] = [() for _ in xs]
+    if fp8:
+        quantized = [quantize_rows(x) for x in xs]
+        xs, extra = [q for q, _ in quantized], [(s,) for _, s in quantized]
+    out = torch.bfloat16 if fp8 else dt
+    ys = [torch.empty(p.m, p.n, device="cuda", dtype=out) for _ in range(copies)]
+    x0 = xs[0].float() * extra[0][0][:, None] if fp8 else xs[0].float()
+    return xs, w, ys, extra, x0 @ w.to_dense().float().T
 
 
 def measure(family, probs: list, reps: int, log) -> list[dict]:
     """Every runnable candidate on every problem: rows {m, n, k, config, p20/p50/p80_ms, rel_err}."""
-    import torch
-
-    import cutlass_nm
     from cutlass_nm.kernels import get_kernel
     from cutlass_nm.timing import copies_to_rotate, time_rotating
 
     rows = []
     for i, p in enumerate(probs):
         t0 = time.time()
-        dt = {"f16": torch.float16, "bf16": torch.bfloat16}[p.types.dtype]
-        g = torch.Generator(device="cuda").manual_seed(i)
-        w, _ = cutlass_nm.prune(torch.randn(p.n, p.k, device="cuda", dtype=dt, generator=g), p.pattern)
         copies = copies_to_rotate((p.m * p.k + p.m * p.n) * 2)
-        xs = [torch.randn(p.m, p.k, device="cuda", dtype=dt, generator=g) for _ in range(copies)]
-        ys = [torch.empty(p.m, p.n, device="cuda", dtype=dt) for _ in range(copies)]
-        ref = (xs[0].float() @ w.to_dense().float().T)
+        xs, w, ys, extra, ref = inputs(p, copies, seed=i)
         for cfg in candidates(family, p.m):
             if family.check(cfg, p) is not None:
                 continue
             kern = get_kernel((family.name, cfg, p.types))
             ys[0].fill_(float("nan"))
-            kern(xs[0], w, None, ys[0])
+            kern(xs[0], w, None, ys[0], *extra[0])
             err = ((ys[0].float() - ref).norm() / ref.norm()).item()
             if not err < 1e-2:
                 log(f"  wrong result ({err}) for {cfg}; skipped")
                 continue
-            t = time_rotating(lambda j, kern=kern, xs=xs, w=w, ys=ys: kern(xs[j], w, None, ys[j]), copies, reps=reps,
-                              warmup_ms=25)
+            def run(j, kern=kern, xs=xs, w=w, ys=ys, extra=extra):
+                return kern(xs[j], w, None, ys[j], *extra[j])
+
+            t = time_rotating(run, copies, reps=reps, warmup_ms=25)
             rows.append({"family": family.name, "pattern": p.pattern, "dtype": p.types.dtype, "m": p.m, "n": p.n,
                          "k": p.k, "config": cfg.to_record(), "median_ms": t.p50_ms, "p20_ms": t.p20_ms,
                          "p80_ms": t.p80_ms, "reps": t.reps, "timing": t.method, "rel_err": err})
@@ -120,7 +157,7 @@ def measure(family, probs: list, reps: int, log) -> list[dict]:
 
 def records(family, rows: list[dict], study: str) -> list[dict]:
     """The best row per problem as an export record (``cutlass-nm db export``'s form)."""
-    from cutlass_nm.families import KernelTypes, Problem
+    from cutlass_nm.families import Problem
     from cutlass_nm.store.fingerprint import ProblemKey, current_environment
 
     env = current_environment(family.name)
@@ -132,7 +169,7 @@ def records(family, rows: list[dict], study: str) -> list[dict]:
     now = datetime.datetime.now(datetime.timezone.utc).isoformat()
     out = []
     for (m, n, k, pattern, dtype), r in sorted(best.items()):
-        pk = ProblemKey.of(family.name, Problem(m, n, k, KernelTypes(dtype, dtype, False), pattern))
+        pk = ProblemKey.of(family.name, Problem(m, n, k, kernel_types(dtype), pattern))
         out.append({**pk.to_dict(), "environment": env.to_dict(), "hard_key": env.hard_key, "m": m,
                     "config": r["config"], "status": "ok", "p20_ms": r["p20_ms"], "p50_ms": r["median_ms"],
                     "p80_ms": r["p80_ms"], "iterations": r["reps"], "host": "ship_configs", "study": study,
@@ -173,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", default="sptc24_sm90", choices=sorted(GRID))
     ap.add_argument("--pattern", default="2:4")
-    ap.add_argument("--dtype", default="f16", choices=("f16", "bf16"))
+    ap.add_argument("--dtype", default="f16", choices=("f16", "bf16", "e4m3"), help="inputs (e4m3: FP8, bf16 out)")
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="token counts, comma-separated")
     ap.add_argument("--reps", type=int, default=20, help="timed graph replays per candidate (median kept)")
     ap.add_argument("--out", type=Path, help="the shipped JSONL to write")
@@ -195,10 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.shape:
         if args.out:
             ap.error("--shape measures problems outside the tune models: they never go into a shipped file")
-        from cutlass_nm.families import KernelTypes, Problem
+        from cutlass_nm.families import Problem
 
-        types = KernelTypes(args.dtype, args.dtype, False)
-        probs = [Problem(*(int(v) for v in t.split(",")), types, args.pattern) for t in args.shape]
+        probs = [Problem(*(int(v) for v in t.split(",")), kernel_types(args.dtype), args.pattern) for t in args.shape]
     else:
         if not args.out:
             ap.error("--out is required (the shipped JSONL to write)")
