@@ -20,7 +20,7 @@ from .errors import InputError, ShapeError
 from .families import FAMILIES, Family, KernelTypes, Problem, get_family
 from .families.launch import dtype_name
 from .formats import Sparse24Weight
-from .formats.fp8 import E4M3, Sparse24FP8Weight, quantize_rows
+from .formats.fp8 import E4M3, Sparse24FP8Weight
 from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
 from .kernels import get_kernel
@@ -145,12 +145,9 @@ def _matmul_fp8(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None
         (*x.shape[:-1], n), dtype=out_dtype, device=x.device)
     if m == 0:
         return y
-    if x.dtype == E4M3:
-        xq, sx = x2, x_scale.reshape(-1)
-    else:
-        xq, sx = quantize_rows(x2, check=False)
     key = (m, n, k, E4M3, out_dtype, bias is not None, x.device, family, type(w), w.pattern, 0)
     kernel = _RESOLVED.get(key) or _resolve(key)
+    xq, sx = (x2, x_scale.reshape(-1)) if x.dtype == E4M3 else kernel.quantize(x2)
     kernel(xq, w, bias, y.view(m, n), sx)
     return y
 

@@ -144,7 +144,8 @@ def test_gpu_fp8_sparse_linear_direct_compiled_and_graph_agree():
 
 def test_fp8_dispatch_plumbing_with_a_stand_in_kernel(monkeypatch):
     """_matmul_fp8 up to the launch, on the CPU: the kernel it resolves gets e4m3 x (quantized per token from a
-    16-bit x), the per-token scales, a (m, n) view of y and the bias; a stand-in computes what the kernel does."""
+    16-bit x by the family's quantizer), the per-token scales, a (m, n) view of y and the bias; stand-ins compute
+    what the kernels do."""
     from cutlass_nm import dispatch
 
     seen = {}
@@ -154,6 +155,7 @@ def test_fp8_dispatch_plumbing_with_a_stand_in_kernel(monkeypatch):
         ref = (xq.float() * sx.reshape(-1, 1)) @ w.to_dense().T
         y.copy_(ref + (bias.float() if bias is not None else 0))
 
+    kernel.quantize = lambda x: quantize_rows(x, check=False)  # what the family's one-launch kernel computes
     monkeypatch.setattr(dispatch, "check_fp8_inputs", lambda *a: None)
     monkeypatch.setattr(dispatch, "_resolve", lambda key: seen.setdefault("key", key) and kernel)
     monkeypatch.setattr(dispatch, "_RESOLVED", {})
@@ -191,6 +193,7 @@ def test_fp8_launcher_passes_arguments_in_the_c_order(monkeypatch):
     class Lib:
         cnm_run = Fn(0)
         cnm_meta_atom_k = Fn(128)
+        cnm_quantize_rows = Fn(0)
 
     cfg = fp8_family.Config(swizzle=4, raster="n")
     launcher = fp8_family._Launcher(Lib(), cfg)
@@ -205,3 +208,25 @@ def test_fp8_launcher_passes_arguments_in_the_c_order(monkeypatch):
         assert a[0] == w8.values.data_ptr() and a[2] == x.data_ptr() and a[3] == y.data_ptr()
         assert a[4] == w8.scale.data_ptr() and a[5] == 1 and a[6] == sx.data_ptr() and a[7] == vector
         assert a[8] is None and a[9:13] == (64, 5, 128, 132) and a[13:15] == (4, 2) and a[16] == 7
+    x16 = torch.zeros(5, 128, dtype=torch.bfloat16)
+    q, scale = launcher.quantize(x16)
+    a = calls[-1]
+    assert q.dtype == E4M3 and q.shape == (5, 128) and scale.shape == (5,) and scale.dtype == torch.float32
+    assert a == (x16.data_ptr(), q.data_ptr(), scale.data_ptr(), 5, 128, 1, 7)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_one_launch_quantizer_matches_the_torch_one(dtype):
+    from cutlass_nm.families import KernelTypes, Problem, get_family
+    from cutlass_nm.kernels import get_kernel
+
+    fam, types = get_family("sptc24_fp8_sm90"), KernelTypes("e4m3", "bf16", False)
+    launcher = get_kernel(("sptc24_fp8_sm90", fam.heuristic(Problem(16, 256, 512, types)), types))
+    x = torch.randn(37, 1000, device="cuda", dtype=dtype) * torch.logspace(-2, 2, 37, device="cuda")[:, None].to(dtype)
+    x[3] = 0  # an all-zero row keeps a finite scale
+    q, s = launcher.quantize(x)
+    want_q, want_s = quantize_rows(x)
+    torch.testing.assert_close(s, want_s, rtol=1e-6, atol=0)
+    assert (q.float() == want_q.float()).float().mean() > 0.999  # the same rounding but for rare ties
+    assert _rel(q.float() * s[:, None], want_q.float() * want_s[:, None]) < 1e-3

@@ -18,5 +18,5 @@ def test_fp8_heuristic_kernels_compile(isolated_cache):
     assert all(not isinstance(r, Exception) for r in built), built
     for artifact in built:
         lib = ctypes.CDLL(str(artifact.path))
-        assert lib.cnm_abi_version() == 1
+        assert lib.cnm_abi_version() == 2
         assert lib.cnm_meta_atom_k() == 128  # min(tile_k, 128): both heuristic tiles

@@ -118,7 +118,9 @@ class _Launcher:
         lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, i32, vp, i32, vp, i32, i32, i32, i32, i32, i32, vp, vp]
         lib.cnm_run.restype = i32
         lib.cnm_meta_atom_k.restype = i32
-        self.run = lib.cnm_run
+        lib.cnm_quantize_rows.argtypes = [vp, vp, vp, i32, i32, i32, vp]
+        lib.cnm_quantize_rows.restype = i32
+        self.run, self.quantize_rows = lib.cnm_run, lib.cnm_quantize_rows
         self.swizzle, self.raster = cfg.swizzle, RASTER_ORDER[cfg.raster]
         atom = lib.cnm_meta_atom_k()
         self.layout_key = ("sm90_fp8", atom)
@@ -135,6 +137,19 @@ class _Launcher:
                           stream_of(x))
         if status:
             check_status(status, FAMILY.name, (m, n, k))
+
+
+    def quantize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (m x k, fp16/bf16, contiguous) per token in one launch: (e4m3 q, float32 scale per row), as
+        ``formats.fp8.quantize_rows``."""
+        m, k = x.shape
+        q = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=x.device)
+        scale = torch.empty(m, dtype=torch.float32, device=x.device)
+        status = self.quantize_rows(x.data_ptr(), q.data_ptr(), scale.data_ptr(), m, k,
+                                    int(x.dtype == torch.bfloat16), stream_of(x))
+        if status:
+            check_status(status, FAMILY.name, (m, 0, k))
+        return q, scale
 
 
 FAMILY = _Fp8Family()
