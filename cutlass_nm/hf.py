@@ -81,7 +81,8 @@ def _tied(model: nn.Module, head: nn.Module) -> bool:
 
 def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: Iterable[int] = (1, 2048),
                    min_speedup: float = 1.0, force: bool = False, include_lm_head: bool = False,
-                   fuse_gate_up: bool = True, exclude: Iterable[str] = (), vector: int = 32) -> nn.Module:
+                   fuse_gate_up: bool = True, exclude: Iterable[str] = (), vector: int = 32,
+                   fp8: bool = False) -> nn.Module:
     """Sparsify a decoder-only LM in place: every ``nn.Linear`` of its decoder layers (attention q/k/v/o, MLP
     gate/up/down) becomes ``pattern``-sparse where sparse is faster (``cutlass_nm.sparsify``'s rule: timed on the
     GPU at ``tokens`` against ``min_speedup``, untimed off the GPU or with ``force``).
@@ -91,7 +92,7 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
     (gate and up pruned together, one kernel); on the GPU only where gate, up and down each win as sparse layers.
     The others are sparsified layer by layer. Embeddings stay dense; ``lm_head`` too, unless ``include_lm_head``
     and it is not tied to the input embedding. ``exclude``: fnmatch patterns over qualified names kept dense;
-    ``vector``: as in ``sparsify``.
+    ``vector`` and ``fp8`` (2:4 weights in e4m3 with per-channel scales, Hopper): as in ``sparsify``.
 
     Returns ``model`` with ``model.sparsify_summary``, a :class:`ModelSparsifySummary`. InputError if no decoder
     layer is found."""
@@ -147,7 +148,7 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
         if fused:
             sparsify_gated_mlps(model, p, include=fused, names=GATED)
 
-    sparsify(model, p, include, exclude, vector=vector, tokens=tokens, min_speedup=min_speedup, force=force)
+    sparsify(model, p, include, exclude, vector=vector, tokens=tokens, min_speedup=min_speedup, force=force, fp8=fp8)
     base = model.sparsify_summary
     summary = ModelSparsifySummary(**vars(base), fused=fused, not_fused=not_fused, notes=notes)
     order = {name: i for i, name in enumerate(modules)}  # module order, from before the fusion

@@ -228,3 +228,20 @@ def test_end_to_end_benchmark_runs_on_a_tiny_model(tmp_path):
     assert all(r["rel_err"] < 1e-6 and r["layers_sparse"] == 14 for r in sparse)
     weights = next(r for r in sparse if r["metric"] == "weight_gb")
     assert weights["value"] < weights["dense_value"]  # compressed projections
+
+
+def test_fp8_llama_sparsifies_and_generates_on_the_cpu():
+    """sparsify_model(fp8=True): every projection an FP8 2:4 SparseLinear; generate() runs, and the logits stay
+    near the twin built from the dequantized weights (the gap is the activations' per-token e4m3 rounding, through
+    2 layers of 7 projections; each layer's exact reference is tests/test_fp8.py's)."""
+    model = _model("llama")
+    dense = copy.deepcopy(model)
+    sparsify_model(model, "2:4", fp8=True)
+    layer = model.model.layers[0]
+    assert all(layer.get_submodule(p).fp8 for p in PROJ)
+    with torch.no_grad():
+        got = model(**_inputs()).logits
+        want = masked_dense_twin(dense, model)(**_inputs()).logits
+    assert torch.isfinite(got).all() and _rel(got, want) < 0.25
+    seq = model.generate(**_inputs(), max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert seq.shape == (2, 10)
