@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         for pattern in args.patterns:
             if model is None:
                 model = copy.deepcopy(original)
-            sparsify_model(model, pattern, force=args.force)
+            sparsify_model(model, pattern.removesuffix("+fp8"), force=args.force, fp8=pattern.endswith("+fp8"))
             summary = model.sparsify_summary
             err = rel_err(model, masked_dense_twin(original, model), args.device)
             sparse, kept = len(summary.replaced), len(summary.kept_dense)
@@ -168,7 +168,8 @@ def run(args: argparse.Namespace) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtypes", type=lambda s: s.split(","), default=["fp16"], help="fp16,bf16")
-    ap.add_argument("--patterns", type=lambda s: s.split(","), default=["2:4", "128:2:8"])
+    ap.add_argument("--patterns", type=lambda s: s.split(","), default=["2:4", "128:2:8"],
+                    help="comma-separated; '2:4+fp8': 2:4 with FP8 weights and activations (Hopper)")
     ap.add_argument("--prefill-batches", type=lambda s: [int(v) for v in s.split(",")], default=[1, 4])
     ap.add_argument("--prefill-tokens", type=int, default=2048)
     ap.add_argument("--decode-batches", type=lambda s: [int(v) for v in s.split(",")], default=[1, 16])
