@@ -145,7 +145,7 @@ def _matmul_fp8(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None
         (*x.shape[:-1], n), dtype=out_dtype, device=x.device)
     if m == 0:
         return y
-    key = (m, n, k, E4M3, out_dtype, bias is not None, x.device, family, type(w), w.pattern, 0)
+    key = _key(m, w, E4M3, out_dtype, bias is not None, x.device, family)
     kernel = _RESOLVED.get(key) or _resolve(key)
     xq, sx = (x2, x_scale.reshape(-1)) if x.dtype == E4M3 else kernel.quantize(x2)
     kernel(xq, w, bias, y.view(m, n), sx)
@@ -154,7 +154,8 @@ def _matmul_fp8(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None
 
 def check_fp8_inputs(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None, x_scale: torch.Tensor | None,
                      out_dtype: torch.dtype) -> None:
-    """matmul's input rules for an FP8 weight."""
+    """matmul's input rules for an FP8 weight: its dtype rules and x_scale's, then the shared ones (the bias in
+    the output dtype)."""
     if not isinstance(x, torch.Tensor):
         raise InputError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in (E4M3, *FP8_OUT):
@@ -162,13 +163,8 @@ def check_fp8_inputs(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor |
                          f"(quantized per token here), got {x.dtype}")
     if out_dtype not in FP8_OUT:
         raise InputError(f"an FP8 matmul writes float16 or bfloat16, got out_dtype {out_dtype}")
-    if x.dim() < 1 or x.shape[-1] != w.in_features:
-        raise InputError(f"x's last dim {tuple(x.shape)[-1:]} must equal the weight's in_features {w.in_features}")
-    if not x.is_contiguous() or x.data_ptr() % 16:
-        raise InputError("x must be contiguous and 16-byte aligned; call x.contiguous() (or x.clone() for a view)")
-    if not x.is_cuda or w.device != x.device:
-        raise InputError(f"x and the weight must be on one CUDA device, got {x.device} and {w.device}")
-    rows = x.numel() // max(1, w.in_features)
+    _check_operands(x, w, bias, out_dtype, "the output dtype")
+    rows = x.numel() // w.in_features
     if x.dtype == E4M3:
         if not isinstance(x_scale, torch.Tensor) or x_scale.dtype != torch.float32 or x_scale.numel() not in (1, rows) \
                 or not x_scale.is_contiguous() or x_scale.device != x.device:
@@ -176,11 +172,6 @@ def check_fp8_inputs(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor |
                              "(one per token) or 1 (per tensor)")
     elif x_scale is not None:
         raise InputError("x_scale goes with an e4m3 x; a float16/bfloat16 x is quantized per token here")
-    if bias is not None:
-        if not isinstance(bias, torch.Tensor) or bias.shape != (w.out_features,) or bias.dtype != out_dtype:
-            raise InputError(f"bias must be a ({w.out_features},) {out_dtype} tensor (the output dtype)")
-        if not bias.is_contiguous() or bias.data_ptr() % 16 or bias.device != x.device:
-            raise InputError(f"bias must be contiguous, 16-byte aligned and on {x.device}")
 
 
 def _bias_id(bias: torch.Tensor | None) -> tuple[int, int] | None:
@@ -222,6 +213,13 @@ def check_inputs(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias
                          "with general N:M weights (cutlass_nm.prune(w, 'N:M') of an fp32 weight, CUDA cores)")
     if x.dtype != w.dtype:
         raise InputError(f"dtype mismatch: x is {x.dtype}, the weight is {w.dtype}")
+    _check_operands(x, w, bias, x.dtype, "x's dtype", cuda)
+
+
+def _check_operands(x: torch.Tensor, w: Any, bias: torch.Tensor | None, bias_dtype: torch.dtype, bias_what: str,
+                    cuda: bool = True) -> None:
+    """The rules every matmul shares, after its dtype rules: x's shape, layout and device, and the bias (of
+    ``bias_dtype``, named ``bias_what`` in the message)."""
     if x.dim() < 1 or x.shape[-1] != w.in_features:
         raise InputError(f"x's last dim {tuple(x.shape)[-1:]} must equal the weight's in_features {w.in_features}")
     if not x.is_contiguous():
@@ -231,14 +229,14 @@ def check_inputs(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias
     if bias is not None:
         if not isinstance(bias, torch.Tensor) or bias.shape != (w.out_features,):
             raise InputError(f"bias must be a tensor of shape ({w.out_features},)")
-        if bias.dtype != x.dtype:
-            raise InputError(f"bias dtype {bias.dtype} must match x's dtype {x.dtype}")
+        if bias.dtype != bias_dtype:
+            raise InputError(f"bias dtype {bias.dtype} must match {bias_what} {bias_dtype}")
         if not bias.is_contiguous() or bias.data_ptr() % 16:
             raise InputError("bias must be contiguous and 16-byte aligned")
         if bias.device != x.device:
             raise InputError(f"device mismatch: bias is on {bias.device}, x on {x.device}")
     if cuda and not x.is_cuda:
-        raise InputError(f"x must be a CUDA tensor, got one on {x.device}; move it with x.cuda()")
+        raise InputError(f"x must be a CUDA tensor, got one on {x.device}; move it to a CUDA device (x.cuda())")
     if w.device != x.device:
         raise InputError(f"device mismatch: x is on {x.device}, the weight on {w.device}; use w.to(x.device)")
 
