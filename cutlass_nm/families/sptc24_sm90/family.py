@@ -18,6 +18,7 @@ from ..launch import check_status, device_info, stream_of, workspace
 EPILOGUE_SMEM = 34 * 1024  # conservative TMA-epilogue carve-out
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread before spilling
 RASTER_ORDER = {"heuristic": 0, "m": 1, "n": 2}  # cutlass::gemm::kernel::detail::RasterOrderOptions
+_NO_PLAN = object()  # a plans lookup miss (a stored None means: no plan, the problem needs a workspace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +185,9 @@ class _Launcher:
         m, k = x.shape
         e = w.layout(self.layout_key, self.build_layout)
         key = (w.values.data_ptr(), e.data_ptr(), 0 if bias is None else bias.data_ptr(), m, w.out_features, k)
-        plan = self.plans[key] if key in self.plans else self._plan(key, x, y)
+        plan = self.plans.get(key, _NO_PLAN)
+        if plan is _NO_PLAN:
+            plan = self._plan(key, x, y)
         if plan is None:
             self._run(key, x, y)
             return
