@@ -15,7 +15,7 @@ import torch
 from .dispatch import check_inputs, matmul
 from .errors import InputError
 from .formats import Sparse24Weight
-from .formats.fp8 import E4M3, Sparse24FP8Weight, quantize_rows
+from .formats.fp8 import E4M3, Sparse24FP8Weight, dequantize_rows, quantize_rows
 from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
 from .patterns import Pattern
@@ -128,7 +128,7 @@ def sparse24_fp8_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tenso
         raise InputError(f"x must be float16/bfloat16 with {w.in_features} features, got {x.dtype} "
                          f"{tuple(x.shape)}")
     q, sx = quantize_rows(x.reshape(-1, x.shape[-1]).float(), check=False)
-    xd = (q.float() * sx[:, None]).reshape(x.shape)
+    xd = dequantize_rows(q, sx).reshape(x.shape)
     return torch.nn.functional.linear(xd, w.to_dense(), None if bias is None else bias.float()).to(x.dtype)
 
 

@@ -103,7 +103,7 @@ def inputs(p, copies: int, seed: int) -> tuple[list, object, list, list[tuple], 
     import torch
 
     import cutlass_nm
-    from cutlass_nm.formats.fp8 import quantize_rows
+    from cutlass_nm.formats.fp8 import dequantize_rows, quantize_rows
 
     fp8 = p.types.dtype == "e4m3"
     dt = torch.bfloat16 if fp8 else {"f16": torch.float16, "bf16": torch.bfloat16}[p.types.dtype]
@@ -117,7 +117,7 @@ def inputs(p, copies: int, seed: int) -> tuple[list, object, list, list[tuple], 
         xs, extra = [q for q, _ in quantized], [(s,) for _, s in quantized]
     out = torch.bfloat16 if fp8 else dt
     ys = [torch.empty(p.m, p.n, device="cuda", dtype=out) for _ in range(copies)]
-    x0 = xs[0].float() * extra[0][0][:, None] if fp8 else xs[0].float()
+    x0 = dequantize_rows(xs[0], extra[0][0]) if fp8 else xs[0].float()
     return xs, w, ys, extra, x0 @ w.to_dense().float().T
 
 

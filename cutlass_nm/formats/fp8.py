@@ -29,6 +29,11 @@ def quantize_rows(t: torch.Tensor, *, check: bool = True) -> tuple[torch.Tensor,
     return q, scale
 
 
+def dequantize_rows(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """q * scale[:, None] in float32: the operand an e4m3 tensor with per-row scales stands for."""
+    return q.float() * scale[:, None]
+
+
 @dataclass(eq=False)
 class Sparse24FP8Weight(Sparse24Weight):
     """A 2:4 weight whose kept values are e4m3 (``values``: rows x k/2) with ``scale`` (rows,) float32:
@@ -48,7 +53,7 @@ class Sparse24FP8Weight(Sparse24Weight):
         """The dequantized dense (pruned) weight, ``rows x k`` float32."""
         rows, k = self.shape
         out = torch.zeros(rows, k // GROUP, GROUP, dtype=torch.float32, device=self.device)
-        values = self.values.float() * self.scale[:, None]
+        values = dequantize_rows(self.values, self.scale)
         out.scatter_(-1, self.positions(), values.reshape(rows, k // GROUP, KEEP))
         return out.reshape(rows, k)
 

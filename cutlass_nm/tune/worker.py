@@ -23,7 +23,7 @@ def _serve(conn) -> None:  # runs in the worker process
     from cutlass_nm.bench.run import make_weight
     from cutlass_nm.families import KernelTypes, get_family
     from cutlass_nm.families.launch import torch_dtype
-    from cutlass_nm.formats.fp8 import quantize, quantize_rows
+    from cutlass_nm.formats.fp8 import dequantize_rows, quantize, quantize_rows
     from cutlass_nm.kernels import get_kernel
     from cutlass_nm.routing import weight_kind
     from cutlass_nm.timing import copies_to_rotate, time_rotating
@@ -57,7 +57,7 @@ def _serve(conn) -> None:  # runs in the worker process
                     xs, extra = [q for q, _ in quantized], [(s,) for _, s in quantized]
                     ws = [quantize(w) for w in ws]
                 fam = get_family(family)  # a family with its own output (vnm_glu_sm90: h transposed) says so
-                ref = fam.reference(xs[0].float() * extra[0][0][:, None] if fp8 else xs[0], ws[0])
+                ref = fam.reference(dequantize_rows(xs[0], extra[0][0]) if fp8 else xs[0], ws[0])
                 shape = fam.output_shape(m, n)
                 ys = [torch.empty(shape, device="cuda", dtype=torch_dtype(types.out_dtype)) for _ in range(copies)]
                 cache[shape_key] = (xs, ws, ref, ys, copies, extra)
