@@ -155,11 +155,11 @@ def fixed_smem(cfg: DecodeKernel) -> int:
 @dataclass(frozen=True, slots=True)
 class SimtConfig(DecodeKernel, FamilyConfig):
     """A CUDA-core decode kernel (mode 0: lanes along k) and its launch, as ``nm_decode_simt`` and ``decode24`` build
-    it. ``max_tokens``: tokens per launch; ``warps`` per CTA; ``rows``
-    per warp; ``ahead``: chunks of 8 nonzeros each lane keeps in flight; ``transpose``: a warp's chunks go through
-    shared memory so lanes gather neighbouring x columns. Launch-only: ``split`` (CTAs per cluster along k, 0:
-    ``plan``'s rule), ``max_ctas`` (shared memory padded so at most that many CTAs share an SM). ``push``: a
-    cluster's sums are pushed to their owner by ``st.async``."""
+    it. ``max_tokens``: tokens per launch; ``warps`` per CTA; ``rows`` per warp; ``ahead``: chunks of 8 nonzeros
+    each lane keeps in flight; ``transpose``: a warp's chunks go through shared memory so lanes gather neighbouring
+    x columns. Launch-only: ``split`` (CTAs per cluster along k, 0: ``plan``'s rule), ``max_ctas`` (shared memory
+    padded so at most that many CTAs share an SM). ``push``: a cluster's sums are pushed to their owner by
+    ``st.async``."""
 
     max_tokens: int = 16
     warps: int = 4
