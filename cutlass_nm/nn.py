@@ -17,6 +17,7 @@ from torch import nn
 from .decisions import LayerDecision, decide
 from .dispatch import matmul
 from .errors import CutlassNMError, InputError, PatternError, ShapeError
+from .families.sptc24_fp8_sm90.family import K_MULTIPLE as FP8_K_MULTIPLE
 from .formats import compress_as
 from .formats.fp8 import E4M3, quantize
 from .formats.glu import PAIR_V, fuse_glu, split_glu
@@ -37,7 +38,6 @@ from .patterns import Pattern
 from .routing import check_runnable, unrunnable
 
 log = logging.getLogger("cutlass_nm.nn")
-FP8_K_MULTIPLE = 32  # FP8 2:4 (sptc24_fp8_sm90): in_features a multiple of this
 
 
 def direct_call(x: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
