@@ -19,7 +19,7 @@ from .dispatch import matmul
 from .errors import CutlassNMError, InputError, PatternError, ShapeError
 from .families.sptc24_fp8_sm90.family import K_MULTIPLE as FP8_K_MULTIPLE
 from .formats import compress_as
-from .formats.fp8 import E4M3, quantize
+from .formats.fp8 import Sparse24FP8Weight, quantize
 from .formats.glu import PAIR_V, fuse_glu, split_glu
 from .formats.nm import VECTORS
 from .gated_mlp import gated_mlp
@@ -46,6 +46,18 @@ def direct_call(x: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     if type(x) is not torch.Tensor or not x.is_cuda or torch.compiler.is_compiling():
         return False
     return not (torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)))
+
+
+def weight_tensors(w: Any) -> dict[str, torch.Tensor]:
+    """The SparseLinear buffers that hold the compressed weight ``w``, by name: 2:4 values and meta; V:N:M values,
+    columns and meta; N:M values and indices; an FP8 weight's values as their uint8 bytes (what the module stores)
+    plus its scale."""
+    p = w.pattern
+    names = ("values", "meta") if p.is_24 else ("values", "columns", "meta") if p.is_vnm else ("values", "indices")
+    out = {b: getattr(w, b) for b in names}
+    if isinstance(w, Sparse24FP8Weight):
+        out.update(values=w.values.view(torch.uint8), scale=w.scale)
+    return out
 
 
 def cached_view(module: nn.Module, buffers: tuple[torch.Tensor, ...], build: Callable[[], Any]) -> Any:
@@ -124,13 +136,8 @@ class SparseLinear(nn.Module):
                   vector=vector, fp8=fp8)
         check_runnable(mod.pattern, w.dtype)
         c = compress_as(w, mod.pattern, prune=prune, vector=vector)
-        if fp8:
-            c = quantize(c)
-            mod._buffers["scale"].copy_(c.scale)
-        for name in ("values", "meta", "columns", "indices"):
-            if hasattr(c, name) and name in mod._buffers:
-                t = getattr(c, name)
-                mod._buffers[name].copy_(t.view(torch.uint8) if t.dtype == E4M3 else t)
+        for name, t in weight_tensors(quantize(c) if fp8 else c).items():
+            mod._buffers[name].copy_(t)
         if linear.bias is not None:
             mod.bias.data.copy_(linear.bias.detach())
         return mod

@@ -14,29 +14,12 @@ from torch import nn
 from ..errors import CheckpointError
 from ..formats import AnyWeight
 from ..formats.fp8 import Sparse24FP8Weight
-from ..nn import SparseLinear
-from ..patterns import Pattern
+from ..nn import SparseLinear, weight_tensors
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float8_e4m3fn": torch.float8_e4m3fn}
 HF_EXTRA = "pip install cutlass-nm[hf]"
 PathLike = str | os.PathLike
-
-
-def buffers_of(p: Pattern) -> tuple[str, ...]:
-    """The tensors (SparseLinear buffers, compressed-weight fields) that hold a ``p`` weight."""
-    if p.is_24:
-        return ("values", "meta")
-    return ("values", "columns", "meta") if p.is_vnm else ("values", "indices")
-
-
-def weight_tensors(w: AnyWeight) -> dict[str, torch.Tensor]:
-    """The SparseLinear buffers that hold ``w``, by name: an FP8 weight's values as their uint8 bytes (what the
-    module stores), plus its scale."""
-    out = {b: getattr(w, b) for b in buffers_of(w.pattern)}
-    if isinstance(w, Sparse24FP8Weight):
-        out.update(values=w.values.view(torch.uint8), scale=w.scale)
-    return out
 
 
 def tensor_key(layer: str, buf: str) -> str:
