@@ -18,7 +18,7 @@ from ..launch import check_status, device_info, stream_of, workspace
 EPILOGUE_SMEM = 34 * 1024  # conservative TMA-epilogue carve-out
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread before spilling
 RASTER_ORDER = {"heuristic": 0, "m": 1, "n": 2}  # cutlass::gemm::kernel::detail::RasterOrderOptions
-_NO_PLAN = object()  # a plans lookup miss (a stored None means: no plan, the problem needs a workspace)
+_NO_PLAN = object()  # a plans lookup miss
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +174,8 @@ class _Launcher:
         # holds the GIL (a PYFUNCTYPE): patching a plan and launching it is atomic for Python threads
         self.launch = ctypes.PYFUNCTYPE(i32, vp, vp, vp, vp)(("cnm_launch", lib))
         self.plan_bytes = lib.cnm_plan_bytes()
-        self.plans: dict[tuple[int, int, int, int, int, int], ctypes.Array | None] = {}  # None: needs a workspace
+        # a plan, or (stream-K) the workspace bytes its per-call path needs, asked once
+        self.plans: dict[tuple[int, int, int, int, int, int], ctypes.Array | int] = {}
         self.swizzle, self.raster = cfg.swizzle, RASTER_ORDER[cfg.raster]
         atom = lib.cnm_meta_atom_k()
         self.layout_key = ("sm90", atom)
@@ -188,20 +189,20 @@ class _Launcher:
         plan = self.plans.get(key, _NO_PLAN)
         if plan is _NO_PLAN:
             plan = self._plan(key, x, y)
-        if plan is None:
-            self._run(key, x, y)
+        if type(plan) is int:
+            self._run(key, x, y, plan)
             return
         status = self.launch(plan, x.data_ptr(), y.data_ptr(), stream_of(x))
         if status:
             check_status(status, FAMILY.name, (m, w.out_features, k))
 
     def _plan(self, key: tuple[int, int, int, int, int, int], x: torch.Tensor, y: torch.Tensor
-              ) -> ctypes.Array | None:
-        """Build and keep the plan of ``key`` (None when the problem needs a workspace: stream-K)."""
+              ) -> ctypes.Array | int:
+        """Build and keep the plan of ``key``, or, when the problem needs a workspace (stream-K), its size."""
         a, e, bias, m, n, k = key
         sms = device_info(x.device).sm_count
-        plan = None
-        if self.lib.cnm_workspace_size(n, m, k, sms, self.swizzle, self.raster) == 0:
+        plan = self.lib.cnm_workspace_size(n, m, k, sms, self.swizzle, self.raster)
+        if plan == 0:
             plan = ctypes.create_string_buffer(self.plan_bytes)
             status = self.lib.cnm_plan(plan, a, e, x.data_ptr(), y.data_ptr(), bias or None, n, m, k, sms,
                                        self.swizzle, self.raster)
@@ -211,11 +212,11 @@ class _Launcher:
         self.plans[key] = plan
         return plan
 
-    def _run(self, key: tuple[int, int, int, int, int, int], x: torch.Tensor, y: torch.Tensor) -> None:
-        """Build the parameters and launch in one call (a problem with a workspace)."""
+    def _run(self, key: tuple[int, int, int, int, int, int], x: torch.Tensor, y: torch.Tensor, nbytes: int) -> None:
+        """Build the parameters and launch in one call (a problem with a workspace of ``nbytes``)."""
         a, e, bias, m, n, k = key
         sms = device_info(x.device).sm_count
-        ws = workspace(x.device, self.lib.cnm_workspace_size(n, m, k, sms, self.swizzle, self.raster))
+        ws = workspace(x.device, nbytes)
         status = self.lib.cnm_run(a, e, x.data_ptr(), y.data_ptr(), bias or None, n, m, k, sms, self.swizzle,
                                   self.raster, ws, stream_of(x))
         check_status(status, FAMILY.name, (m, n, k))
