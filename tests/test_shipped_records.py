@@ -32,7 +32,7 @@ def test_shipped_configs_match_this_versions_templates():
                        "(python3 tuning/ship_configs.py) or carry them over (--carry-over FAMILY)")
 
 
-def test_shipped_configs_are_used_for_their_gpu_only():
+def test_shipped_configs_are_used_for_their_gpu_and_its_chip_only():
     from cutlass_nm.families import KernelTypes, Problem, get_family
     from cutlass_nm.store.chooser import DefaultChooser
     from cutlass_nm.store.shipped import shipped_records
@@ -48,8 +48,10 @@ def test_shipped_configs_are_used_for_their_gpu_only():
     assert choice.source == "shipped" and choice.config == best["config"]
     untuned = Problem(r["m"] + 3, r["n"] + 64, r["k"], problem.types, r["pattern"])
     assert DefaultChooser(None, machine)(fam, untuned).source == "model"
-    other = {**machine, "gpu": "rtx-4090"}
-    assert DefaultChooser(None, other)(fam, problem) is None  # no shipped configs, nothing tuned: the heuristic
+    sibling = {**machine, "gpu": "h200"}  # same chip (compute capability, SM count), no file of its own
+    assert DefaultChooser(None, sibling)(fam, problem) == choice
+    for other in ({**machine, "gpu": "rtx-4090", "sm_count": 128}, {**machine, "compute_capability": "8.0"}):
+        assert DefaultChooser(None, other)(fam, problem) is None  # no shipped configs, nothing tuned: the heuristic
 
 
 @pytest.mark.parametrize(("family", "dtype"), [("sptc24_sm90", "f16"), ("sptc24_fp8_sm90", "e4m3"),

@@ -3,8 +3,10 @@
 A shipped file is a ``cutlass-nm db export`` of measured records whose header also names, per family, the template
 hash its records are valid for (``"templates": {family: hash}``). A family's records are used only while that hash
 is this version's (a template change makes them stale until they are re-measured or explicitly carried over:
-``tuning/ship_configs.py``), and only on the GPU they were measured on (same name, compute capability and SM count;
-the toolchain and driver may differ). Files are read once, on the first lookup; a malformed record is skipped.
+``tuning/ship_configs.py``). Records of the GPU they were measured on (same name, compute capability and SM count;
+the toolchain and driver may differ) are used first; a GPU with no file of its own takes the records of the same
+chip (same compute capability and SM count, e.g. an H200 the H100's). Files are read once; a malformed record is
+skipped.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .validate import RecordError
 
 log = logging.getLogger("cutlass_nm.store")
 MATCH = ("gpu", "compute_capability", "sm_count")  # what a shipped record's environment must share with this GPU
+SAME_CHIP = ("compute_capability", "sm_count")  # the fallback when no shipped record names this GPU
 
 
 @dataclass(frozen=True)
@@ -73,13 +76,23 @@ def stale_families() -> dict[str, list[str]]:
 
 def shipped_table(machine: dict[str, Any]) -> dict[ProblemKey, Tuned]:
     """The best shipped config per problem for the GPU described by ``machine`` (``fingerprint._machine``'s
-    fields), families whose templates are unchanged only."""
+    fields), families whose templates are unchanged only: this GPU's own records, else those of the same chip."""
+    table = _table(machine, MATCH)
+    if not table:
+        table = _table(machine, SAME_CHIP)
+        if table:
+            log.info("cutlass_nm: no shipped configs for %s; using those of the same chip (cc %s, %s SMs)",
+                     machine.get("gpu"), machine.get("compute_capability"), machine.get("sm_count"))
+    return table
+
+
+def _table(machine: dict[str, Any], fields: tuple[str, ...]) -> dict[ProblemKey, Tuned]:
     table: dict[ProblemKey, Tuned] = {}
     for gpu, rows in shipped_records().items():
         valid = valid_templates()[gpu]
         for r in rows:
             env = r["environment"]
-            if any(getattr(env, f) != machine.get(f) for f in MATCH):
+            if any(getattr(env, f) != machine.get(f) for f in fields):
                 continue
             key: ProblemKey = r["key"]
             if valid.get(key.family) != template_hash(key.family):  # re-measure or carry over first
