@@ -26,7 +26,7 @@ from .errors import (
 )
 from .formats import AnyWeight, NMWeight, Sparse24Weight, VNMWeight, compress_as, mask_for, validate_24
 from .formats.fp8 import Sparse24FP8Weight, quantize
-from .nn import SparseLinear, sparsify
+from .nn import SparseLinear, precompile_model, sparsify
 from .patterns import Pattern
 from .routing import check_runnable
 
@@ -89,6 +89,7 @@ __all__ = [
     "load_sparse",
     "load_sparse_into",
     "matmul",
+    "precompile_model",
     "prune",
     "quantize",
     "save_sparse",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .dispatch import check_inputs, kernel_for, matmul
+from .dispatch import check_inputs, kernel_for, kernels_for, matmul
 from .errors import InputError
 from .families.launch import device_info
 from .formats.glu import PAIR_V, swiglu_reference
@@ -41,7 +41,7 @@ def gated_mlp(x: torch.Tensor, gate_up: VNMWeight, down: VNMWeight) -> torch.Ten
     check_inputs(x, gate_up, None)
     x2 = x.reshape(-1, x.shape[-1])
     m = x2.shape[0]
-    if m <= DECODE_MAX_M or device_info(x.device).capability != (9, 0):
+    if not fused(m, x.device):
         return matmul(swiglu(matmul(x2, gate_up)), down).reshape(*x.shape[:-1], down.out_features)
     hidden, ldx = down.in_features, -(-m // 8) * 8
     ht = torch.empty(down.padded_k, ldx, dtype=x.dtype, device=x.device)  # h transposed: what down gathers
@@ -52,6 +52,20 @@ def gated_mlp(x: torch.Tensor, gate_up: VNMWeight, down: VNMWeight) -> torch.Ten
     y = torch.empty(m, down.out_features, dtype=x.dtype, device=x.device)
     kernel_for("vnm_sm90", h, down, x.dtype)(h, down, None, y, ht)
     return y.reshape(*x.shape[:-1], down.out_features)
+
+
+def fused(m: int, device: torch.device) -> bool:
+    """Whether m rows on ``device`` take the fused gate/up kernel (Hopper, above the decode path) rather than two
+    matmuls."""
+    return m > DECODE_MAX_M and device_info(device).capability == (9, 0)
+
+
+def gated_mlp_kernels(m: int, gate_up: VNMWeight, down: VNMWeight, dtype: torch.dtype) -> list[tuple]:
+    """The kernel ids ``gated_mlp`` runs for m rows of ``dtype`` on the weights' GPU (nothing is compiled)."""
+    if not fused(m, gate_up.device):
+        return kernels_for([(m, gate_up, dtype, False), (m, down, dtype, False)])
+    return (kernels_for([(m, gate_up, dtype, False)], "vnm_glu_sm90")
+            + kernels_for([(m, down, dtype, False)], "vnm_sm90"))
 
 
 def reference(x: torch.Tensor, gate_up: VNMWeight, down: VNMWeight) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """Modules: ``SparseLinear`` (an ``nn.Linear`` with a 2:4-, V:N:M- or general N:M-compressed weight),
 ``SparseGatedMLP`` (a SwiGLU MLP whose gate and up are pruned together and run as one kernel), ``sparsify`` and
-``sparsify_gated_mlps``."""
+``sparsify_gated_mlps``, and ``precompile_model``."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import torch
 from torch import nn
 
 from .decisions import LayerDecision, decide
-from .dispatch import matmul
+from .dispatch import kernels_for, matmul
 from .errors import CutlassNMError, InputError, PatternError, ShapeError
 from .families.sptc24_fp8_sm90.family import K_MULTIPLE as FP8_K_MULTIPLE
 from .formats import compress_as
 from .formats.fp8 import Sparse24FP8Weight, quantize
 from .formats.glu import PAIR_V, fuse_glu, split_glu
 from .formats.nm import VECTORS
-from .gated_mlp import gated_mlp
+from .gated_mlp import gated_mlp, gated_mlp_kernels
 from .ops import (
     fp8_view,
     nm_linear,
@@ -380,3 +380,28 @@ def sparsify_gated_mlps(model: nn.Module, pattern: str | Pattern = "128:2:8", in
                 continue
             setattr(module, child_name, SparseGatedMLP.from_linears(*parts, pattern))
     return model
+
+
+def precompile_model(model: nn.Module, tokens: Iterable[int], progress: Callable | None = None) -> int:
+    """Compile, in parallel, every kernel the sparse modules of ``model`` on a CUDA GPU run at each count of rows
+    in ``tokens`` (batch x sequence of one forward: prefill and decode sizes alike), so that no first call compiles.
+    Activations are taken in each module's dtype (FP8 modules: their bias's, else bf16). ``progress``: as
+    ``cutlass_nm.kernels.precompile``'s. Returns how many kernels that is (compiled or already cached)."""
+    from .kernels import precompile
+
+    tokens = tuple(tokens)
+    kids: dict[tuple, None] = {}
+    inside = {id(mod.down_proj) for mod in model.modules() if isinstance(mod, SparseGatedMLP)}
+    for mod in model.modules():
+        if isinstance(mod, SparseGatedMLP) and mod.gate_up_values.is_cuda:
+            gate_up, down = mod._gate_up_view(), mod.down_proj._view()
+            for m in tokens:
+                kids.update(dict.fromkeys(gated_mlp_kernels(m, gate_up, down, mod.gate_up_values.dtype)))
+        elif isinstance(mod, SparseLinear) and mod.values.is_cuda and id(mod) not in inside:
+            bias = mod.bias is not None
+            dtype = (mod.bias.dtype if bias else torch.bfloat16) if mod.fp8 else mod.values.dtype
+            kids.update(dict.fromkeys(kernels_for([(m, mod._view(), dtype, bias) for m in tokens])))
+    failed = [r for r in precompile(list(kids), progress=progress) if isinstance(r, Exception)] if kids else []
+    if failed:
+        log.warning("cutlass_nm: %d kernel(s) failed to compile ahead of use: %s", len(failed), failed[0])
+    return len(kids)

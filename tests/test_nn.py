@@ -385,3 +385,38 @@ def test_gpu_direct_forward_matches_the_custom_op(pattern):
     assert xg.grad is not None
     torch.testing.assert_close(direct, via_op.detach(), rtol=0, atol=0)
     torch.testing.assert_close(strided, direct, rtol=0, atol=0)
+
+
+def test_precompile_model_has_nothing_to_compile_off_the_gpu(monkeypatch):
+    import cutlass_nm.kernels as kernels
+
+    monkeypatch.setattr(kernels, "precompile", lambda kids, **kw: pytest.fail(f"compiled {kids}"))
+    model = sparsify(_mlp(), "2:4", force=True)
+    assert cutlass_nm.precompile_model(model, (1, 2048)) == 0
+
+
+@pytest.mark.gpu
+def test_gpu_precompile_model_leaves_nothing_to_compile_on_first_calls(monkeypatch):
+    """After ``precompile_model`` at some token counts, forwards at those counts only load kernels."""
+    from cutlass_nm import kernels
+    from cutlass_nm.nn import SparseGatedMLP
+
+    torch.manual_seed(0)
+    lin = [nn.Linear(256, 512, bias=False).half().cuda() for _ in range(3)]
+    mlp = SparseGatedMLP.from_linears(lin[0], lin[1], nn.Linear(512, 256, bias=False).half().cuda())
+    model = nn.Sequential(SparseLinear.from_linear(nn.Linear(256, 256).half().cuda(), "2:4"), mlp)
+    tokens = (1, 48)
+    assert cutlass_nm.precompile_model(model, tokens) >= 4  # 2:4 decode + GEMM, fused gate/up + down, decode
+    built, build = [], kernels.build
+
+    def guarded(source, arch, name="kernel", **kw):
+        if not kernels.is_cached(source, arch):
+            built.append(name)
+        return build(source, arch, name, **kw)
+
+    monkeypatch.setattr(kernels, "build", guarded)
+    with torch.no_grad():
+        for m in tokens:
+            y = model(torch.randn(m, 256, device="cuda", dtype=torch.half))
+            assert y.shape == (m, 256) and torch.isfinite(y).all()
+    assert not built
