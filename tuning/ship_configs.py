@@ -121,8 +121,36 @@ def inputs(p, copies: int, seed: int) -> tuple[list, object, list, list[tuple], 
     return xs, w, ys, extra, x0 @ w.to_dense().float().T
 
 
-def measure(family, probs: list, reps: int, log) -> list[dict]:
-    """Every runnable candidate on every problem: rows {m, n, k, config, p20/p50/p80_ms, rel_err}."""
+def default_choice(family, p) -> tuple:
+    """(family, config, source) the default path runs ``p`` with: dispatch's family for the problem's m (a decode
+    family at small m) and the config the shipped configs, the config model or the heuristic give it, no DB."""
+    from cutlass_nm.families import get_family
+    from cutlass_nm.formats import NMWeight, Sparse24Weight, VNMWeight
+    from cutlass_nm.formats.fp8 import Sparse24FP8Weight
+    from cutlass_nm.patterns import Pattern
+    from cutlass_nm.routing import default_family
+    from cutlass_nm.store.chooser import default_chooser
+
+    pat = Pattern.parse(p.pattern)
+    kind = Sparse24FP8Weight if p.types.dtype == "e4m3" else Sparse24Weight if pat.is_24 else \
+        VNMWeight if pat.is_vnm else NMWeight
+    dtype = {"f16": torch_dtype("f16"), "bf16": torch_dtype("bf16"), "e4m3": torch_dtype("bf16")}[p.types.dtype]
+    fam = get_family(default_family(None, kind, p.m, dtype, pat, 0, p.k))
+    choice = default_chooser(db=False)(fam, p)
+    if choice is None or choice.config is None or fam.check(choice.config, p) is not None:
+        return fam, fam.heuristic(p), "heuristic"
+    return fam, choice.config, choice.source
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"f16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+def measure(family, probs: list, reps: int, log, with_default: bool = False) -> list[dict]:
+    """Every runnable candidate on every problem: rows {m, n, k, config, p20/p50/p80_ms, rel_err}. ``with_default``:
+    also the default path's choice (``default_choice``; its family may be a decode family), marked ``default``."""
     from cutlass_nm.kernels import get_kernel
     from cutlass_nm.timing import copies_to_rotate, time_rotating
 
@@ -131,10 +159,14 @@ def measure(family, probs: list, reps: int, log) -> list[dict]:
         t0 = time.time()
         copies = copies_to_rotate((p.m * p.k + p.m * p.n) * 2)
         xs, w, ys, extra, ref = inputs(p, copies, seed=i)
-        for cfg in candidates(family, p.m):
-            if family.check(cfg, p) is not None:
+        runs = [(family, cfg, None) for cfg in candidates(family, p.m)]
+        if with_default:
+            fam, cfg, source = default_choice(family, p)
+            runs = [r for r in runs if (r[0].name, r[1]) != (fam.name, cfg)] + [(fam, cfg, source)]
+        for fam, cfg, source in runs:
+            if fam.check(cfg, p) is not None:
                 continue
-            kern = get_kernel((family.name, cfg, p.types))
+            kern = get_kernel((fam.name, cfg, p.types))
             ys[0].fill_(float("nan"))
             kern(xs[0], w, None, ys[0], *extra[0])
             err = ((ys[0].float() - ref).norm() / ref.norm()).item()
@@ -145,14 +177,31 @@ def measure(family, probs: list, reps: int, log) -> list[dict]:
                 return kern(xs[j], w, None, ys[j], *extra[j])
 
             t = time_rotating(run, copies, reps=reps, warmup_ms=25)
-            rows.append({"family": family.name, "pattern": p.pattern, "dtype": p.types.dtype, "m": p.m, "n": p.n,
+            rows.append({"family": fam.name, "pattern": p.pattern, "dtype": p.types.dtype, "m": p.m, "n": p.n,
                          "k": p.k, "config": cfg.to_record(), "median_ms": t.p50_ms, "p20_ms": t.p20_ms,
-                         "p80_ms": t.p80_ms, "reps": t.reps, "timing": t.method, "rel_err": err})
+                         "p80_ms": t.p80_ms, "reps": t.reps, "timing": t.method, "rel_err": err,
+                         **({"default": True, "config_source": source} if source else {})})
         best = min((r for r in rows if (r["m"], r["n"], r["k"]) == (p.m, p.n, p.k)), key=lambda r: r["median_ms"],
                    default=None)
         log(f"[{i + 1}/{len(probs)}] {p.m}x{p.n}x{p.k}: best {best and best['median_ms'] * 1e3:.1f} us "
             f"({time.time() - t0:.1f} s)")
     return rows
+
+
+def default_vs_best(rows: list[dict]) -> list[str]:
+    """A line per problem: the default path's time over the best measured one (1.00: the default is the best)."""
+    lines = []
+    for key in sorted({(r["m"], r["n"], r["k"], r["pattern"]) for r in rows}):
+        mine = [r for r in rows if (r["m"], r["n"], r["k"], r["pattern"]) == key]
+        best = min(mine, key=lambda r: r["median_ms"])
+        default = next((r for r in mine if r.get("default")), None)
+        if default is None:
+            lines.append(f"{key[3]} {key[0]}x{key[1]}x{key[2]}: the default config did not run")
+            continue
+        lines.append(f"{key[3]} {key[0]}x{key[1]}x{key[2]}: default ({default['family']}, "
+                     f"{default['config_source']}) {default['median_ms'] * 1e3:.1f} us, best of {len(mine)} "
+                     f"{best['median_ms'] * 1e3:.1f} us: {default['median_ms'] / best['median_ms']:.3f}x")
+    return lines
 
 
 def records(family, rows: list[dict], study: str) -> list[dict]:
@@ -214,8 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="token counts, comma-separated")
     ap.add_argument("--reps", type=int, default=20, help="timed graph replays per candidate (median kept)")
     ap.add_argument("--out", type=Path, help="the shipped JSONL to write")
-    ap.add_argument("--shape", action="append", help="M,N,K: measure these problems instead of the tune models' "
-                    "(e.g. to compare the default path with the grid's best on held-out shapes; never with --out)")
+    ap.add_argument("--shape", action="append", help="M,N,K: measure these problems instead of the tune models', "
+                    "with the default path's choice beside the grid (its time over the best is printed per problem; "
+                    "never with --out)")
     ap.add_argument("--append", action="store_true", help="keep the file's records of other problems")
     ap.add_argument("--measurements", type=Path, help="also write every timed candidate here (JSON rows)")
     ap.add_argument("--carry-over", metavar="FAMILY", help="only mark FAMILY's records valid for this version")
@@ -240,14 +290,16 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--out is required (the shipped JSONL to write)")
         probs = problems(family, tuple(int(t) for t in args.tokens.split(",")), args.pattern, args.dtype)
     kids = {(family.name, c, p.types) for p in probs for c in candidates(family, p.m) if family.check(c, p) is None}
-    kids = sorted(kids | {h for kid in kids for h in family.helpers(kid[1], kid[2])}, key=str)
+    if args.shape:  # the default path's choice too (its family may be a decode family)
+        kids |= {(fam.name, cfg, p.types) for p in probs for fam, cfg, _ in [default_choice(family, p)]}
+    kids = sorted(kids | {h for kid in kids for h in get_family(kid[0]).helpers(kid[1], kid[2])}, key=str)
     print(f"{len(probs)} problems, {len(kids)} kernels", flush=True)
     if args.dry_run:
         return 0
     t0 = time.time()
     failed = [r for r in precompile(kids) if isinstance(r, Exception)]
     print(f"compiled in {time.time() - t0:.0f} s, {len(failed)} failed", flush=True)
-    rows = measure(family, probs, args.reps, lambda s: print(s, flush=True))
+    rows = measure(family, probs, args.reps, lambda s: print(s, flush=True), with_default=bool(args.shape))
     if args.measurements:  # first: the rows survive whatever follows
         from cutlass_nm.bench.env import environment
 
@@ -256,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         write(args.out, records(family, rows, f"ship_configs/{args.family}"),
               {family.name: template_hash(family.name)}, args.append)
+    if args.shape:
+        print("\n".join(default_vs_best(rows)), flush=True)
     print(f"done in {time.time() - t0:.0f} s", flush=True)
     return 0
 
