@@ -25,6 +25,7 @@ import copy
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -147,7 +148,8 @@ def token_counts(args: argparse.Namespace) -> list[int]:
                    *(b * PROMPT for b in args.decode_batches), ERR_TOKENS})
 
 
-def run(args: argparse.Namespace) -> list[dict]:
+def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
+    """Every row; ``save`` gets the rows so far after each model (a long run keeps what it measured)."""
     from cutlass_nm import precompile_model
     from cutlass_nm.hf import masked_dense_twin, sparsify_model
 
@@ -157,6 +159,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         model = build(shape, DTYPES[dtype_name], args.device)
         dense = measure(model, args, f"{dtype_name} dense")
         rows += rows_for(dtype_name, "dense", dense, dense, {})
+        save(rows)
         original = copy.deepcopy(model)
         for pattern in args.patterns:
             if model is None:
@@ -171,6 +174,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             got = measure(model, args, f"{dtype_name} {pattern}")
             extra = {"rel_err": err, "layers_sparse": sparse, "layers_kept_dense": kept}
             rows += rows_for(dtype_name, pattern, got, dense, extra)
+            save(rows)
             model = None
             if args.device == "cuda":
                 torch.cuda.empty_cache()
@@ -207,10 +211,14 @@ def main() -> None:
         raise SystemExit("no CUDA GPU here: use --tiny --device cpu --no-compile to check the script")
     from cutlass_nm.bench.env import environment
 
-    result = {"environment": environment(), "rows": run(args)}
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+    env = environment()
+
+    def save(rows: list[dict]) -> None:
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+
+    save(run(args, save))
 
 
 if __name__ == "__main__":

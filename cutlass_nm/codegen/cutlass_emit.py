@@ -15,6 +15,13 @@ SM90_SCHEDULES = {
                     L.EpilogueScheduleType.TmaWarpSpecializedCooperative),
     "pingpong": (L.KernelScheduleType.TmaWarpSpecializedPingpong, L.EpilogueScheduleType.TmaWarpSpecialized),
 }
+# FP8 without CUTLASS's promotion of the tensor cores' partial sums into separate fp32 registers every k-block
+SM90_FP8_FAST_SCHEDULES = {
+    "cooperative": (L.KernelScheduleType.TmaWarpSpecializedCooperativeFP8FastAccum,
+                    L.EpilogueScheduleType.TmaWarpSpecializedCooperative),
+    "pingpong": (L.KernelScheduleType.TmaWarpSpecializedPingpongFP8FastAccum,
+                 L.EpilogueScheduleType.TmaWarpSpecialized),
+}
 
 
 @dataclass(frozen=True)
@@ -42,10 +49,11 @@ class _ScaledFp8:
 
 
 def sm90_sparse_fp8_operation(*, tile: tuple[int, int, int], cluster: tuple[int, int], schedule: str,
-                              out_dtype: str, streamk: bool = False) -> GemmOperation:
+                              out_dtype: str, streamk: bool = False, fast_accum: bool = False) -> GemmOperation:
     """A wgmma.sp e4m3 GEMM D(MxN, col-major) = A(MxK, row-major, 2:4) · B(KxN, col-major), fp32 accumulation,
-    scales (and the optional bias) in the epilogue."""
-    kernel_schedule, epilogue_schedule = SM90_SCHEDULES[schedule]
+    scales (and the optional bias) in the epilogue. ``fast_accum``: the tensor cores accumulate every k-block in
+    place (CUTLASS's FP8FastAccum schedules) instead of promoting partial sums into separate fp32 registers."""
+    kernel_schedule, epilogue_schedule = (SM90_FP8_FAST_SCHEDULES if fast_accum else SM90_SCHEDULES)[schedule]
     math = L.MathInstruction([64, tile[1], 64], L.DataType.e4m3, L.DataType.e4m3, L.DataType.f32,
                              L.OpcodeClass.SparseTensorOp, L.MathOperation.multiply_add)
     warps = [4, 1, 1] if schedule == "pingpong" else [tile[0] // 64, 1, 1]

@@ -25,7 +25,9 @@ OUT_DTYPES = ("bf16", "f16")
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
     """CTA tile (``tile_k`` in e4m3 elements: 128 of them are 128 bytes, the 16-bit family's 64), cluster,
-    schedule, raster swizzle and order; as many pipeline stages as fit, persistent data-parallel scheduler."""
+    schedule, raster swizzle and order; as many pipeline stages as fit, persistent data-parallel scheduler.
+    ``fast_accum``: partial sums stay in the tensor cores' accumulators (CUTLASS's FP8FastAccum) rather than being
+    promoted into separate fp32 registers every k-block."""
 
     tile_m: int = 128
     tile_n: int = 128
@@ -35,6 +37,7 @@ class Config(FamilyConfig):
     schedule: str = "cooperative"
     swizzle: int = 1
     raster: str = "heuristic"
+    fast_accum: int = 0
 
     SPACE: ClassVar = {
         "tile_m": (64, 128, 256),
@@ -45,6 +48,7 @@ class Config(FamilyConfig):
         "schedule": ("cooperative", "pingpong"),
         "swizzle": (1, 2, 4, 8),
         "raster": ("heuristic", "m", "n"),
+        "fast_accum": (0, 1),
     }
 
 
@@ -86,7 +90,7 @@ class _Fp8Family(Family):
 
         tile = (cfg.tile_m, cfg.tile_n, cfg.tile_k)
         op = sm90_sparse_fp8_operation(tile=tile, cluster=(cfg.cluster_m, cfg.cluster_n), schedule=cfg.schedule,
-                                       out_dtype=types.out_dtype)
+                                       out_dtype=types.out_dtype, fast_accum=bool(cfg.fast_accum))
         shape = "cute::Shape<" + ", ".join(f"cute::_{t}" for t in tile) + ">"
         return emit_sm90(op, self.template(self.templates[0]), tile_shape=shape,
                          element_d=CPP_TYPES[types.out_dtype], element_bias=CPP_TYPES[types.out_dtype],
