@@ -25,6 +25,7 @@ from cutlass_nm.timing import copies_to_rotate, time_rotating
 
 SHAPES = ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (4096, 14336), (1024, 4096))  # (n, k)
 TOKENS = (1, 512, 2048, 4096, 8192)
+DECODE_BYTES_PER_WEIGHT = 0.625  # decode24_fp8 streams e4m3 values (1/2 a weight) and packed metadata (1/8)
 
 
 def _parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
@@ -76,6 +77,14 @@ def bench_shape(m: int, n: int, k: int) -> dict:
     row["speedup_vs_fp16"] = row["dense_fp16_ms"] / row["median_ms"]
     if cslt:
         row["speedup_vs_cusparselt_fp8"] = row["cusparselt_fp8_ms"] / row["median_ms"]
+    if m == 1:  # the decode path: also a 16-bit x as it comes, and the speedup over the bytes it saves
+        x16 = [x.to(torch.bfloat16) for x in x16]
+        row["median_ms_x16"] = _time(lambda i: cutlass_nm.matmul(x16[i], w8[i]), copies)
+        fastest = min(("dense_fp8", n * k), ("dense_fp16", 2 * n * k), key=lambda d: row[f"{d[0]}_ms"])
+        row["fastest_dense"] = fastest[0]
+        row["bytes_ratio_vs_fastest_dense"] = fastest[1] / (n * k * DECODE_BYTES_PER_WEIGHT + 4 * n)
+        for key, ms in (("", row["median_ms"]), ("_x16", row["median_ms_x16"])):
+            row[f"fraction_of_bytes_ratio{key}"] = row[f"{fastest[0]}_ms"] / ms / row["bytes_ratio_vs_fastest_dense"]
     return row
 
 
@@ -100,8 +109,10 @@ def main() -> None:
             rows.append(row)
             cslt = f"{row['speedup_vs_cusparselt_fp8']:.2f}x cuSPARSELt" if "speedup_vs_cusparselt_fp8" in row \
                 else "cuSPARSELt FP8 not run"
+            decode = f", {row['fraction_of_bytes_ratio']:.2f} (x e4m3) / {row['fraction_of_bytes_ratio_x16']:.2f} " \
+                f"(x bf16) of the bytes ratio vs {row['fastest_dense']}" if m == 1 else ""
             print(f"{m}x{n}x{k}: {row['speedup_vs_dense_fp8']:.2f}x dense FP8, {row['speedup_vs_fp16']:.2f}x fp16, "
-                  f"{cslt}, rel err {row['rel_err']:.1e}", flush=True)
+                  f"{cslt}, rel err {row['rel_err']:.1e}{decode}", flush=True)
     result = {"environment": environment(), "rows": rows}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from .formats.fp8 import E4M3, Sparse24FP8Weight
 from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
 from .kernels import get_kernel
-from .routing import WEIGHTS, default_family
+from .routing import WEIGHTS, default_family, fp8_decodes
 
 Selector = Callable[[Family, Problem], Any]  # returns a Config or a store.chooser.Choice, or None: the heuristic
 _selector: Selector | None = None
@@ -78,8 +78,8 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
     x is ``(..., k)`` fp16/bf16 (or fp32 with a general N:M weight: CUDA cores) on a CUDA device; the result
     is ``(..., n)`` in ``out_dtype`` (default: x's dtype), written into ``out`` when given. ``family`` forces a
     kernel family. With an FP8 weight (``cutlass_nm.quantize``), x is e4m3 with ``x_scale`` (float32: one per
-    token, or one for the tensor), or fp16/bf16, quantized per token here; the output defaults to bf16 (to x's
-    dtype for a 16-bit x).
+    token, or one for the tensor), or fp16/bf16, quantized per token here (used as it is at one token, where the
+    FP8 decode path runs); the output defaults to bf16 (to x's dtype for a 16-bit x).
     """
     if out is None and x_scale is None and type(x) is torch.Tensor:
         # steady state: this weight already ran x's shape, dtype and device with this bias (checked then); only
@@ -135,7 +135,8 @@ def _matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: tor
 
 def _matmul_fp8(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None, x_scale: torch.Tensor | None,
                 out_dtype: torch.dtype | None, out: torch.Tensor | None, family: str | None) -> torch.Tensor:
-    """matmul for an FP8 weight: x e4m3 with its scale, or fp16/bf16 quantized per token (amax / 448)."""
+    """matmul for an FP8 weight: x e4m3 with its scale, or fp16/bf16 quantized per token (amax / 448) for the GEMM
+    and taken as it is by the one-token decode path."""
     out_dtype = out_dtype or (out.dtype if out is not None else x.dtype if x.dtype in FP8_OUT else torch.bfloat16)
     check_fp8_inputs(x, w, bias, x_scale, out_dtype)
     n, k = w.out_features, w.in_features
@@ -144,6 +145,11 @@ def _matmul_fp8(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None
     y = _check_out(out, (*x.shape[:-1], n), out_dtype, x.device) if out is not None else torch.empty(
         (*x.shape[:-1], n), dtype=out_dtype, device=x.device)
     if m == 0:
+        return y
+    if fp8_decodes(m, family):  # x as it comes, its scale (e4m3) or none (16 bits)
+        key = _key(m, w, x.dtype, out_dtype, bias is not None, x.device, family)
+        kernel = _RESOLVED.get(key) or _resolve(key)
+        kernel(x2, w, bias, y.view(m, n), x_scale)
         return y
     key = _key(m, w, E4M3, out_dtype, bias is not None, x.device, family)
     kernel = _RESOLVED.get(key) or _resolve(key)
@@ -171,7 +177,8 @@ def check_fp8_inputs(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor |
             raise InputError(f"an e4m3 x needs x_scale: a contiguous float32 tensor on {x.device} of {rows} values "
                              "(one per token) or 1 (per tensor)")
     elif x_scale is not None:
-        raise InputError("x_scale goes with an e4m3 x; a float16/bfloat16 x is quantized per token here")
+        raise InputError("x_scale goes with an e4m3 x; a float16/bfloat16 x is quantized per token here (used as "
+                         "it is at one token)")
 
 
 def _bias_id(bias: torch.Tensor | None) -> tuple[int, int] | None:
@@ -264,8 +271,9 @@ def kernels_for(problems: list[tuple[int, Any, torch.dtype, bool]], family: str 
     ``matmul(..., family=...)`` forces it), without duplicates; nothing is compiled."""
     kids = {}
     for m, w, dtype, has_bias in problems:
-        if isinstance(w, Sparse24FP8Weight):  # e4m3 kernel inputs; dtype is the output's
-            key = _key(m, w, E4M3, dtype if dtype in FP8_OUT else torch.bfloat16, has_bias, w.device, family)
+        if isinstance(w, Sparse24FP8Weight):  # the GEMM's inputs are e4m3; dtype is x's and the output's
+            out = dtype if dtype in FP8_OUT else torch.bfloat16
+            key = _key(m, w, dtype if fp8_decodes(m, family) else E4M3, out, has_bias, w.device, family)
         else:
             key = _key(m, w, dtype, dtype, has_bias, w.device, family)
         fam, cfg, _, problem = _choose(key)

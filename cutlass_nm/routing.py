@@ -7,6 +7,8 @@ import torch
 from .errors import InputError, PatternError, ShapeError
 from .families import FAMILIES
 from .families.decode24.family import K_MULTIPLE as DECODE24_K_MULTIPLE
+from .families.decode24_fp8.family import FAMILY as DECODE24_FP8
+from .families.decode24_fp8.family import MAX_M as FP8_DECODE_MAX_M
 from .families.launch import device_info, dtype_name
 from .families.nm_simt.family import MAX_GROUP
 from .formats import NMWeight, Sparse24Weight, VNMWeight, weight_class
@@ -22,6 +24,12 @@ DECODE_MAX_M = 16  # largest m the decode families take (N:M and V:N:M weights)
 DECODE24_MAX_M = 1
 
 
+def fp8_decodes(m: int, family: str | None) -> bool:
+    """Whether an FP8 2:4 matmul of m tokens runs the FP8 decode family (forced, or one token by default), which
+    takes x as it comes; the FP8 GEMM takes e4m3 x (a 16-bit x is quantized per token first)."""
+    return family == DECODE24_FP8.name or (family is None and m <= FP8_DECODE_MAX_M)
+
+
 def weight_kind(kind: type) -> str | None:
     """The pattern kind ('24', 'vnm', 'nm') of a weight class, or None for anything else."""
     return KINDS.get(kind)
@@ -34,10 +42,10 @@ def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: 
     forced (``device=None``: an sm_90 GPU, e.g. to plan work on a machine without one). ``vector``: an N:M
     weight's rows sharing positions (0: unknown). ``k``: the weight's in_features (0: unknown); a 2:4 weight takes
     the decode path only where k is known to be a multiple of 16 (read in place), else the sptc24 GEMM."""
-    if kind is Sparse24FP8Weight:  # every m: no FP8 decode path yet
+    if kind is Sparse24FP8Weight:
         if device is not None and device_info(device).capability != (9, 0):
             raise ShapeError("FP8 2:4 weights run on sm_90 (Hopper) only; use a 16-bit 2:4 weight here")
-        return "sptc24_fp8_sm90"
+        return DECODE24_FP8.name if fp8_decodes(m, None) else "sptc24_fp8_sm90"
     if kind is Sparse24Weight and m <= DECODE24_MAX_M and k > 0 and k % DECODE24_K_MULTIPLE == 0:
         return decode_family(kind)
     if kind is NMWeight:

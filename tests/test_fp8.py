@@ -71,6 +71,35 @@ def test_gpu_fp8_x_with_scales_matches_fp32(m, n, k, per_token, with_bias):
 
 
 @gpu
+@pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16, E4M3])
+@pytest.mark.parametrize(("n", "k"), [(37, 32), (1000, 4000), (4096, 4096)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_gpu_one_token_runs_the_fp8_decode_path(x_dtype, n, k, with_bias):
+    """At m = 1 an FP8 weight takes decode24_fp8: a 16-bit x as it is (no quantization), an e4m3 x with its scale;
+    any n (tails of every CTA), k a multiple of 32, with bias, into a NaN-poisoned output."""
+    from cutlass_nm.dispatch import resolved
+
+    w8 = _fp8(n, k, "cuda", seed=n + k)
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    out_dtype = torch.float16 if x_dtype == torch.float16 else torch.bfloat16
+    bias = torch.randn(n, device="cuda", dtype=out_dtype) if with_bias else None
+    out = torch.full((1, n), float("nan"), device="cuda", dtype=out_dtype)
+    if x_dtype == E4M3:
+        xq, sx = quantize_rows(x)
+        y = cutlass_nm.matmul(xq, w8, bias, x_scale=sx, out=out)
+        ref = _reference(xq, sx, w8, bias)
+    else:
+        x = x.to(x_dtype)
+        y = cutlass_nm.matmul(x, w8, bias, out=out)
+        ref = x.double() @ w8.to_dense().double().T + (bias.double() if with_bias else 0)
+    torch.cuda.synchronize()
+    assert y.data_ptr() == out.data_ptr() and torch.isfinite(y).all()
+    assert _rel(y, ref) < 1e-2
+    assert [r["family"] for r in resolved() if (r["m"], r["n"], r["k"]) == (1, n, k)] == ["decode24_fp8"] * \
+        len([r for r in resolved() if (r["m"], r["n"], r["k"]) == (1, n, k)])
+
+
+@gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_gpu_16bit_x_is_quantized_per_token(dtype):
     w8 = _fp8(544, 1088, "cuda", seed=5)
