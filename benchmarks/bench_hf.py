@@ -120,7 +120,7 @@ def measure(model: nn.Module, args: argparse.Namespace, label: str) -> dict[tupl
         print(f"{label}: prefill {batch}x{args.prefill_tokens} {out[('prefill_ms', batch, 'eager')]:.1f} ms",
               flush=True)
     for mode in args.modes:
-        for batch in args.decode_batches:
+        for batch in args.compiled_batches if mode == "compiled" else args.decode_batches:
             if args.device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             out[("decode_tok_s", batch, mode)] = decode_tok_s(model, batch, args.device, mode == "compiled",
@@ -190,6 +190,8 @@ def main() -> None:
                     help="sequences of --prefill-tokens each (empty: no prefill rows)")
     ap.add_argument("--prefill-tokens", type=int, default=2048)
     ap.add_argument("--decode-batches", type=lambda s: [int(v) for v in s.split(",") if v], default=[1, 16])
+    ap.add_argument("--compiled-batches", type=lambda s: [int(v) for v in s.split(",") if v], default=None,
+                    help="decode batches of the compiled mode (default: --decode-batches; each compiles the model)")
     ap.add_argument("--steps", type=lambda s: tuple(int(v) for v in s.split(",")), default=(16, 80),
                     help="two generation lengths; tokens/s comes from their difference")
     ap.add_argument("--reps", type=int, default=5, help="timed prefill repeats (median)")
@@ -202,6 +204,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="write the result JSON here")
     args = ap.parse_args()
     args.modes = args.modes or (["eager"] if args.no_compile else ["eager", "compiled"])
+    args.compiled_batches = args.decode_batches if args.compiled_batches is None else args.compiled_batches
     if set(args.modes) - {"eager", "compiled"}:
         raise SystemExit(f"--modes takes eager and/or compiled, got {args.modes}")
     unknown = set(args.dtypes) - set(DTYPES)
