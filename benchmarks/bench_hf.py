@@ -13,7 +13,9 @@ and each pattern (the default path: ``sparsify_model`` decides per layer at ``to
 * ``decode_tok_s``: ``generate()`` tokens per second at batch 1 and 16, greedy, eager and with a static cache +
   ``torch.compile`` (CUDA graphs), from the difference of two generation lengths (the prefill cancels);
 * ``weight_gb`` (parameters and buffers, each storage once) and ``peak_gb`` (peak allocated during decode);
-* ``rel_err``: the logits' relative difference against the same model with masked dense weights.
+* ``rel_err``: the logits' relative difference against the same model with masked dense weights (and, as
+  ``rel_err_vs_fp32`` / ``dense_rel_err_vs_fp32``, of the sparse and the masked dense model against that model in
+  fp32: the dtype's own noise on this model).
 
 Each row carries ``speedup_vs_dense`` (or the ratio to dense for memory).
 """
@@ -104,12 +106,22 @@ def decode_tok_s(model: nn.Module, batch: int, device: str, compiled: bool, step
     return batch * (steps[1] - steps[0]) / (times[steps[1]] - times[steps[0]])
 
 
-def rel_err(model: nn.Module, ref: nn.Module, device: str) -> float:
-    """Relative difference of the logits of ``model`` and ``ref`` on one random 128-token prompt."""
+def errors(model: nn.Module, twin: nn.Module, device: str) -> dict[str, float]:
+    """Relative logit differences on one random prompt of ERR_TOKENS tokens: ``rel_err``, ``model`` against its
+    masked dense ``twin`` in the same dtype; ``rel_err_vs_fp32``, against the twin in fp32; and
+    ``dense_rel_err_vs_fp32``, the twin's own (the dtype's noise floor on this model). Leaves ``twin`` in fp32."""
     ids = torch.randint(0, model.config.vocab_size, (1, ERR_TOKENS), device=device)
-    with torch.no_grad():
-        got, want = model(input_ids=ids).logits.float(), ref(input_ids=ids).logits.float()
-    return ((got - want).norm() / want.norm()).item()
+
+    def logits(m: nn.Module) -> torch.Tensor:
+        with torch.no_grad():
+            return m(input_ids=ids).logits.double()
+
+    def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+        return ((a - b).norm() / b.norm()).item()
+
+    got, same = logits(model), logits(twin)
+    ref = logits(twin.float())
+    return {"rel_err": rel(got, same), "rel_err_vs_fp32": rel(got, ref), "dense_rel_err_vs_fp32": rel(same, ref)}
 
 
 def measure(model: nn.Module, args: argparse.Namespace, label: str) -> dict[tuple, float]:
@@ -160,19 +172,23 @@ def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda ro
         dense = measure(model, args, f"{dtype_name} dense")
         rows += rows_for(dtype_name, "dense", dense, dense, {})
         save(rows)
-        original = copy.deepcopy(model)
+        original = model.cpu()  # off the GPU: its peak memory is the measured model's alone
+        model = None
         for pattern in args.patterns:
-            if model is None:
-                model = copy.deepcopy(original)
+            model = copy.deepcopy(original).to(args.device)
             sparsify_model(model, pattern.removesuffix("+fp8"), force=args.force, fp8=pattern.endswith("+fp8"))
             summary = model.sparsify_summary
             if args.device == "cuda":  # every kernel the timed calls reach, in parallel, before any is timed
                 precompile_model(model, token_counts(args))
-            err = rel_err(model, masked_dense_twin(original, model), args.device)
+            err = errors(model, masked_dense_twin(original, model).to(args.device), args.device)
+            if args.device == "cuda":
+                torch.cuda.empty_cache()  # the fp32 twin is gone
             sparse, kept = len(summary.replaced), len(summary.kept_dense)
-            print(f"{dtype_name} {pattern}: {sparse} layers sparse, {kept} kept dense, rel err {err:.2e}", flush=True)
+            print(f"{dtype_name} {pattern}: {sparse} layers sparse, {kept} kept dense, rel err {err['rel_err']:.2e} "
+                  f"(vs fp32 {err['rel_err_vs_fp32']:.2e}; dense vs fp32 {err['dense_rel_err_vs_fp32']:.2e})",
+                  flush=True)
             got = measure(model, args, f"{dtype_name} {pattern}")
-            extra = {"rel_err": err, "layers_sparse": sparse, "layers_kept_dense": kept}
+            extra = {**err, "layers_sparse": sparse, "layers_kept_dense": kept}
             rows += rows_for(dtype_name, pattern, got, dense, extra)
             save(rows)
             model = None

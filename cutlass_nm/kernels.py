@@ -56,6 +56,16 @@ def get_kernel(kid: KernelId) -> Callable:
 
 def precompile(kids: Iterable[KernelId], workers: int | None = None,
                progress: Callable[[BuildEvent], None] | None = None) -> list:
-    """Compile many kernels in parallel (no GPU needed); returns an Artifact or BuildError per id. ``progress``
-    gets a :class:`~cutlass_nm.build.BuildEvent` as each kernel finishes (``build.progress.build_progress``)."""
-    return build_many((_source(k) for k in kids), workers=workers, progress=progress)
+    """Compile many kernels in parallel (no GPU needed), and the helper kernels their launchers call
+    (``Family.helpers``) with them; returns an Artifact or BuildError per id given (a helper that fails is logged,
+    and its kernel's first call reports it). ``progress`` gets a :class:`~cutlass_nm.build.BuildEvent` as each
+    kernel finishes (``build.progress.build_progress``)."""
+    kids = list(kids)
+    given = set(kids)
+    helpers = [h for h in dict.fromkeys(h for k in kids for h in get_family(k[0]).helpers(k[1], k[2]))
+               if h not in given]
+    results = build_many((_source(k) for k in kids + helpers), workers=workers, progress=progress)
+    for kid, res in zip(helpers, results[len(kids):], strict=True):
+        if isinstance(res, Exception):
+            log.warning("cutlass_nm: helper kernel %s failed to compile: %s", kernel_name(kid), res)
+    return results[:len(kids)]

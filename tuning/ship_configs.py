@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     kids = {(family.name, c, p.types) for p in probs for c in candidates(family, p.m) if family.check(c, p) is None}
     if args.shape:  # the default path's choice too (its family may be a decode family)
         kids |= {(fam.name, cfg, p.types) for p in probs for fam, cfg, _ in [default_choice(family, p)]}
-    kids = sorted(kids | {h for kid in kids for h in get_family(kid[0]).helpers(kid[1], kid[2])}, key=str)
+    kids = sorted(kids, key=str)  # precompile adds the helper kernels their launchers call
     print(f"{len(probs)} problems, {len(kids)} kernels", flush=True)
     if args.dry_run:
         return 0
