@@ -36,6 +36,7 @@ from torch import nn
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 LLAMA3_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
              "num_key_value_heads": 8, "vocab_size": 128256, "rope_theta": 500000.0, "max_position_embeddings": 8192}
+FAILURES: list[dict] = []  # measurements that raised (kept in the result JSON)
 PROMPT = 32  # generate()'s prompt tokens per sequence
 ERR_TOKENS = 128  # the prompt rel_err compares logits on
 TINY = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -135,8 +136,14 @@ def measure(model: nn.Module, args: argparse.Namespace, label: str) -> dict[tupl
         for batch in args.compiled_batches if mode == "compiled" else args.decode_batches:
             if args.device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
-            out[("decode_tok_s", batch, mode)] = decode_tok_s(model, batch, args.device, mode == "compiled",
-                                                              args.steps)
+            try:
+                out[("decode_tok_s", batch, mode)] = decode_tok_s(model, batch, args.device, mode == "compiled",
+                                                                  args.steps)
+            except Exception as exc:  # one failing mode leaves the model's other rows measured
+                FAILURES.append({"model": label, "metric": "decode_tok_s", "m": batch, "mode": mode,
+                                 "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+                print(f"{label}: decode batch {batch} {mode} FAILED: {FAILURES[-1]['error']}", flush=True)
+                continue
             if args.device == "cuda":
                 out[("peak_gb", batch, mode)] = torch.cuda.max_memory_allocated() / 1e9
             print(f"{label}: decode batch {batch} {mode} {out[('decode_tok_s', batch, mode)]:.1f} tok/s", flush=True)
@@ -146,11 +153,24 @@ def measure(model: nn.Module, args: argparse.Namespace, label: str) -> dict[tupl
 def rows_for(dtype: str, pattern: str, got: dict, dense: dict, extra: dict) -> list[dict]:
     rows = []
     for (metric, batch, mode), value in got.items():
-        base = dense[(metric, batch, mode)]
+        base = dense.get((metric, batch, mode))
+        if base is None:  # dense failed there
+            continue
         better = base / value if metric in ("prefill_ms", "weight_gb", "peak_gb") else value / base
         rows.append({"impl": "hf_llama", "pattern": pattern, "dtype": dtype, "metric": metric, "m": batch,
                      "mode": mode, "value": value, "dense_value": base, "speedup_vs_dense": better, **extra})
     return rows
+
+
+def fresh_copy(model: nn.Module, device: str) -> nn.Module:
+    """A copy of ``model`` on ``device`` without transformers' compiled forward: ``generate()`` keeps it on the model
+    as ``_compiled_call``, bound to the model it was made for, and a deep copy would call that one."""
+    from cutlass_nm.hf import COMPILED_CALL
+
+    twin = copy.deepcopy(model)
+    for attr in COMPILED_CALL:
+        twin.__dict__.pop(attr, None)
+    return twin.to(device)
 
 
 def token_counts(args: argparse.Namespace) -> list[int]:
@@ -175,7 +195,7 @@ def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda ro
         original = model.cpu()  # off the GPU: its peak memory is the measured model's alone
         model = None
         for pattern in args.patterns:
-            model = copy.deepcopy(original).to(args.device)
+            model = fresh_copy(original, args.device)
             sparsify_model(model, pattern.removesuffix("+fp8"), force=args.force, fp8=pattern.endswith("+fp8"))
             summary = model.sparsify_summary
             if args.device == "cuda":  # every kernel the timed calls reach, in parallel, before any is timed
@@ -235,7 +255,7 @@ def main() -> None:
     def save(rows: list[dict]) -> None:
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+            args.out.write_text(json.dumps({"environment": env, "rows": rows, "failures": FAILURES}, indent=1))
 
     save(run(args, save))
 

@@ -158,10 +158,16 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
     return model
 
 
+COMPILED_CALL = ("_compiled_call", "_last_compile_config")  # what generate() keeps on a model it compiled
+
+
 def masked_dense_twin(dense: nn.Module, sparse: nn.Module) -> nn.Module:
     """A copy of ``dense`` (the model as it was before ``sparsify_model``) whose sparsified weights are replaced by
-    their pruned dense weights: the function ``sparse`` must compute, for checking it."""
+    their pruned dense weights: the function ``sparse`` must compute, for checking it. transformers' compiled
+    forward (``_compiled_call``, bound to ``dense``) is not copied: the twin compiles its own."""
     ref = copy.deepcopy(dense)
+    for attr in COMPILED_CALL:
+        ref.__dict__.pop(attr, None)
     mods = dict(ref.named_modules())
     gated = {name for name, mod in sparse.named_modules() if isinstance(mod, SparseGatedMLP)}
     with torch.no_grad():

@@ -147,6 +147,17 @@ def test_on_a_gpu_fuses_only_where_gate_up_and_down_each_win(monkeypatch):
     assert not sparsify_model(_model("llama"), "128:2:8", min_speedup=1.3).sparsify_summary.fused
 
 
+def test_masked_dense_twin_does_not_share_a_compiled_forward():
+    """generate() keeps its compiled forward on the model, bound to it: the twin must not call the original."""
+    model = _model("llama")
+    dense = copy.deepcopy(model)
+    dense._compiled_call, dense._last_compile_config = dense.__call__, None  # as generate() leaves them
+    sparsify_model(model, "2:4", force=True)
+    twin = masked_dense_twin(dense, model)
+    assert not hasattr(twin, "_compiled_call") and not hasattr(twin, "_last_compile_config")
+    assert hasattr(dense, "_compiled_call")
+
+
 def test_duck_typed_model_without_transformers_classes():
     class Layer(nn.Module):
         def __init__(self):
