@@ -76,11 +76,20 @@ GRID = {  # family -> candidate configs (fields not named take the Config defaul
 TOKENS = (16, 128, 512, 2048, 8192)  # the GEMM families' token counts (m = 1 runs on the decode path)
 
 
-def candidates(family, m: int) -> list:
+def candidates(family, m: int, all_tiles: bool = False, vary: dict[str, list] | None = None) -> list:
     """The grid's configs worth timing at ``m`` tokens: token tiles no wider than m (64 at least), and at least 128
-    wide from m = 2048 on, where narrow token tiles only add waves."""
+    wide from m = 2048 on, where narrow token tiles only add waves (``all_tiles``: every one). ``vary``: each
+    config once per value of these fields (e.g. ``{"fast_accum": [0, 1]}``)."""
+    import dataclasses
+    import itertools
+
     cfgs = [family.Config.from_record({**family.Config().to_record(), **c}) for c in GRID[family.name]]
-    return [c for c in cfgs if c.tile_n <= max(64, m) and not (m >= 2048 and c.tile_n < 128)]
+    if not all_tiles:
+        cfgs = [c for c in cfgs if c.tile_n <= max(64, m) and not (m >= 2048 and c.tile_n < 128)]
+    if vary:
+        cfgs = [dataclasses.replace(c, **dict(zip(vary, values, strict=True)))
+                for c in cfgs for values in itertools.product(*vary.values())]
+    return list(dict.fromkeys(cfgs))
 
 
 def kernel_types(dtype: str):
@@ -148,7 +157,7 @@ def torch_dtype(name: str):
     return {"f16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
-def measure(family, probs: list, reps: int, log, with_default: bool = False) -> list[dict]:
+def measure(family, probs: list, reps: int, log, with_default: bool = False, grid: dict | None = None) -> list[dict]:
     """Every runnable candidate on every problem: rows {m, n, k, config, p20/p50/p80_ms, rel_err}. ``with_default``:
     also the default path's choice (``default_choice``; its family may be a decode family), marked ``default``."""
     from cutlass_nm.kernels import get_kernel
@@ -159,7 +168,7 @@ def measure(family, probs: list, reps: int, log, with_default: bool = False) -> 
         t0 = time.time()
         copies = copies_to_rotate((p.m * p.k + p.m * p.n) * 2)
         xs, w, ys, extra, ref = inputs(p, copies, seed=i)
-        runs = [(family, cfg, None) for cfg in candidates(family, p.m)]
+        runs = [(family, cfg, None) for cfg in candidates(family, p.m, **(grid or {}))]
         if with_default:
             fam, cfg, source = default_choice(family, p)
             runs = [r for r in runs if (r[0].name, r[1]) != (fam.name, cfg)] + [(fam, cfg, source)]
@@ -186,6 +195,22 @@ def measure(family, probs: list, reps: int, log, with_default: bool = False) -> 
         log(f"[{i + 1}/{len(probs)}] {p.m}x{p.n}x{p.k}: best {best and best['median_ms'] * 1e3:.1f} us "
             f"({time.time() - t0:.1f} s)")
     return rows
+
+
+def parse_vary(family, specs: list[str] | None) -> dict[str, list]:
+    """``["field=v1,v2", ...]`` as ``{field: [values]}``, each value of the family's config space."""
+    out: dict[str, list] = {}
+    space = family.space()
+    for spec in specs or []:
+        name, _, values = spec.partition("=")
+        if name not in space:
+            raise SystemExit(f"--vary: {family.name} has no field {name!r} (fields: {', '.join(space)})")
+        kind = type(space[name][0])
+        vals = [kind(v) for v in values.split(",") if v]
+        if not vals or any(v not in space[name] for v in vals):
+            raise SystemExit(f"--vary {name}: values must be of {space[name]}, got {values!r}")
+        out[name] = vals
+    return out
 
 
 def default_vs_best(rows: list[dict]) -> list[str]:
@@ -266,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", action="append", help="M,N,K: measure these problems instead of the tune models', "
                     "with the default path's choice beside the grid (its time over the best is printed per problem; "
                     "never with --out)")
+    ap.add_argument("--all-tiles", action="store_true", help="every grid config at every m (no token-tile rule)")
+    ap.add_argument("--vary", action="append", metavar="FIELD=V1,V2",
+                    help="time each grid config once per value of FIELD (e.g. fast_accum=0,1); repeatable")
     ap.add_argument("--append", action="store_true", help="keep the file's records of other problems")
     ap.add_argument("--measurements", type=Path, help="also write every timed candidate here (JSON rows)")
     ap.add_argument("--carry-over", metavar="FAMILY", help="only mark FAMILY's records valid for this version")
@@ -289,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.out:
             ap.error("--out is required (the shipped JSONL to write)")
         probs = problems(family, tuple(int(t) for t in args.tokens.split(",")), args.pattern, args.dtype)
-    kids = {(family.name, c, p.types) for p in probs for c in candidates(family, p.m) if family.check(c, p) is None}
+    grid = {"all_tiles": args.all_tiles, "vary": parse_vary(family, args.vary)}
+    kids = {(family.name, c, p.types) for p in probs for c in candidates(family, p.m, **grid)
+            if family.check(c, p) is None}
     if args.shape:  # the default path's choice too (its family may be a decode family)
         kids |= {(fam.name, cfg, p.types) for p in probs for fam, cfg, _ in [default_choice(family, p)]}
     kids = sorted(kids, key=str)  # precompile adds the helper kernels their launchers call
@@ -299,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     failed = [r for r in precompile(kids) if isinstance(r, Exception)]
     print(f"compiled in {time.time() - t0:.0f} s, {len(failed)} failed", flush=True)
-    rows = measure(family, probs, args.reps, lambda s: print(s, flush=True), with_default=bool(args.shape))
+    rows = measure(family, probs, args.reps, lambda s: print(s, flush=True), with_default=bool(args.shape), grid=grid)
     if args.measurements:  # first: the rows survive whatever follows
         from cutlass_nm.bench.env import environment
 
