@@ -20,12 +20,12 @@ from pathlib import Path
 import torch
 
 import cutlass_nm
+from cutlass_nm.families.decode24_fp8.family import BYTES_PER_WEIGHT as DECODE_BYTES_PER_WEIGHT
 from cutlass_nm.formats.fp8 import E4M3, dequantize_rows, quantize_rows
 from cutlass_nm.timing import copies_to_rotate, time_rotating
 
 SHAPES = ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (4096, 14336), (1024, 4096))  # (n, k)
 TOKENS = (1, 512, 2048, 4096, 8192)
-DECODE_BYTES_PER_WEIGHT = 0.625  # decode24_fp8 streams e4m3 values (1/2 a weight) and packed metadata (1/8)
 
 
 def _parse_shapes(text: str) -> tuple[tuple[int, int], ...]:

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import torch
 
-from ...arch import target
+from ...arch import HOPPER, target
 from ...formats.fp8 import Sparse24FP8Weight
 from ..base import Family, FamilyConfig, KernelTypes, Problem
 from ..launch import check_status, stream_of
@@ -23,6 +23,7 @@ K_MULTIPLE = 32  # a chunk is 32 columns: 16 value bytes, 4 packed meta bytes, a
 X_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "e4m3": "uint8_t"}
 OUT_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16"}
 META_KEY = ("decode24_fp8_meta",)
+BYTES_PER_WEIGHT = 0.625  # e4m3 values (k / 2 a row) and packed metadata (k / 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,14 @@ class Config(FamilyConfig):
     ahead: int = 4
 
     SPACE: ClassVar = {"warps": (2, 4, 8, 16), "rows": (1, 2), "ahead": (2, 4, 8)}
+
+    def estimate_ms(self, problem: Problem, sm_count: int = HOPPER.sm_count) -> float:
+        """A ranking estimate (tune.perfmodel): the weight's BYTES_PER_WEIGHT at copy bandwidth, slower by the
+        share of SMs a grid of under 2 CTAs per SM leaves idle and by few chunks in flight, plus ~4 µs a launch."""
+        ctas = -(-problem.n // (self.warps * self.rows))
+        fill = min(1.0, ctas / (2 * sm_count))
+        stream = problem.n * problem.k * BYTES_PER_WEIGHT + 2 * problem.k + 2 * problem.n
+        return (stream / HOPPER.bandwidth / fill * (1 + 2 / (self.rows * self.ahead)) + 4e-6) * 1e3
 
 
 def packed_meta(w: Sparse24FP8Weight) -> torch.Tensor:
