@@ -72,3 +72,29 @@ def test_shipping_grid_plans_without_a_gpu(capsys, family, dtype):
     assert problems > 100 and kernels >= len(ship.GRID[family]) // 2
     fam = cutlass_nm.families.get_family(family)
     assert all(fam.Config.from_record({**fam.Config().to_record(), **c}) for c in ship.GRID[family])
+
+
+def test_grid_variations_and_the_default_choice_for_held_out_shapes(capsys):
+    """--all-tiles and --vary FIELD=V1,V2 widen the grid (each config once per value); --shape adds the default
+    path's choice (a decode family at small m) to what is compiled; a field or value outside the space is refused."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ship_configs", Path(__file__).parents[1] / "tuning" /
+                                                  "ship_configs.py")
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+    fam = cutlass_nm.families.get_family("sptc24_fp8_sm90")
+    plain, wide = ship.candidates(fam, 2048), ship.candidates(fam, 2048, all_tiles=True)
+    assert len(wide) == len(ship.GRID[fam.name]) > len(plain)
+    both = ship.candidates(fam, 2048, all_tiles=True, vary={"fast_accum": [0, 1]})
+    assert len(both) == 2 * len(wide) and {c.fast_accum for c in both} == {0, 1}
+    with pytest.raises(SystemExit, match="no field"):
+        ship.parse_vary(fam, ["bogus=1"])
+    with pytest.raises(SystemExit, match="values must be"):
+        ship.parse_vary(fam, ["fast_accum=3"])
+    vnm = cutlass_nm.families.get_family("vnm_sm90")
+    small = cutlass_nm.families.Problem(16, 18944, 3584, ship.kernel_types("f16"), "128:2:8")
+    family, cfg, source = ship.default_choice(vnm, small)
+    assert family.name in ("nm_decode", "nm_decode_simt") and family.check(cfg, small) is None and source
+    assert ship.main(["--family", "vnm_sm90", "--pattern", "128:2:8", "--shape", "16,18944,3584", "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("1 problems")
