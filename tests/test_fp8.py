@@ -261,3 +261,29 @@ def test_gpu_one_launch_quantizer_matches_the_torch_one(dtype):
     assert (got == want).float().mean() > 0.999  # the same rounding but for rare ties (x / s vs x * (1 / s))
     assert ((got - want).abs() <= want.abs() / 8 + 2 ** -9).all()  # a tie goes at most one e4m3 step the other way
     assert _rel(got * s[:, None], x.float()) <= 1.01 * _rel(want * want_s[:, None], x.float())  # no less accurate
+
+
+def test_decode_packed_meta_read_as_the_kernel_reads_it():
+    """decode24_fp8's metadata layout, read the way its kernel reads it: chunk c of a row is 16 e4m3 values
+    (bytes 16c..16c+15) and one 32-bit word of packed metadata whose nibble g holds group 8c + g's two positions
+    (bits 0-1, 2-3); value pair g sits at bytes 2g, 2g+1. Summing x at those positions times the values gives x·Wᵀ."""
+    from cutlass_nm.families.decode24_fp8.family import packed_meta
+
+    n, k = 5, 96
+    w8 = _fp8(n, k, seed=3)
+    meta = packed_meta(w8)
+    assert meta.shape == (n, k // 8) and meta.dtype == torch.uint8 and meta.is_contiguous()
+    x = torch.randn(k, dtype=torch.float64)
+    values = w8.values.to(torch.float64)  # e4m3 -> exact in fp64
+    words = meta.to(torch.int64)
+    y = torch.zeros(n, dtype=torch.float64)
+    for r in range(n):
+        for c in range(k // 32):
+            word = sum(int(words[r, 4 * c + b]) << (8 * b) for b in range(4))  # little-endian, as a u32 load
+            for g in range(8):
+                nib = (word >> (4 * g)) & 0xF
+                p0, p1 = nib & 3, nib >> 2
+                col = 32 * c + 4 * g
+                y[r] += x[col + p0] * values[r, 16 * c + 2 * g] + x[col + p1] * values[r, 16 * c + 2 * g + 1]
+    ref = w8.to_dense().double() @ x
+    torch.testing.assert_close(y * w8.scale.double(), ref, rtol=1e-6, atol=1e-9)  # to_dense scales in fp32
