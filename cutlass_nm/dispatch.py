@@ -146,16 +146,22 @@ def _matmul_fp8(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None
         (*x.shape[:-1], n), dtype=out_dtype, device=x.device)
     if m == 0:
         return y
-    if fp8_decodes(m, family):  # x as it comes, its scale (e4m3) or none (16 bits)
-        key = _key(m, w, x.dtype, out_dtype, bias is not None, x.device, family)
-        kernel = _RESOLVED.get(key) or _resolve(key)
+    key, decode = _fp8_key(m, w, x.dtype, out_dtype, bias is not None, x.device, family)
+    kernel = _RESOLVED.get(key) or _resolve(key)
+    if decode:  # x as it comes, with its scale (e4m3) or none (16 bits)
         kernel(x2, w, bias, y.view(m, n), x_scale)
         return y
-    key = _key(m, w, E4M3, out_dtype, bias is not None, x.device, family)
-    kernel = _RESOLVED.get(key) or _resolve(key)
     xq, sx = (x2, x_scale.reshape(-1)) if x.dtype == E4M3 else kernel.quantize(x2)
     kernel(xq, w, bias, y.view(m, n), sx)
     return y
+
+
+def _fp8_key(m: int, w: Sparse24FP8Weight, x_dtype: torch.dtype, out_dtype: torch.dtype, has_bias: bool,
+             device: torch.device, family: str | None) -> tuple[tuple, bool]:
+    """matmul's problem key for an FP8 weight, and whether it runs the decode path, whose kernel takes x's dtype
+    (the GEMM's takes e4m3: a 16-bit x is quantized first)."""
+    decode = fp8_decodes(m, family)
+    return _key(m, w, x_dtype if decode else E4M3, out_dtype, has_bias, device, family), decode
 
 
 def check_fp8_inputs(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None, x_scale: torch.Tensor | None,
@@ -271,9 +277,8 @@ def kernels_for(problems: list[tuple[int, Any, torch.dtype, bool]], family: str 
     ``matmul(..., family=...)`` forces it), without duplicates; nothing is compiled."""
     kids = {}
     for m, w, dtype, has_bias in problems:
-        if isinstance(w, Sparse24FP8Weight):  # the GEMM's inputs are e4m3; dtype is x's and the output's
-            out = dtype if dtype in FP8_OUT else torch.bfloat16
-            key = _key(m, w, dtype if fp8_decodes(m, family) else E4M3, out, has_bias, w.device, family)
+        if isinstance(w, Sparse24FP8Weight):  # dtype is x's and the output's
+            key, _ = _fp8_key(m, w, dtype, dtype if dtype in FP8_OUT else torch.bfloat16, has_bias, w.device, family)
         else:
             key = _key(m, w, dtype, dtype, has_bias, w.device, family)
         fam, cfg, _, problem = _choose(key)
