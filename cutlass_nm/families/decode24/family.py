@@ -77,7 +77,7 @@ class _Decode24Family(Family):
     arch = "sm_80"
     weight = Sparse24Weight
     Config = Config
-    templates = (decode.TEMPLATE,)  # nm_decode's kernel, mode 0, with 2:4 meta bytes
+    templates = (decode.TEMPLATE, decode.STREAM_LOADS)  # nm_decode's kernel, mode 0, with 2:4 meta bytes
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := decode.common_rules(self, cfg, problem)) is not None:

@@ -14,8 +14,9 @@ import torch
 
 from ...arch import HOPPER, target
 from ...formats.fp8 import Sparse24FP8Weight
-from ..base import Family, FamilyConfig, KernelTypes, Problem
+from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file
 from ..launch import check_status, stream_of
+from ..nm_decode.family import STREAM_LOADS
 
 MAX_M = 1  # one token: larger m runs the FP8 GEMM
 MAX_IN_FLIGHT = 8  # rows x ahead: chunks a lane holds in registers (4 words of values + 1 of meta each)
@@ -56,7 +57,7 @@ class _Decode24FP8Family(Family):
     arch = "sm_90a"
     weight = Sparse24FP8Weight
     Config = Config
-    templates = ("families/decode24_fp8/kernel.cu",)
+    templates = ("families/decode24_fp8/kernel.cu", STREAM_LOADS)
     input_dtypes = ("f16", "bf16", "e4m3")
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
@@ -77,8 +78,9 @@ class _Decode24FP8Family(Family):
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
         return self.template(self.templates[0]).substitute(
-            x_type=X_TYPES[types.dtype], out_type=OUT_TYPES[types.out_dtype], warps=cfg.warps, rows=cfg.rows,
-            ahead=cfg.ahead, has_bias="true" if types.bias else "false")
+            stream_loads=package_file(STREAM_LOADS).read_text(), x_type=X_TYPES[types.dtype],
+            out_type=OUT_TYPES[types.out_dtype], warps=cfg.warps, rows=cfg.rows, ahead=cfg.ahead,
+            has_bias="true" if types.bias else "false")
 
     def heuristic(self, problem: Problem) -> Config:
         """One row a warp, 4 chunks ahead; 8 warps a CTA while that gives two CTAs per SM, else fewer warps (a

@@ -24,18 +24,7 @@ constexpr bool kHasBias = ${has_bias};
 constexpr bool kFp8X = sizeof(XT) == 1;
 constexpr int kXWords = kFp8X ? 8 : 16;  // 32 columns of x as 32-bit words
 
-__device__ __forceinline__ uint4 ld_stream16(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint32_t ld_stream4(const void* p) {
-  uint32_t v;
-  asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-
+${stream_loads}
 __device__ __forceinline__ float2 fp8x2_to_float2(uint32_t pair) {  // the low 16 bits: two e4m3 values
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xFFFFu), __NV_E4M3);
   return __half22float2(__half2(h));

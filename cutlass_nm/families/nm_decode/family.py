@@ -24,10 +24,11 @@ from ...errors import ShapeError
 from ...formats.nm import NMWeight, decode_layout, decode_mma_layout
 from ...formats.vnm import VNMWeight, decode_vnm_layout
 from ...patterns import Pattern, parse_or_none
-from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
+from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file
 from ..launch import check_status, device_info, stream_of
 
 TEMPLATE = "families/nm_decode/kernel.cu"  # both decode families' kernel
+STREAM_LOADS = "codegen/stream_loads.cuh"  # the weight-stream loads it splices in (``${stream_loads}``)
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16"}
 SMEM_BUDGET = 96 * 1024  # per CTA: two CTAs fit an SM's shared memory
 MAX_ACCUMULATORS = 64  # fp32 sums per thread (rows x max_tokens) before registers spill
@@ -225,7 +226,7 @@ def emit(family: Family, cfg: DecodeKernel, types: KernelTypes, meta24: bool = F
     """The translation unit of ``cfg`` for ``types``: the shared template with every constant substituted.
     ``meta24``: the index stream is a 2:4 weight's meta bytes (mode 0 only; the ``decode24`` family)."""
     return family.template(TEMPLATE).substitute(
-        meta24="true" if meta24 else "false",
+        stream_loads=package_file(STREAM_LOADS).read_text(), meta24="true" if meta24 else "false",
         element=ELEMENTS[types.dtype], max_tokens=int(cfg.max_tokens), warps=int(cfg.warps), rows=int(cfg.rows),
         stage_x=int(cfg.staged), ahead=int(cfg.ahead), transpose="true" if cfg.transpose else "false",
         mode=int(cfg.mode), bulk=int(cfg.bulk), prefetch=int(cfg.prefetch), min_ctas=int(cfg.min_ctas),
@@ -257,7 +258,7 @@ class _DecodeFamily(Family):
     weight = NMWeight
     also_runs = (VNMWeight,)  # mode 3 (sparse tensor cores) with V % 32 == 0
     Config = Config
-    templates = (TEMPLATE,)
+    templates = (TEMPLATE, STREAM_LOADS)
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := common_rules(self, cfg, problem)) is not None:

@@ -195,24 +195,7 @@ __device__ __forceinline__ void stage_x(const Element* __restrict__ x, Element* 
   }
 }
 
-// Weight streams are read once: they bypass L1, where x (read by every row) stays.
-__device__ __forceinline__ uint4 ld_stream16(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint2 ld_stream8(const void* p) {
-  uint2 v;
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint32_t ld_stream4(const void* p) {
-  uint32_t v;
-  asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-
+${stream_loads}
 // One chunk's index bytes as loaded: 8 uint8 offsets, or (kMeta24) the 4 meta bytes of its 4 groups of 4.
 using ChunkIndex = std::conditional_t<kMeta24, uint32_t, uint2>;
 

@@ -31,7 +31,7 @@ class _DecodeSimtFamily(Family):
     weight = NMWeight
     also_runs = (VNMWeight,)  # read as element-wise 2:M
     Config = Config
-    templates = (decode.TEMPLATE,)  # nm_decode's kernel, mode 0
+    templates = (decode.TEMPLATE, decode.STREAM_LOADS)  # nm_decode's kernel, mode 0
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := decode.common_rules(self, cfg, problem)) is not None:
