@@ -139,7 +139,7 @@ def test_decode_split_families_share_the_template():
     """The two decode families read one template, each declaring it; nm_decode_simt's fingerprint also covers
     nm_decode's module (its plan, source and launcher)."""
     dec = get_family("nm_decode")
-    assert dec.templates == SIMT.templates == ("families/nm_decode/kernel.cu",)
+    assert dec.templates == SIMT.templates == ("families/nm_decode/kernel.cu", "codegen/stream_loads.cuh")
     assert "families/nm_decode/family.py" in SIMT.fingerprint_files()
     assert "mode" not in SIMT.space() and {"rows", "transpose", "max_ctas", "min_ctas"}.isdisjoint(dec.space())
     for fam in (dec, SIMT):  # every space under 100,000 points

@@ -273,7 +273,7 @@ def test_decode_packed_meta_read_as_the_kernel_reads_it():
     w8 = _fp8(n, k, seed=3)
     meta = packed_meta(w8)
     assert meta.shape == (n, k // 8) and meta.dtype == torch.uint8 and meta.is_contiguous()
-    x = torch.randn(k, dtype=torch.float64)
+    x = torch.randn(k, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     values = w8.values.to(torch.float64)  # e4m3 -> exact in fp64
     words = meta.to(torch.int64)
     y = torch.zeros(n, dtype=torch.float64)
@@ -285,5 +285,5 @@ def test_decode_packed_meta_read_as_the_kernel_reads_it():
                 p0, p1 = nib & 3, nib >> 2
                 col = 32 * c + 4 * g
                 y[r] += x[col + p0] * values[r, 16 * c + 2 * g] + x[col + p1] * values[r, 16 * c + 2 * g + 1]
-    ref = w8.to_dense().double() @ x
-    torch.testing.assert_close(y * w8.scale.double(), ref, rtol=1e-6, atol=1e-9)  # to_dense scales in fp32
+    dense = w8.to_dense().double()  # scaled in fp32: each weight within 2^-24 of exact
+    assert ((y * w8.scale.double() - dense @ x).abs() <= 1e-6 * (dense.abs() @ x.abs())).all()
