@@ -290,9 +290,14 @@ def precompile_for(problems: list[tuple[int, Any, torch.dtype, bool]], progress:
                    family: str | None = None) -> None:
     """Compile, in parallel, the kernels ``matmul`` will pick for (m, weight, x dtype, bias?) problems, so that
     their first calls only load them (``family`` and ``progress``: see ``kernels_for``, ``kernels.precompile``)."""
+    precompile_ids(kernels_for(problems, family), progress)
+
+
+def precompile_ids(kids: list[tuple], progress: Callable | None = None) -> None:
+    """Compile kernel ids in parallel ahead of use; failures are logged (their first call raises them)."""
     from .kernels import precompile
 
-    failed = [r for r in precompile(kernels_for(problems, family), progress=progress) if isinstance(r, Exception)]
+    failed = [r for r in precompile(kids, progress=progress) if isinstance(r, Exception)] if kids else []
     if failed:
         log.warning("cutlass_nm: %d kernel(s) failed to compile ahead of use: %s", len(failed), failed[0])
 

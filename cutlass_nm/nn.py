@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from .decisions import LayerDecision, decide
-from .dispatch import kernels_for, matmul
+from .dispatch import kernels_for, matmul, precompile_ids
 from .errors import CutlassNMError, InputError, PatternError, ShapeError
 from .families.sptc24_fp8_sm90.family import K_MULTIPLE as FP8_K_MULTIPLE
 from .formats import compress_as
@@ -387,8 +387,6 @@ def precompile_model(model: nn.Module, tokens: Iterable[int], progress: Callable
     in ``tokens`` (batch x sequence of one forward: prefill and decode sizes alike), so that no first call compiles.
     Activations are taken in each module's dtype (FP8 modules: their bias's, else bf16). ``progress``: as
     ``cutlass_nm.kernels.precompile``'s. Returns how many kernels that is (compiled or already cached)."""
-    from .kernels import precompile
-
     tokens = tuple(tokens)
     kids: dict[tuple, None] = {}
     inside = {id(mod.down_proj) for mod in model.modules() if isinstance(mod, SparseGatedMLP)}
@@ -401,7 +399,5 @@ def precompile_model(model: nn.Module, tokens: Iterable[int], progress: Callable
             bias = mod.bias is not None
             dtype = (mod.bias.dtype if bias else torch.bfloat16) if mod.fp8 else mod.values.dtype
             kids.update(dict.fromkeys(kernels_for([(m, mod._view(), dtype, bias) for m in tokens])))
-    failed = [r for r in precompile(list(kids), progress=progress) if isinstance(r, Exception)] if kids else []
-    if failed:
-        log.warning("cutlass_nm: %d kernel(s) failed to compile ahead of use: %s", len(failed), failed[0])
+    precompile_ids(list(kids), progress)
     return len(kids)
