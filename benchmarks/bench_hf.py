@@ -13,6 +13,10 @@ and each pattern (the default path: ``sparsify_model`` decides per layer at ``to
 * ``decode_tok_s``: ``generate()`` tokens per second at batch 1 and 16, greedy, eager and with a static cache +
   ``torch.compile`` (CUDA graphs), from the difference of two generation lengths (the prefill cancels);
 * ``weight_gb`` (parameters and buffers, each storage once) and ``peak_gb`` (peak allocated during decode);
+* ``linear_ms``: one step's projections and MLPs alone (each layer's module once, weights cold, in a CUDA graph),
+  per decode batch and per prefill; the compiled decode and prefill rows carry ``ceiling``, the speedup left if the
+  rest of the step stays as dense's and the projections reach the ideal (decode: dense's bandwidth over the
+  sparse weights' bytes, ``linear_gb``; prefill: 1 / density, the sparse tensor cores' rate);
 * ``rel_err``: the logits' relative difference against the same model with masked dense weights (and, as
   ``rel_err_vs_fp32`` / ``dense_rel_err_vs_fp32``, of the sparse and the masked dense model against that model in
   fp32: the dtype's own noise on this model).
@@ -107,6 +111,59 @@ def decode_tok_s(model: nn.Module, batch: int, device: str, compiled: bool, step
     return batch * (steps[1] - steps[0]) / (times[steps[1]] - times[steps[0]])
 
 
+PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp")
+
+
+def projections(model: nn.Module) -> dict[str, list[nn.Module]]:
+    """Each decoder layer's projection modules by name (MLPs whole: gate, up, activation and down), and lm_head."""
+    layers = model.model.layers
+    return {**{name: [layer.get_submodule(name) for layer in layers] for name in PROJECTIONS},
+            "lm_head": [model.lm_head]}
+
+
+def linear_ms(model: nn.Module, batch: int, seq: int = 1) -> float:
+    """Device time of one step's projections over batch x seq tokens: every layer's module called once in a CUDA
+    graph (each weight read cold, as in the step), summed over the kinds of ``projections``."""
+    from cutlass_nm.timing import time_rotating
+
+    total = 0.0
+    with torch.no_grad():
+        for mods in projections(model).values():
+            dtype = next(t.dtype for t in (*mods[0].parameters(), *mods[0].buffers()) if t.is_floating_point())
+            width = getattr(mods[0], "in_features", model.config.hidden_size)
+            x = torch.randn(batch, seq, width, device="cuda").to(dtype if dtype.itemsize == 2 else torch.bfloat16)
+            total += time_rotating(lambda i, mods=mods, x=x: mods[i](x), len(mods), reps=50).p50_ms * len(mods)
+    return total
+
+
+def linear_gb(model: nn.Module) -> float:
+    """Bytes of the modules ``linear_ms`` times, in GB."""
+    seen: dict[int, int] = {}
+    for mods in projections(model).values():
+        for mod in mods:
+            for t in (*mod.parameters(), *mod.buffers()):
+                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values()) / 1e9
+
+
+def ceiling(dense: dict, got: dict, metric: str, batch: int, pattern: str) -> float | None:
+    """The speedup of a step if its other work took dense's time and only its projections sped up, ideally:
+    decode (``decode_tok_s``, compiled) streaming the sparse weights' bytes at dense's rate, prefill
+    (``prefill_ms``) at the sparse tensor cores' rate, 1 / density. dense step / (dense step - saved)."""
+    from cutlass_nm.patterns import Pattern
+
+    if metric == "decode_tok_s":
+        step, lin = dense.get((metric, batch, "compiled")), dense.get(("linear_ms", batch, "graph"))
+        step = None if step is None else 1e3 * batch / step
+        kept = got[("linear_gb", 0, "")] / dense[("linear_gb", 0, "")]
+    else:
+        step, lin = dense.get((metric, batch, "eager")), dense.get(("linear_ms", batch, "prefill"))
+        kept = Pattern.parse(pattern.removesuffix("+fp8")).density
+    if step is None or lin is None:
+        return None
+    return step / (step - (1 - kept) * lin)
+
+
 def errors(model: nn.Module, twin: nn.Module, device: str) -> dict[str, float]:
     """Relative logit differences on one random prompt of ERR_TOKENS tokens: ``rel_err``, ``model`` against its
     masked dense ``twin`` in the same dtype; ``rel_err_vs_fp32``, against the twin in fp32; and
@@ -127,7 +184,7 @@ def errors(model: nn.Module, twin: nn.Module, device: str) -> dict[str, float]:
 
 def measure(model: nn.Module, args: argparse.Namespace, label: str) -> dict[tuple, float]:
     """Every timing and memory metric of one model: {(metric, batch, mode): value}."""
-    out: dict[tuple, float] = {("weight_gb", 0, ""): weight_gb(model)}
+    out: dict[tuple, float] = {("weight_gb", 0, ""): weight_gb(model), ("linear_gb", 0, ""): linear_gb(model)}
     for batch in args.prefill_batches:
         out[("prefill_ms", batch, "eager")] = prefill_ms(model, batch, args.prefill_tokens, args.device, args.reps)
         print(f"{label}: prefill {batch}x{args.prefill_tokens} {out[('prefill_ms', batch, 'eager')]:.1f} ms",
@@ -147,6 +204,14 @@ def measure(model: nn.Module, args: argparse.Namespace, label: str) -> dict[tupl
             if args.device == "cuda":
                 out[("peak_gb", batch, mode)] = torch.cuda.max_memory_allocated() / 1e9
             print(f"{label}: decode batch {batch} {mode} {out[('decode_tok_s', batch, mode)]:.1f} tok/s", flush=True)
+    if args.device == "cuda":
+        for batch in sorted({*args.decode_batches, *args.compiled_batches}):
+            out[("linear_ms", batch, "graph")] = linear_ms(model, batch)
+            print(f"{label}: projections at batch {batch}: {out[('linear_ms', batch, 'graph')]:.3f} ms", flush=True)
+        for batch in args.prefill_batches:
+            out[("linear_ms", batch, "prefill")] = linear_ms(model, batch, args.prefill_tokens)
+            print(f"{label}: projections at prefill {batch}x{args.prefill_tokens}: "
+                  f"{out[('linear_ms', batch, 'prefill')]:.2f} ms", flush=True)
     return out
 
 
@@ -156,9 +221,13 @@ def rows_for(dtype: str, pattern: str, got: dict, dense: dict, extra: dict) -> l
         base = dense.get((metric, batch, mode))
         if base is None:  # dense failed there
             continue
-        better = base / value if metric in ("prefill_ms", "weight_gb", "peak_gb") else value / base
+        better = base / value if metric in ("prefill_ms", "weight_gb", "peak_gb", "linear_gb", "linear_ms") \
+            else value / base
         rows.append({"impl": "hf_llama", "pattern": pattern, "dtype": dtype, "metric": metric, "m": batch,
                      "mode": mode, "value": value, "dense_value": base, "speedup_vs_dense": better, **extra})
+        if (metric, mode) in (("decode_tok_s", "compiled"), ("prefill_ms", "eager")) and pattern != "dense" and (
+                limit := ceiling(dense, got, metric, batch, pattern)) is not None:
+            rows[-1]["ceiling"] = limit
     return rows
 
 
