@@ -7,7 +7,9 @@ Per (m, n, k): ``cutlass_nm.matmul`` on an FP8 2:4 weight with an e4m3 x and per
 ``torch._scaled_mm`` (cuBLASLt dense FP8, row-wise scales), ``torch._cslt_sparse_mm`` on FP8 2:4 (cuSPARSELt, where
 this torch build runs it; the row says why where it does not) and fp16 ``F.linear``. CUDA-graph medians with inputs
 rotated past L2 (``cutlass_nm.timing``); ``speedup_vs_*`` are ratios to the baselines timed in the same run;
-``rel_err`` is against an fp32 reference of the dequantized operands.
+``rel_err`` is against an fp32 reference of the dequantized operands. At m = 1 (the decode path) the rows add the
+fraction of the bytes ratio over the fastest dense kernel that ours reaches, and that cuBLAS reaches when it streams
+the same bytes as an fp16 weight (``same_bytes_fp16_ms``): the limit a kernel as fast as cuBLAS would meet.
 """
 
 from __future__ import annotations
@@ -85,6 +87,14 @@ def bench_shape(m: int, n: int, k: int) -> dict:
         row["bytes_ratio_vs_fastest_dense"] = fastest[1] / (n * k * DECODE_BYTES_PER_WEIGHT + 4 * n)
         for key, ms in (("", row["median_ms"]), ("_x16", row["median_ms_x16"])):
             row[f"fraction_of_bytes_ratio{key}"] = row[f"{fastest[0]}_ms"] / ms / row["bytes_ratio_vs_fastest_dense"]
+        # the same bytes through cuBLAS: an fp16 weight of n x (k x DECODE_BYTES_PER_WEIGHT / 2), what the fastest
+        # dense kernel makes of this many bytes (the fraction a kernel streaming as well as cuBLAS would reach)
+        narrow = [torch.randn(n, int(k * DECODE_BYTES_PER_WEIGHT / 2), device="cuda", dtype=torch.half)
+                  for _ in range(copies)]
+        xn = [torch.randn(1, narrow[0].shape[1], device="cuda", dtype=torch.half) for _ in range(copies)]
+        row["same_bytes_fp16_ms"] = _time(lambda i: torch.nn.functional.linear(xn[i], narrow[i]), copies)
+        row["fraction_of_bytes_ratio_same_bytes_fp16"] = (row[f"{fastest[0]}_ms"] / row["same_bytes_fp16_ms"]
+                                                          / row["bytes_ratio_vs_fastest_dense"])
     return row
 
 
@@ -110,7 +120,8 @@ def main() -> None:
             cslt = f"{row['speedup_vs_cusparselt_fp8']:.2f}x cuSPARSELt" if "speedup_vs_cusparselt_fp8" in row \
                 else "cuSPARSELt FP8 not run"
             decode = f", {row['fraction_of_bytes_ratio']:.2f} (x e4m3) / {row['fraction_of_bytes_ratio_x16']:.2f} " \
-                f"(x bf16) of the bytes ratio vs {row['fastest_dense']}" if m == 1 else ""
+                f"(x bf16) of the bytes ratio vs {row['fastest_dense']} (cuBLAS on the same bytes: " \
+                f"{row['fraction_of_bytes_ratio_same_bytes_fp16']:.2f})" if m == 1 else ""
             print(f"{m}x{n}x{k}: {row['speedup_vs_dense_fp8']:.2f}x dense FP8, {row['speedup_vs_fp16']:.2f}x fp16, "
                   f"{cslt}, rel err {row['rel_err']:.1e}{decode}", flush=True)
     result = {"environment": environment(), "rows": rows}

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import statistics
 import time
@@ -242,6 +243,15 @@ def fresh_copy(model: nn.Module, device: str) -> nn.Module:
     return twin.to(device)
 
 
+def release(device: str) -> None:
+    """Free the last model's memory before the next is measured: compiled graphs hold it (CUDA graphs' pools,
+    dynamo's guards), and so may reference cycles."""
+    torch._dynamo.reset()
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
 def token_counts(args: argparse.Namespace) -> list[int]:
     """Every count of rows a sparse layer sees in ``measure`` and ``rel_err``: prefills, generate's prompts
     (PROMPT tokens a sequence) and decode steps."""
@@ -263,6 +273,7 @@ def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda ro
         save(rows)
         original = model.cpu()  # off the GPU: its peak memory is the measured model's alone
         model = None
+        release(args.device)
         for pattern in args.patterns:
             model = fresh_copy(original, args.device)
             sparsify_model(model, pattern.removesuffix("+fp8"), force=args.force, fp8=pattern.endswith("+fp8"))
@@ -281,8 +292,7 @@ def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda ro
             rows += rows_for(dtype_name, pattern, got, dense, extra)
             save(rows)
             model = None
-            if args.device == "cuda":
-                torch.cuda.empty_cache()
+            release(args.device)
     return rows
 
 

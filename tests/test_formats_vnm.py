@@ -173,3 +173,16 @@ def test_empty_weight_is_a_shape_error_not_a_zero_division(shape):
         cutlass_nm.prune(torch.zeros(shape, dtype=torch.float16), "64:2:8")
     with pytest.raises(ShapeError, match=r"out_features >= 1 and in_features >= 1"):
         compress_vnm(torch.zeros(shape), Pattern.parse("64:2:8"))
+
+
+@pytest.mark.parametrize("k", [256, 200])
+def test_padded_24_shares_aligned_weights(k):
+    """The GEMM operand pads K to the alignment; where none is needed it is the weight's own tensors (no copy)."""
+    w = compress_vnm(torch.randn(64, k), Pattern.parse("32:2:8"), prune=True)
+    w24 = w.padded_24(128)
+    aligned = 4 * w.groups % 128 == 0
+    assert (w24.values.data_ptr() == w.values.data_ptr()) is aligned
+    assert w24.shape == (64, w.gathered_k(128))
+    assert torch.equal(w24.values[:, : 2 * w.groups], w.values)
+    assert torch.equal(w24.meta[:, : w.groups], w.meta)
+    assert torch.equal(w24.values[:, 2 * w.groups:], torch.zeros_like(w24.values[:, 2 * w.groups:]))

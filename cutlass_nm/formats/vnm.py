@@ -64,8 +64,12 @@ class VNMWeight(CompressedWeight):
         return -(-4 * self.groups // align) * align
 
     def padded_24(self, align: int) -> Sparse24Weight:
-        """``gathered_24()`` with K zero-padded to ``gathered_k(align)`` (padding groups carry valid metadata)."""
+        """``gathered_24()`` with K zero-padded to ``gathered_k(align)`` (padding groups carry valid metadata). Where
+        no padding is needed it is ``gathered_24()`` itself (the weight's own tensors, no copy) when they are
+        contiguous and 16-byte aligned."""
         rows, kg = self.shape[0], self.gathered_k(align)
+        if kg == 4 * self.groups and all(t.is_contiguous() and not t.data_ptr() % 16 for t in (self.values, self.meta)):
+            return self.gathered_24()
         values = torch.zeros(rows, kg // 2, dtype=self.dtype, device=self.device)
         values[:, : 2 * self.groups] = self.values
         meta = torch.full((rows, kg // 4), PAD_NIBBLE, dtype=torch.uint8, device=self.device)
