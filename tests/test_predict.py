@@ -22,6 +22,16 @@ def test_nearest_tuned_problem_gives_the_config():
     assert predict(FAM, Problem(2048, 3584, 18944, T), tuned, 132) == LARGE
 
 
+def test_same_pattern_first_then_the_family_s_other_patterns():
+    vnm = get_family("vnm_sm90")
+    a, b = (vnm.Config(tile_m=128, tile_n=t, tile_k=64, stages=5, consumers=2) for t in (128, 256))
+    tuned = {ProblemKey.of(vnm.name, Problem(512, 4096, 4096, T, p)): Tuned(c, 0.1)
+             for p, c in (("128:2:8", a), ("128:2:16", b))}
+    assert predict(vnm, Problem(512, 4096, 4096, T, "128:2:16"), tuned, 132) == b
+    assert predict(vnm, Problem(4096, 14336, 4096, T, "128:2:8"), tuned, 132) == a  # same pattern, though farther
+    assert predict(vnm, Problem(512, 4096, 4096, T, "64:2:8"), tuned, 132) == a  # none of its own: nearest other
+
+
 def test_distance_counts_waves_and_is_symmetric():
     a, b = (ProblemKey.of(FAM.name, Problem(m, n, 4096, T)) for m, n in ((512, 4096), (512, 8192)))
     assert distance(a, b, 132) == distance(b, a, 132) > 1.0  # log2 n differs by 1, and the waves too

@@ -1,8 +1,9 @@
 """The config model: a config for a problem nobody tuned, predicted from the tuned problem nearest to it.
 
 Nearest by a feature distance over log2 of m (its bucket), n and k and of the CTA waves a 128 x 128 tile makes
-over the SMs (tile quantization and waves together); the nearest tuned problem of the same family, pattern and
-input dtype (the same output dtype and bias first) whose winning config this family can run gives its config.
+over the SMs (tile quantization and waves together); the nearest tuned problem of the same family and input dtype
+(the same pattern first, then the same output dtype and bias) whose winning config this family can run gives its
+config.
 
 Validated leave-one-model-out on the shipping grid (each tune model's problems predicted from the other models'
 winners, every candidate measured): see docs/decisions/dispatch.md.
@@ -34,10 +35,10 @@ def predict(family: Family, problem: Problem, tuned: dict[ProblemKey, Tuned], sm
     """The predicted config for ``problem`` from ``tuned`` winners (None: no tuned problem's config runs it)."""
     key = ProblemKey.of(family.name, problem)
 
-    def order(k: ProblemKey) -> tuple[bool, float]:
-        return (k.out_dtype, k.bias) != (key.out_dtype, key.bias), distance(k, key, sm_count)
+    def order(k: ProblemKey) -> tuple[bool, bool, float]:
+        return k.pattern != key.pattern, (k.out_dtype, k.bias) != (key.out_dtype, key.bias), distance(k, key, sm_count)
 
-    same = [k for k in tuned if (k.family, k.pattern, k.dtype) == (key.family, key.pattern, key.dtype)]
+    same = [k for k in tuned if (k.family, k.dtype) == (key.family, key.dtype)]
     for k in sorted(same, key=order):
         if family.check(tuned[k].config, problem) is None:
             return tuned[k].config

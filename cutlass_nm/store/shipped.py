@@ -4,7 +4,7 @@ A shipped file is a ``cutlass-nm db export`` of measured records whose header al
 hash its records are valid for (``"templates": {family: hash}``). A family's records are used only while that hash
 is this version's (a template change makes them stale until they are re-measured or explicitly carried over:
 ``tuning/ship_configs.py``). Records of the GPU they were measured on (same name, compute capability and SM count;
-the toolchain and driver may differ) are used first; a GPU with no file of its own takes the records of the same
+the toolchain and driver may differ) are used first; for a family with none, a GPU takes the records of the same
 chip (same compute capability and SM count, e.g. an H200 the H100's). Files are read once; a malformed record is
 skipped.
 """
@@ -76,14 +76,16 @@ def stale_families() -> dict[str, list[str]]:
 
 def shipped_table(machine: dict[str, Any]) -> dict[ProblemKey, Tuned]:
     """The best shipped config per problem for the GPU described by ``machine`` (``fingerprint._machine``'s
-    fields), families whose templates are unchanged only: this GPU's own records, else those of the same chip."""
-    table = _table(machine, MATCH)
-    if not table:
-        table = _table(machine, SAME_CHIP)
-        if table:
-            log.info("cutlass_nm: no shipped configs for %s; using those of the same chip (cc %s, %s SMs)",
-                     machine.get("gpu"), machine.get("compute_capability"), machine.get("sm_count"))
-    return table
+    fields), families whose templates are unchanged only: this GPU's own records, and for the families it has
+    none of, those of the same chip."""
+    own = _table(machine, MATCH)
+    covered = {key.family for key in own}
+    chip = {key: t for key, t in _table(machine, SAME_CHIP).items() if key.family not in covered}
+    if chip:
+        log.info("cutlass_nm: shipped configs of the same chip (cc %s, %s SMs) for %s on %s",
+                 machine.get("compute_capability"), machine.get("sm_count"),
+                 ", ".join(sorted({key.family for key in chip})), machine.get("gpu"))
+    return {**chip, **own}
 
 
 def _table(machine: dict[str, Any], fields: tuple[str, ...]) -> dict[ProblemKey, Tuned]:
