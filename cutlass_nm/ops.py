@@ -10,6 +10,9 @@ paths take x of any strides (made contiguous first, as ``nn.Linear`` takes them)
 
 from __future__ import annotations
 
+import functools
+import weakref
+
 import torch
 
 from .dispatch import check_inputs, matmul
@@ -20,22 +23,32 @@ from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
 from .patterns import Pattern
 
-# Kernel metadata layouts per weight, keyed by the metadata tensor's storage. The entry holds the
-# metadata tensor itself, so its storage cannot be freed and its address reused by another weight.
-_LAYOUTS: dict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, dict]] = {}
+# Kernel layouts per weight, keyed by its metadata tensor's storage. An entry lives as long as the metadata tensor
+# that made it (a module's buffer; a weak reference drops the entry, and the layouts with it, when the module is
+# freed), so a freed weight's layouts never outlive it and a reused address never finds them.
+_LAYOUTS: dict[tuple[int, tuple[int, ...]], tuple[weakref.ref, dict]] = {}
 
 
 def _layout_cache(meta: torch.Tensor) -> dict:
-    """The kernel-layout cache shared by every view of the weight whose metadata is ``meta``."""
+    """The kernel-layout cache shared by every view of the weight whose metadata is ``meta``. Layouts must not
+    hold ``meta`` itself (an alias of its storage is fine), or the entry would keep itself alive."""
     try:
         key = (meta.untyped_storage().data_ptr(), tuple(meta.shape))
     except RuntimeError:  # a wrapper tensor without real storage (e.g. under functionalization): no caching
         return {}
     entry = _LAYOUTS.get(key)
-    if entry is None or entry[0].untyped_storage().data_ptr() != key[0]:
-        entry = (meta, {})
+    owner = entry[0]() if entry is not None else None
+    if owner is None or owner.untyped_storage().data_ptr() != key[0]:
+        entry = (weakref.ref(meta, functools.partial(_forget, key)), {})
         _LAYOUTS[key] = entry
     return entry[1]
+
+
+def _forget(key: tuple[int, tuple[int, ...]], ref: weakref.ref) -> None:
+    """The metadata tensor behind ``ref`` was freed: drop its entry (unless a newer one took the key)."""
+    entry = _LAYOUTS.get(key)
+    if entry is not None and entry[0] is ref:
+        del _LAYOUTS[key]
 
 
 def weight_view(values: torch.Tensor, meta: torch.Tensor) -> Sparse24Weight:

@@ -234,11 +234,32 @@ def test_end_to_end_benchmark_runs_on_a_tiny_model(tmp_path):
                     "--reps", "1", "--out", str(out)], check=True, capture_output=True, timeout=300)
     rows = json.loads(out.read_text())["rows"]
     assert {(r["pattern"], r["metric"]) for r in rows} == {(p, m) for p in ("dense", "2:4")
-                                                           for m in ("weight_gb", "prefill_ms", "decode_tok_s")}
+                                                           for m in ("weight_gb", "linear_gb", "prefill_ms",
+                                                                     "decode_tok_s")}
     sparse = [r for r in rows if r["pattern"] == "2:4"]
     assert all(r["rel_err"] < 1e-6 and r["layers_sparse"] == 14 for r in sparse)
     weights = next(r for r in sparse if r["metric"] == "weight_gb")
     assert weights["value"] < weights["dense_value"]  # compressed projections
+    projections = next(r for r in sparse if r["metric"] == "linear_gb")
+    assert projections["value"] < weights["value"] and projections["dense_value"] < weights["dense_value"]
+
+
+def test_end_to_end_ceiling_keeps_the_rest_of_the_step():
+    """bench_hf's ceiling: only the projections' share of a step speeds up (decode: to the bytes ratio; prefill: to
+    1 / density), the rest of the step stays as dense's."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_hf", Path(__file__).parents[1] / "benchmarks" /
+                                                  "bench_hf.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    dense = {("decode_tok_s", 1, "compiled"): 100.0, ("linear_ms", 1, "graph"): 6.0, ("linear_gb", 0, ""): 10.0,
+             ("prefill_ms", 1, "eager"): 50.0, ("linear_ms", 1, "prefill"): 40.0}
+    sparse = {("linear_gb", 0, ""): 5.0}
+    assert bench.ceiling(dense, sparse, "decode_tok_s", 1, "2:4") == pytest.approx(10 / (10 - 0.5 * 6))
+    assert bench.ceiling(dense, sparse, "prefill_ms", 1, "128:2:8") == pytest.approx(50 / (50 - 0.75 * 40))
+    assert bench.ceiling(dense, sparse, "decode_tok_s", 16, "2:4") is None  # dense not measured there
 
 
 def test_fp8_llama_sparsifies_and_generates_on_the_cpu():

@@ -420,3 +420,23 @@ def test_gpu_precompile_model_leaves_nothing_to_compile_on_first_calls(monkeypat
             y = model(torch.randn(m, 256, device="cuda", dtype=torch.half))
             assert y.shape == (m, 256) and torch.isfinite(y).all()
     assert not built
+
+
+def test_kernel_layouts_are_freed_with_their_module():
+    """Layouts cached for a module's weight (keyed by its metadata storage) go when the module goes: a freed model
+    leaves no GPU memory behind. The decode path's in-place 2:4 layout aliases the weight without pinning it."""
+    import gc
+
+    from cutlass_nm import ops
+    from cutlass_nm.families.decode24.family import in_place_layout
+
+    layer = SparseLinear.from_linear(nn.Linear(64, 32).half())
+    w = layer._view()
+    layout = w.layout(("in_place",), in_place_layout)
+    assert layout[1].data_ptr() == layer.meta.data_ptr() and layout[1] is not layer.meta
+    assert layer._view().layout(("in_place",), lambda _: pytest.fail("rebuilt")) is layout  # one cache per weight
+    key = (layer.meta.untyped_storage().data_ptr(), tuple(layer.meta.shape))
+    assert key in ops._LAYOUTS
+    del layer, w, layout
+    gc.collect()
+    assert key not in ops._LAYOUTS

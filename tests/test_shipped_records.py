@@ -37,7 +37,7 @@ def test_shipped_configs_are_used_for_their_gpu_and_its_chip_only():
     from cutlass_nm.store.chooser import DefaultChooser
     from cutlass_nm.store.shipped import shipped_records
 
-    records = next(iter(shipped_records().values()))
+    records = shipped_records()["h100-80gb-hbm3"]
     env = records[0]["environment"]
     machine = {"gpu": env.gpu, "compute_capability": env.compute_capability, "sm_count": env.sm_count}
     r = records[0]
@@ -48,8 +48,14 @@ def test_shipped_configs_are_used_for_their_gpu_and_its_chip_only():
     assert choice.source == "shipped" and choice.config == best["config"]
     untuned = Problem(r["m"] + 3, r["n"] + 64, r["k"], problem.types, r["pattern"])
     assert DefaultChooser(None, machine)(fam, untuned).source == "model"
-    sibling = {**machine, "gpu": "h200"}  # same chip (compute capability, SM count), no file of its own
+    sibling = {**machine, "gpu": "h200"}  # same chip (compute capability, SM count); its own file has vnm_sm90 only
     assert DefaultChooser(None, sibling)(fam, problem) == choice
+    own = shipped_records()["h200"][0]
+    assert own["family"] != fam.name and own["environment"].gpu == "h200"
+    vnm = get_family(own["family"])
+    vnm_problem = Problem(own["m"], own["n"], own["k"], problem.types, own["pattern"])
+    assert DefaultChooser(None, sibling)(vnm, vnm_problem).source == "shipped"
+    assert DefaultChooser(None, machine)(vnm, vnm_problem).source == "shipped"  # the H100 takes the H200's
     for other in ({**machine, "gpu": "rtx-4090", "sm_count": 128}, {**machine, "compute_capability": "8.0"}):
         assert DefaultChooser(None, other)(fam, problem) is None  # no shipped configs, nothing tuned: the heuristic
 

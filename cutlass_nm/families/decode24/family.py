@@ -66,9 +66,10 @@ def in_place_layout(w: Sparse24Weight) -> tuple[torch.Tensor, torch.Tensor, int]
 
 
 def _aligned(t: torch.Tensor, alignment: int) -> torch.Tensor:
-    """``t`` itself if contiguous and ``alignment``-byte aligned, else a fresh contiguous copy."""
+    """An alias of ``t`` (its storage, not the tensor object: a cached layout must not hold the metadata tensor that
+    keys its cache) if contiguous and ``alignment``-byte aligned, else a fresh contiguous copy."""
     if t.is_contiguous() and t.data_ptr() % alignment == 0:
-        return t
+        return t.detach()
     return torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
 
 
