@@ -160,17 +160,18 @@ def test_plan_covers_the_swizzled_lines(tokens, warps, rows, n, k):
 
 
 def test_weight_is_read_in_place():
-    """No decode copy: the launcher's operands are the weight's own values and meta (k / 2 values a row); a
+    """No decode copy: the launcher's operands alias the weight's own values and meta (k / 2 values a row); a
     misaligned view is copied once; k % 16 != 0 is refused with the rule."""
     w = compress_24(torch.randn(40, 64), prune=True)
     values, meta, stride = in_place_layout(w)
-    assert values is w.values and meta is w.meta and stride == 32
+    assert (values.data_ptr(), meta.data_ptr(), stride) == (w.values.data_ptr(), w.meta.data_ptr(), 32)
+    assert meta is not w.meta  # an alias: the cached layout must not keep the weight's metadata tensor alive
     base = torch.zeros(40 * 32 + 1, dtype=w.values.dtype)
     shifted = base[1:].view(40, 32)  # 2 bytes past an aligned address
     shifted.copy_(w.values)
     view = Sparse24Weight(shifted, w.meta, w.shape)
     values, meta, _ = in_place_layout(view)
-    assert values.data_ptr() % 16 == 0 and torch.equal(values, w.values) and meta is w.meta
+    assert values.data_ptr() % 16 == 0 and torch.equal(values, w.values) and meta.data_ptr() == w.meta.data_ptr()
     with pytest.raises(ShapeError, match="k % 16 == 0"):
         in_place_layout(compress_24(torch.randn(8, 72), prune=True))
 
