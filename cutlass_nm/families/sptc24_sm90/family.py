@@ -133,16 +133,18 @@ class _Sm90Family(Family):
                          stages_expected=pipeline_stages(cfg, out_bytes))
 
     def heuristic(self, problem: Problem) -> Config:
-        """m > 512: 128x256x64, cluster 2x1, raster n, swizzle 8; m <= 512: 128x64x128 (cluster 2x1 at m <= 32,
-        where the token count m is the GEMM's N). Our pipelined mainloop (``mma_pipe`` 1) where the stages allow
-        it (f32 output may not)."""
+        """The shipping grid's best per token count (H100, 130 problems; the token count m is the GEMM's N):
+        m <= 32 128x64x128, cluster 2x1; m <= 128 64x64x128 ping-pong; m <= 512 128x128x128; above, 128x256x64,
+        raster n, swizzle 8. All persistent (no stream-K workspace). Our pipelined mainloop (``mma_pipe`` 1)
+        where the stages allow it (f32 output may not)."""
         if problem.m <= 32:
             cfg = Config(tile_m=128, tile_n=64, tile_k=128, cluster_m=2, cluster_n=1, mma_pipe=1)
+        elif problem.m <= 128:
+            cfg = Config(tile_m=64, tile_n=64, tile_k=128, cluster_m=1, cluster_n=1, schedule="pingpong", mma_pipe=1)
         elif problem.m <= 512:
-            cfg = Config(tile_m=128, tile_n=64, tile_k=128, cluster_m=1, cluster_n=1, raster="n", swizzle=8,
-                         mma_pipe=1)
+            cfg = Config(tile_m=128, tile_n=128, tile_k=128, cluster_m=1, cluster_n=1, mma_pipe=1)
         else:
-            cfg = Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=2, cluster_n=1, raster="n", swizzle=8,
+            cfg = Config(tile_m=128, tile_n=256, tile_k=64, cluster_m=1, cluster_n=1, raster="n", swizzle=8,
                          mma_pipe=1)
         if self.check(cfg, problem) is not None:
             cfg = dataclasses.replace(cfg, mma_pipe=0)
