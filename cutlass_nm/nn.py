@@ -22,6 +22,7 @@ from .formats import compress_as
 from .formats.fp8 import Sparse24FP8Weight, quantize
 from .formats.glu import PAIR_V, fuse_glu, split_glu
 from .formats.nm import VECTORS
+from .formats.weight import refresh_layouts
 from .gated_mlp import gated_mlp, gated_mlp_kernels
 from .ops import (
     fp8_view,
@@ -156,6 +157,11 @@ class SparseLinear(nn.Module):
     def _view(self):
         """``compressed()``, kept while this module's buffers are the same tensors (eager calls build it once)."""
         return cached_view(self, tuple(self._buffers.values()), self.compressed)
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        """``nn.Module``'s, then the kernel layouts already built from the old weight are rebuilt in place."""
+        super()._load_from_state_dict(*args, **kwargs)
+        refresh_layouts(self._view())
 
     def weight_dense(self) -> torch.Tensor:
         """The (pruned) dense weight, decompressed on demand."""
@@ -344,6 +350,13 @@ class SparseGatedMLP(nn.Module):
         """``gate_up()``, kept while the gate/up buffers are the same tensors."""
         return cached_view(self, tuple(self._buffers.values()), self.gate_up)
 
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        """``nn.Module``'s, then the gate/up kernel layouts already built are rebuilt in place (``down_proj``, a
+        SparseLinear, does its own)."""
+        super()._load_from_state_dict(*args, **kwargs)
+        refresh_layouts(self._gate_up_view())
+
+
     def dense_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The pruned dense (gate, up, down) weights, decompressed on demand."""
         return (*split_glu(self.gate_up()), self.down_proj.weight_dense())
@@ -401,3 +414,13 @@ def precompile_model(model: nn.Module, tokens: Iterable[int], progress: Callable
             kids.update(dict.fromkeys(kernels_for([(m, mod._view(), dtype, bias) for m in tokens])))
     precompile_ids(list(kids), progress)
     return len(kids)
+
+
+def refresh_module_layouts(model: nn.Module) -> None:
+    """Rebuild in place the kernel layouts of every sparse module of ``model`` (after its tensors changed in place
+    other than through ``load_state_dict``, e.g. ``tensor.copy_``)."""
+    for mod in model.modules():
+        if isinstance(mod, SparseLinear):
+            refresh_layouts(mod._view())
+        elif isinstance(mod, SparseGatedMLP):
+            refresh_layouts(mod._gate_up_view())

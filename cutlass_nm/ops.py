@@ -21,25 +21,26 @@ from .formats import Sparse24Weight
 from .formats.fp8 import E4M3, Sparse24FP8Weight, dequantize_rows, quantize_rows
 from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
+from .formats.weight import Layouts
 from .patterns import Pattern
 
 # Kernel layouts per weight, keyed by its metadata tensor's storage. An entry lives as long as the metadata tensor
 # that made it (a module's buffer; a weak reference drops the entry, and the layouts with it, when the module is
 # freed), so a freed weight's layouts never outlive it and a reused address never finds them.
-_LAYOUTS: dict[tuple[int, tuple[int, ...]], tuple[weakref.ref, dict]] = {}
+_LAYOUTS: dict[tuple[int, tuple[int, ...]], tuple[weakref.ref, Layouts]] = {}
 
 
-def _layout_cache(meta: torch.Tensor) -> dict:
+def _layout_cache(meta: torch.Tensor) -> Layouts:
     """The kernel-layout cache shared by every view of the weight whose metadata is ``meta``. Layouts must not
     hold ``meta`` itself (an alias of its storage is fine), or the entry would keep itself alive."""
     try:
         key = (meta.untyped_storage().data_ptr(), tuple(meta.shape))
     except RuntimeError:  # a wrapper tensor without real storage (e.g. under functionalization): no caching
-        return {}
+        return Layouts()
     entry = _LAYOUTS.get(key)
     owner = entry[0]() if entry is not None else None
     if owner is None or owner.untyped_storage().data_ptr() != key[0]:
-        entry = (weakref.ref(meta, functools.partial(_forget, key)), {})
+        entry = (weakref.ref(meta, functools.partial(_forget, key)), Layouts())
         _LAYOUTS[key] = entry
     return entry[1]
 

@@ -235,9 +235,11 @@ def test_own_format_round_trip(tmp_path):
         assert torch.equal(fresh(x), model(x))
 
     other = _sparse_model(seed=1)  # SparseLinear modules of the same patterns are filled in place
+    layout = other[0]._view().layout(("test",), lambda w: w.meta.clone())  # as if it had run: a layout built
     load_sparse_into(other, tmp_path / "m.safetensors")
     with torch.no_grad():
         assert torch.equal(other(x), model(x))
+    assert torch.equal(layout, model[0].meta)  # rebuilt from the loaded weight, in place
 
     lin = nn.Linear(64, 48).to(H)  # a state dict of compressed weights and tensors
     w = cutlass_nm.compress(lin.weight.detach(), "2:4", prune=True)

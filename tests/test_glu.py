@@ -129,8 +129,10 @@ def test_sparse_gated_mlp_on_cpu_state_dict_and_compile():
     assert (gate != 0).float().mean() == 0.25 and torch.equal(gate[gate != 0], dense.gate_proj.weight[gate != 0])
     assert "gate_up_values" in mod.state_dict() and "down_proj.meta" in mod.state_dict()
     fresh = SparseGatedMLP(64, 256, "128:2:8", dtype=torch.bfloat16)
+    built = fresh._gate_up_view().layout(("test",), lambda w: w.meta.clone())  # as if it had run
     fresh.load_state_dict(mod.state_dict())
     torch.testing.assert_close(fresh(x), ref)
+    assert torch.equal(built, mod.gate_up_meta)  # the layout built before follows the loaded weight, in place
     torch.testing.assert_close(torch.compile(mod, fullgraph=True)(x), ref)
 
 

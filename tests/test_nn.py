@@ -440,3 +440,21 @@ def test_kernel_layouts_are_freed_with_their_module():
     del layer, w, layout
     gc.collect()
     assert key not in ops._LAYOUTS
+
+
+def test_loading_weights_rebuilds_built_layouts_in_place():
+    """A module that already ran has kernel layouts of its old weight: load_state_dict rebuilds them from the new
+    one into the same tensors (launch plans and captured graphs keep their addresses), for 2:4 and V:N:M."""
+    from cutlass_nm.families.vnm_sm90.family import kernel_layout
+
+    torch.manual_seed(0)
+    for pattern, build in (("2:4", lambda w: (w.meta.clone(), 4)), ("128:2:8", lambda w: kernel_layout(w, 64))):
+        old, new = (SparseLinear.from_linear(nn.Linear(256, 128).half(), pattern) for _ in range(2))
+        assert not torch.equal(old.values, new.values)
+        layout = old._view().layout(("test",), build)
+        before = [t.data_ptr() for t in layout if isinstance(t, torch.Tensor)]
+        old.load_state_dict(new.state_dict())
+        again = old._view().layout(("test",), lambda _: pytest.fail("rebuilt instead of refreshed"))
+        want = build(new._view())
+        assert again is layout and [t.data_ptr() for t in again if isinstance(t, torch.Tensor)] == before
+        assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(again, want))

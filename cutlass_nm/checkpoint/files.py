@@ -14,7 +14,7 @@ from torch import nn
 from ..errors import CheckpointError
 from ..formats import AnyWeight
 from ..formats.fp8 import Sparse24FP8Weight
-from ..nn import SparseLinear, weight_tensors
+from ..nn import SparseLinear, refresh_module_layouts, weight_tensors
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float8_e4m3fn": torch.float8_e4m3fn}
@@ -100,5 +100,6 @@ def install(model: nn.Module, layers: Mapping[str, AnyWeight], tensors: Mapping[
     with torch.no_grad():
         for k, t in tensors.items():
             state[k].copy_(t)
+    refresh_module_layouts(root)  # a module that already ran has kernel layouts of its old weights
     return root
 

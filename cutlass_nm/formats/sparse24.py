@@ -19,7 +19,7 @@ import torch
 
 from ..errors import InputError, SparsityError
 from ..patterns import Pattern
-from .weight import CompressedWeight, check_finite, check_not_empty
+from .weight import CompressedWeight, Layouts, check_finite, check_not_empty
 
 GROUP = 4
 KEEP = 2
@@ -79,7 +79,7 @@ class Sparse24Weight(CompressedWeight):
     values: torch.Tensor
     meta: torch.Tensor
     shape: tuple[int, int]
-    _layouts: dict = field(default_factory=dict, repr=False)
+    _layouts: dict = field(default_factory=Layouts, repr=False)
 
     @property
     def pattern(self) -> Pattern:

@@ -11,6 +11,42 @@ import torch
 from ..errors import InputError, ShapeError
 
 
+class Layouts(dict):
+    """A weight's kernel layouts by key, with the function that built each (``refresh_layouts`` reruns them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.builders: dict[tuple, Callable[[Any], Any]] = {}
+
+
+def refresh_layouts(w: CompressedWeight) -> None:
+    """Rebuild the cached kernel layouts of ``w`` from its tensors as they are now, into the layouts' own tensors:
+    after a weight changed in place (``load_state_dict``, a checkpoint loaded into a module that already ran), its
+    layouts match it again and keep their addresses (launch plans and captured CUDA graphs point at them)."""
+    cache = w.__dict__.get("_layouts")
+    for key in list(cache or ()):
+        build = getattr(cache, "builders", {}).get(key)
+        if build is None:  # not rebuildable: dropped, built again on next use
+            del cache[key]
+            continue
+        fresh = build(w)
+        if not _copy_into(cache[key], fresh):
+            cache[key] = fresh
+
+
+def _copy_into(old: Any, new: Any) -> bool:
+    """Copy layout ``new`` into ``old`` where they have the same structure, shapes and dtypes (True), else False."""
+    if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
+        if (old.shape, old.dtype, old.device) != (new.shape, new.dtype, new.device):
+            return False
+        if old.data_ptr() != new.data_ptr():  # an alias of the weight itself is current already
+            old.copy_(new)
+        return True
+    if isinstance(old, tuple | list) and isinstance(new, tuple | list) and len(old) == len(new):
+        return all(_copy_into(a, b) for a, b in zip(old, new, strict=True))
+    return type(old) is type(new) and old == new
+
+
 class CompressedWeight:
     """Mixin for the format dataclasses; they provide ``values`` and ``shape`` (rows x k)."""
 
@@ -45,9 +81,11 @@ class CompressedWeight:
 
     def layout(self, key: tuple, build: Callable[[Any], Any]) -> Any:
         """The kernel layout ``key`` of this weight, built once by ``build(self)`` and cached on it."""
-        cache = self.__dict__.setdefault("_layouts", {})
+        cache = self.__dict__.setdefault("_layouts", Layouts())
         if key not in cache:
             cache[key] = build(self)
+            if isinstance(cache, Layouts):
+                cache.builders[key] = build
         return cache[key]
 
 
