@@ -93,7 +93,12 @@ def linear(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
 
 
 def clear_layout_cache() -> None:
-    """Forget cached kernel layouts (after weights are freed or modified in place)."""
+    """Forget every cached kernel layout of the modules' weights; each is built again on its next use. (A freed
+    weight's layouts go with it; after changing a module's weights in place, ``nn.refresh_module_layouts``
+    rebuilds them where they are, which CUDA graphs captured before need.)"""
+    for _, cache in _LAYOUTS.values():
+        cache.clear()
+        cache.builders.clear()
     _LAYOUTS.clear()
 
 

@@ -458,3 +458,13 @@ def test_loading_weights_rebuilds_built_layouts_in_place():
         want = build(new._view())
         assert again is layout and [t.data_ptr() for t in again if isinstance(t, torch.Tensor)] == before
         assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(again, want))
+
+
+def test_clearing_the_layout_cache_reaches_views_already_made():
+    from cutlass_nm.ops import clear_layout_cache
+
+    layer = SparseLinear.from_linear(nn.Linear(64, 32).half())
+    w = layer._view()
+    w.layout(("test",), lambda w: 1)
+    clear_layout_cache()
+    assert not w.has_layout(("test",)) and layer._view().layout(("test",), lambda w: 2) == 2
