@@ -457,7 +457,8 @@ def test_loading_weights_rebuilds_built_layouts_in_place():
         again = old._view().layout(("test",), lambda _: pytest.fail("rebuilt instead of refreshed"))
         want = build(new._view())
         assert again is layout and [t.data_ptr() for t in again if isinstance(t, torch.Tensor)] == before
-        assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(again, want))
+        same = (torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(again, want, strict=True))
+        assert all(same)
 
 
 def test_clearing_the_layout_cache_reaches_views_already_made():
