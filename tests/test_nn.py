@@ -469,3 +469,16 @@ def test_clearing_the_layout_cache_reaches_views_already_made():
     w.layout(("test",), lambda w: 1)
     clear_layout_cache()
     assert not w.has_layout(("test",)) and layer._view().layout(("test",), lambda w: 2) == 2
+
+
+def test_a_module_that_ran_still_pickles():
+    """Cached layouts keep their builders (for refresh_layouts); pickling a weight or module drops the builders."""
+    import io
+
+    layer = SparseLinear.from_linear(nn.Linear(64, 32).half())
+    layer._view().layout(("test",), lambda w: w.meta.clone())  # a lambda, as launchers pass
+    buf = io.BytesIO()
+    torch.save(layer, buf)
+    buf.seek(0)
+    back = torch.load(buf, weights_only=False)
+    assert torch.equal(back.meta, layer.meta)

@@ -70,9 +70,12 @@ class CompressedWeight:
         return self.shape[1]
 
     def __getstate__(self) -> dict:
-        """Pickled and deep-copied without ``matmul``'s memo of its calls (it holds loaded kernels)."""
+        """Pickled and deep-copied without ``matmul``'s memo of its calls (it holds loaded kernels) and with its
+        layouts but not their builders (functions of loaded kernels)."""
         state = self.__dict__.copy()
         state.pop("_calls", None)
+        if "_layouts" in state:
+            state["_layouts"] = dict(state["_layouts"])
         return state
 
     def has_layout(self, key: tuple) -> bool:
