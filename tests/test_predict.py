@@ -2,7 +2,7 @@
 
 from cutlass_nm.families import KernelTypes, Problem, get_family
 from cutlass_nm.store.fingerprint import ProblemKey
-from cutlass_nm.store.predict import distance, predict
+from cutlass_nm.store.predict import _kin, distance, predict
 from cutlass_nm.store.shipped import Tuned
 
 FAM = get_family("sptc24_sm90")
@@ -22,14 +22,16 @@ def test_nearest_tuned_problem_gives_the_config():
     assert predict(FAM, Problem(2048, 3584, 18944, T), tuned, 132) == LARGE
 
 
-def test_same_pattern_first_then_the_family_s_other_patterns():
+def test_same_pattern_first_then_v_n_m_patterns_of_the_same_v():
     vnm = get_family("vnm_sm90")
     a, b = (vnm.Config(tile_m=128, tile_n=t, tile_k=64, stages=5, consumers=2) for t in (128, 256))
     tuned = {ProblemKey.of(vnm.name, Problem(512, 4096, 4096, T, p)): Tuned(c, 0.1)
              for p, c in (("128:2:8", a), ("128:2:16", b))}
     assert predict(vnm, Problem(512, 4096, 4096, T, "128:2:16"), tuned, 132) == b
     assert predict(vnm, Problem(4096, 14336, 4096, T, "128:2:8"), tuned, 132) == a  # same pattern, though farther
-    assert predict(vnm, Problem(512, 4096, 4096, T, "64:2:8"), tuned, 132) == a  # none of its own: nearest other
+    assert predict(vnm, Problem(512, 4096, 4096, T, "128:2:10"), tuned, 132) == a  # none of its own: the same V
+    assert predict(vnm, Problem(512, 4096, 4096, T, "64:2:8"), tuned, 132) is None  # another V: the heuristic's
+    assert not _kin("2:8", "1:8") and not _kin("2:4", "128:2:8") and _kin("128:2:8", "128:2:16")
 
 
 def test_distance_counts_waves_and_is_symmetric():
