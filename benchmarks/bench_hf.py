@@ -63,11 +63,12 @@ def build(shape: dict, dtype: torch.dtype, device: str) -> nn.Module:
     return model.eval()
 
 
-def weight_gb(model: nn.Module) -> float:
-    """Bytes of the model's parameters and buffers, each storage counted once, in GB."""
+def weight_gb(*modules: nn.Module) -> float:
+    """Bytes of the modules' parameters and buffers, each storage counted once, in GB."""
     seen: dict[int, int] = {}
-    for t in (*model.parameters(), *model.buffers()):
-        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    for mod in modules:
+        for t in (*mod.parameters(), *mod.buffers()):
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
     return sum(seen.values()) / 1e9
 
 
@@ -139,12 +140,7 @@ def linear_ms(model: nn.Module, batch: int, seq: int = 1) -> float:
 
 def linear_gb(model: nn.Module) -> float:
     """Bytes of the modules ``linear_ms`` times, in GB."""
-    seen: dict[int, int] = {}
-    for mods in projections(model).values():
-        for mod in mods:
-            for t in (*mod.parameters(), *mod.buffers()):
-                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    return sum(seen.values()) / 1e9
+    return weight_gb(*(mod for mods in projections(model).values() for mod in mods))
 
 
 def ceiling(dense: dict, got: dict, metric: str, batch: int, pattern: str) -> float | None:

@@ -356,7 +356,6 @@ class SparseGatedMLP(nn.Module):
         super()._load_from_state_dict(*args, **kwargs)
         refresh_layouts(self._gate_up_view())
 
-
     def dense_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The pruned dense (gate, up, down) weights, decompressed on demand."""
         return (*split_glu(self.gate_up()), self.down_proj.weight_dense())

@@ -23,7 +23,7 @@ from .validate import RecordError
 
 log = logging.getLogger("cutlass_nm.store")
 MATCH = ("gpu", "compute_capability", "sm_count")  # what a shipped record's environment must share with this GPU
-SAME_CHIP = ("compute_capability", "sm_count")  # the fallback when no shipped record names this GPU
+SAME_CHIP = ("compute_capability", "sm_count")  # the fallback for a family with no record naming this GPU
 
 
 @dataclass(frozen=True)
