@@ -18,12 +18,13 @@ import torch
 
 from .errors import InputError, ShapeError
 from .families import FAMILIES, Family, KernelTypes, Problem, get_family
-from .families.launch import dtype_name
+from .families.launch import dtype_name, torch_dtype
 from .formats import Sparse24Weight
 from .formats.fp8 import E4M3, Sparse24FP8Weight
 from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
 from .kernels import get_kernel
+from .patterns import Pattern
 from .routing import WEIGHTS, default_family, fp8_decodes
 
 Selector = Callable[[Family, Problem], Any]  # returns a Config or a store.chooser.Choice, or None: the heuristic
@@ -312,8 +313,19 @@ def _resolve(key: tuple) -> Callable:
     return kernel
 
 
-def _choose(key: tuple) -> tuple[Family, Any, str, Problem]:
-    """The family, config, config source and problem of matmul's ``key`` (no compile)."""
+def default_choice(problem: Problem, kind: type, selector: Selector) -> tuple[Family, Any, str, Problem]:
+    """What matmul runs ``problem`` (types by name; e4m3: an FP8 weight's GEMM, or its decode path at one token)
+    with on an sm_90 GPU when ``selector`` chooses the configs (e.g. the shipped configs without a user DB): the
+    family, config, config source and the family's problem. Needs no weight and no GPU: for planning."""
+    t = problem.types
+    key = (problem.m, problem.n, problem.k, torch_dtype(t.dtype), torch_dtype(t.out_dtype), t.bias, None, None, kind,
+           Pattern.parse(problem.pattern), problem.vector)
+    return _choose(key, selector)
+
+
+def _choose(key: tuple, selector: Selector | None = None) -> tuple[Family, Any, str, Problem]:
+    """The family, config, config source and problem of matmul's ``key`` (no compile), chosen by ``selector``
+    (default: the one ``set_selector`` set, else the user DB and shipped configs)."""
     m, n, k, dtype, out_dtype, has_bias, device, family_name, kind, pattern, vector = key
     family_name = family_name or default_family(device, kind, m, dtype, pattern, vector, k)
     if family_name not in FAMILIES:
@@ -327,7 +339,7 @@ def _choose(key: tuple) -> tuple[Family, Any, str, Problem]:
                          f"got {dtype}")
     problem = Problem(m, n, k, KernelTypes(dtype_name(dtype), dtype_name(out_dtype), has_bias), str(pattern),
                       vector)
-    cfg, source = _config_of((_selector or _default_selector())(family, problem))
+    cfg, source = _config_of((selector or _selector or _default_selector())(family, problem))
     if cfg is not None and (why := family.check(cfg, problem)) is not None:
         # e.g. a DB winner tuned on vector-32 weights offered for a vector-1 weight of the same shape (the DB key
         # has no vector): never launched, the heuristic runs instead

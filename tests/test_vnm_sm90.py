@@ -128,12 +128,50 @@ def test_kernel_layout_computes_the_product(pattern, shape):
 class _FakeFn:
     argtypes = restype = None
 
+    def __init__(self, result: int = 64) -> None:
+        self.result, self.calls = result, []
+
     def __call__(self, *args):
-        return 64
+        self.calls.append(args)
+        return self.result
 
 
 def _fake_lib():
-    return type("Lib", (), {"cnm_run": _FakeFn(), "cnm_meta_atom_k": _FakeFn(), "cnm_transpose": _FakeFn()})()
+    return type("Lib", (), {"cnm_meta_atom_k": _FakeFn(), "cnm_transpose": _FakeFn(), "cnm_plan_bytes": _FakeFn(),
+                            "cnm_plan": _FakeFn(0), "cnm_launch": _FakeFn(0)})()
+
+
+@pytest.fixture(autouse=True)
+def _fake_entry_points(monkeypatch):
+    """The launcher binds cnm_launch through a PYFUNCTYPE, which needs a real library: the fakes are called as is."""
+    from cutlass_nm.families.vnm_sm90 import family as vnm_sm90
+
+    monkeypatch.setattr(vnm_sm90, "gil_holding", lambda lib, name, *types: getattr(lib, name))
+    monkeypatch.setattr(vnm_sm90, "stream_of", lambda x: 7)
+
+
+def test_a_plan_is_built_once_per_weight_and_m_then_only_pointers_change():
+    cfg = FAM.heuristic(Problem(2048, 4096, 4096, F16))
+    lib = _fake_lib()
+    launcher = FAM.bind(lib, cfg, F16)
+    w, _ = cutlass_nm.prune(torch.randn(256, 512, dtype=torch.float16), "128:2:8")
+    for m in (5, 5, 9):
+        x, y = torch.randn(m, 512, dtype=torch.float16), torch.empty(m, 256, dtype=torch.float16)
+        launcher(x, w, None, y)
+        _, x_ptr, xt_ptr, y_ptr, bias_ptr, stream = lib.cnm_launch.calls[-1]
+        assert (x_ptr, y_ptr, bias_ptr, stream) == (x.data_ptr(), y.data_ptr(), None, 7) and xt_ptr
+    assert [c[6] for c in lib.cnm_plan.calls] == [5, 9]  # m: one plan per (weight, m)
+    assert lib.cnm_launch.calls[0][0] is lib.cnm_launch.calls[1][0]
+    n, m, k, padded_k, ldx, _, v = lib.cnm_plan.calls[1][5:]
+    assert (n, m, k, padded_k, ldx, v) == (256, 9, 512, w.padded_k, 16, 128)
+    xt = torch.empty(w.padded_k, 16, dtype=torch.float16)  # x already transposed: the call passes no x
+    bias = torch.randn(256, dtype=torch.float16)
+    launcher(torch.randn(9, 512, dtype=torch.float16), w, bias, torch.empty(9, 256, dtype=torch.float16), xt)
+    assert lib.cnm_launch.calls[-1][1:5] == (None, xt.data_ptr(), lib.cnm_launch.calls[-1][3], bias.data_ptr())
+    assert len(lib.cnm_plan.calls) == 2
+    lib.cnm_launch.result = 1002  # a CUDA error from the launch names the family and the problem
+    with pytest.raises(cutlass_nm.LaunchError, match=r"vnm_sm90: CUDA error 2 .*\(9, 256, 512\)"):
+        launcher(torch.randn(9, 512, dtype=torch.float16), w, None, torch.empty(9, 256, dtype=torch.float16))
 
 
 def test_tile_m_128_hands_v64_weights_to_its_tile_m_64_twin():

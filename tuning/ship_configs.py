@@ -131,30 +131,18 @@ def inputs(p, copies: int, seed: int) -> tuple[list, object, list, list[tuple], 
 
 
 def default_choice(family, p) -> tuple:
-    """(family, config, source) the default path runs ``p`` with: dispatch's family for the problem's m (a decode
-    family at small m) and the config the shipped configs, the config model or the heuristic give it, no DB."""
-    from cutlass_nm.families import get_family
-    from cutlass_nm.formats import NMWeight, Sparse24Weight, VNMWeight
+    """(family, config, source) the default path runs ``p`` with, without a user DB: dispatch's family for the
+    problem's m (a decode family at small m) and the config the shipped configs, the config model or the heuristic
+    give it."""
+    from cutlass_nm.dispatch import default_choice as choose
+    from cutlass_nm.formats import weight_class
     from cutlass_nm.formats.fp8 import Sparse24FP8Weight
     from cutlass_nm.patterns import Pattern
-    from cutlass_nm.routing import default_family
     from cutlass_nm.store.chooser import default_chooser
 
-    pat = Pattern.parse(p.pattern)
-    kind = Sparse24FP8Weight if p.types.dtype == "e4m3" else Sparse24Weight if pat.is_24 else \
-        VNMWeight if pat.is_vnm else NMWeight
-    dtype = {"f16": torch_dtype("f16"), "bf16": torch_dtype("bf16"), "e4m3": torch_dtype("bf16")}[p.types.dtype]
-    fam = get_family(default_family(None, kind, p.m, dtype, pat, 0, p.k))
-    choice = default_chooser(db=False)(fam, p)
-    if choice is None or choice.config is None or fam.check(choice.config, p) is not None:
-        return fam, fam.heuristic(p), "heuristic"
-    return fam, choice.config, choice.source
-
-
-def torch_dtype(name: str):
-    import torch
-
-    return {"f16": torch.float16, "bf16": torch.bfloat16}[name]
+    kind = Sparse24FP8Weight if p.types.dtype == "e4m3" else weight_class(Pattern.parse(p.pattern))
+    fam, cfg, source, _ = choose(p, kind, default_chooser(db=False))
+    return fam, cfg, source
 
 
 def measure(family, probs: list, reps: int, log, with_default: bool = False, grid: dict | None = None) -> list[dict]:

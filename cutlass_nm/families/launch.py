@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -58,6 +61,27 @@ def _stream_by_object(index: int) -> int:
 
 # torch's own cheap accessor (what its compiled code launches on); the public API where a build lacks it
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _stream_by_object)
+
+
+def gil_holding(lib: ctypes.CDLL, name: str, restype: type, *argtypes: type) -> Callable[..., int]:
+    """``lib``'s C function ``name``, called with the GIL held (a PYFUNCTYPE): a launcher that patches a plan and
+    launches it in that one call is atomic for Python threads."""
+    return ctypes.PYFUNCTYPE(restype, *argtypes)((name, lib))
+
+
+class Plans(dict):
+    """A kernel's launch plans by key (weight addresses and shape); all dropped past ``limit`` (a few hundred
+    bytes each)."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def keep(self, key: tuple, plan: Any) -> Any:
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = plan
+        return plan
 
 
 def stream_of(x: torch.Tensor) -> int:

@@ -13,7 +13,7 @@ import torch
 from ...arch import HOPPER, target
 from ...formats import Sparse24Weight, meta_sm90
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
-from ..launch import check_status, device_info, stream_of, workspace
+from ..launch import Plans, check_status, device_info, gil_holding, stream_of, workspace
 
 EPILOGUE_SMEM = 34 * 1024  # conservative TMA-epilogue carve-out
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread before spilling
@@ -160,8 +160,6 @@ class _Launcher:
     A problem that needs no workspace runs from a plan: the kernel's parameters, built once per (weight, bias, m)
     and launched with only x's and y's addresses patched in. Stream-K problems (a workspace) build them per call."""
 
-    MAX_PLANS = 4096  # plans kept per kernel before they are all dropped (a few hundred bytes each)
-
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
         lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, vp, vp]
@@ -173,11 +171,10 @@ class _Launcher:
         lib.cnm_plan.argtypes = [vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32]
         lib.cnm_plan.restype = i32
         self.lib = lib
-        # holds the GIL (a PYFUNCTYPE): patching a plan and launching it is atomic for Python threads
-        self.launch = ctypes.PYFUNCTYPE(i32, vp, vp, vp, vp)(("cnm_launch", lib))
+        self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp)
         self.plan_bytes = lib.cnm_plan_bytes()
         # a plan, or (stream-K) the workspace bytes its per-call path needs, asked once
-        self.plans: dict[tuple[int, int, int, int, int, int], ctypes.Array | int] = {}
+        self.plans = Plans()
         self.swizzle, self.raster = cfg.swizzle, RASTER_ORDER[cfg.raster]
         atom = lib.cnm_meta_atom_k()
         self.layout_key = ("sm90", atom)
@@ -209,10 +206,7 @@ class _Launcher:
             status = self.lib.cnm_plan(plan, a, e, x.data_ptr(), y.data_ptr(), bias or None, n, m, k, sms,
                                        self.swizzle, self.raster)
             check_status(status, FAMILY.name, (m, n, k))
-        if len(self.plans) >= self.MAX_PLANS:
-            self.plans.clear()
-        self.plans[key] = plan
-        return plan
+        return self.plans.keep(key, plan)
 
     def _run(self, key: tuple[int, int, int, int, int, int], x: torch.Tensor, y: torch.Tensor, nbytes: int) -> None:
         """Build the parameters and launch in one call (a problem with a workspace of ``nbytes``)."""

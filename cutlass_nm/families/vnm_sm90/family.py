@@ -22,7 +22,7 @@ from ...formats import meta_sm90
 from ...formats.vnm import VNMWeight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
-from ..launch import check_status, stream_of
+from ..launch import Plans, check_status, gil_holding, stream_of
 
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per consumer thread before spilling
 K_ALIGN = 128  # gathered K is padded to this (a multiple of every tile_k), zero values / valid metadata
@@ -187,19 +187,26 @@ def fallback_config(cfg: Config) -> Config:
 
 
 class _Launcher:
-    """A loaded vnm_sm90 kernel: ``launcher(x, w, bias, y)`` on torch's current stream."""
+    """A loaded vnm_sm90 kernel: ``launcher(x, w, bias, y)`` on torch's current stream.
+
+    Each (weight, m) runs from a plan: the kernel's parameters, with the TMA descriptors of the weight's values and
+    metadata, built on its first call; later calls pass only x, xt, y and bias."""
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, twin: Callable | None = None) -> None:
         """``twin``: the launcher of :func:`fallback_config`'s kernel, which runs V = 64 weights for a wider tile."""
         vp, i32 = ctypes.c_void_p, ctypes.c_int
-        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, vp]
-        lib.cnm_run.restype = i32
         lib.cnm_meta_atom_k.restype = i32
         lib.cnm_transpose.argtypes = [vp, vp, i32, i32, i32, i32, vp]
         lib.cnm_transpose.restype = i32
-        self.run, self.cfg, self.types = lib.cnm_run, cfg, types
+        lib.cnm_plan_bytes.restype = ctypes.c_size_t
+        lib.cnm_plan.argtypes = [vp, vp, vp, vp, vp] + [i32] * 7
+        lib.cnm_plan.restype = i32
+        self.lib, self.cfg, self.types = lib, cfg, types
+        self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp, vp, vp)
+        self.plans = Plans()
         self.transpose_only = lib.cnm_transpose
         self.atom = lib.cnm_meta_atom_k()
+        self.layout_key = ("vnm_sm90", self.atom)
         self.twin = twin
 
     def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor,
@@ -214,8 +221,7 @@ class _Launcher:
             raise ShapeError(f"vnm_sm90 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
                              "(Hopper's sparse MMA tiles are 64 rows: V >= 64)")
         m, k = x.shape
-        n = w.out_features
-        values, e, gidx = w.layout(("vnm_sm90", self.atom), lambda ww: kernel_layout(ww, self.atom))
+        values, e, gidx = w.layout(self.layout_key, lambda ww: kernel_layout(ww, self.atom))
         ldx = -(-m // 8) * 8
         given = xt is not None
         if given and (xt.shape != (w.padded_k, ldx) or xt.dtype != x.dtype or not xt.is_contiguous()):
@@ -223,11 +229,21 @@ class _Launcher:
                              f"{xt.dtype} {tuple(xt.shape)}")
         if not given:
             xt = torch.empty(w.padded_k, ldx, dtype=x.dtype, device=x.device)  # x transposed by the library
-        stream = stream_of(x)
-        status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), None if given else x.data_ptr(),
-                          xt.data_ptr(), y.data_ptr(), None if bias is None else bias.data_ptr(), n, m, k,
-                          w.padded_k, ldx, gidx.shape[1], v, stream)
-        check_status(status, FAMILY.name, (m, n, k))
+        key = (values.data_ptr(), e.data_ptr(), gidx.data_ptr(), m, w.out_features, k, w.padded_k, gidx.shape[1], v)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self.plans.keep(key, self._plan(key, ldx, xt))
+        status = self.launch(plan, None if given else x.data_ptr(), xt.data_ptr(), y.data_ptr(),
+                             None if bias is None else bias.data_ptr(), stream_of(x))
+        if status:
+            check_status(status, FAMILY.name, (m, w.out_features, k))
+
+    def _plan(self, key: tuple[int, ...], ldx: int, xt: torch.Tensor) -> ctypes.Array:
+        a, e, gidx, m, n, k, padded_k, kg, v = key
+        plan = ctypes.create_string_buffer(self.lib.cnm_plan_bytes())
+        check_status(self.lib.cnm_plan(plan, a, e, gidx, xt.data_ptr(), n, m, k, padded_k, ldx, kg, v),
+                     FAMILY.name, (m, n, k))
+        return plan
 
     def transpose(self, x: torch.Tensor, padded_k: int, xt: torch.Tensor) -> None:
         """Only the per-call transpose into xt (padded_k x ldx), for profiling."""

@@ -359,30 +359,10 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ cons
 }
 }  // namespace cnm_vnm
 
-using namespace cnm_vnm;
-
-extern "C" {
-
-int cnm_abi_version() { return 3; }
-
-// Logical K columns of one metadata atom: the weight's sm90 layout must have been built for this.
-int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEAtom{})); }
-
-int cnm_smem_bytes() { return int(sizeof(SharedStorage)); }
-
-// The per-call transpose alone (for profiling): xt(padded_k x ldx) = x(m x k)^T. 0 on success.
-int cnm_transpose(const void* x, void* xt, int m, int k, int padded_k, int ldx, cudaStream_t stream) {
-  transpose(static_cast<Element const*>(x), static_cast<Element*>(xt), m, k, padded_k, ldx, stream);
-  cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? 0 : 1000 + int(err);
-}
-
-// y(m x n) = gather(x) * Wg^T. a: n x kg/2 values, e: sm90 metadata, gidx: blocks x kg, x: m x k, xt: scratch of
-// padded_k x ldx (ldx = m rounded up to 8), filled here; x null: xt already holds x transposed (zeros in rows past
-// k that the gather index names). kGlu = 1: y is hT ((n / 2) x ldx). 0 on success, else 1000 + cudaError_t.
-int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* xt, void* y, const void* bias, int n,
-            int m, int k, int padded_k, int ldx, int kg, int v, cudaStream_t stream) {
-  if (x != nullptr) transpose(static_cast<Element const*>(x), static_cast<Element*>(xt), m, k, padded_k, ldx, stream);
+namespace cnm_vnm {
+// The kernel's parameters for a problem (x already transposed into xt, or xt filled before the launch).
+Params make_params(const void* a, const void* e, const int* gidx, const void* xt, void* y, const void* bias, int n,
+                   int m, int padded_k, int ldx, int kg, int v) {
   auto problem = cute::make_shape(n, ldx, kg, 1);
   typename Mainloop::Arguments args{
       static_cast<Element const*>(a), SparseConfig::fill_layoutA(problem), static_cast<Element const*>(xt),
@@ -405,6 +385,11 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
   // a group's slice of xt (raster_group token tiles x padded_k rows) within 16 MB, a third of the H100's L2
   p.raster_group = max(1, min(p.n_tiles, int((16u << 20) / (unsigned(kTileN) * unsigned(padded_k) * sizeof(Element)))));
   p.raster_group = max(kClusterN, p.raster_group / kClusterN * kClusterN);
+  return p;
+}
+
+// Launches the kernel on p. 0 on success, else 1000 + cudaError_t.
+int launch(Params const& p, cudaStream_t stream) {
   static int smem_set = 0;
   int smem = int(sizeof(SharedStorage));
   if (!smem_set) {
@@ -436,6 +421,69 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
     if (err == cudaSuccess) err = cudaGetLastError();
   }
   return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
+// A launch plan: the parameters (with A's and E's TMA descriptors) built once per (weight, m), and x's k.
+struct Plan {
+  Params p;
+  int k;
+};
+
+Plan* aligned_plan(void* buf) {
+  auto addr = reinterpret_cast<uintptr_t>(buf);
+  return reinterpret_cast<Plan*>((addr + alignof(Plan) - 1) / alignof(Plan) * alignof(Plan));
+}
+}  // namespace cnm_vnm
+
+using namespace cnm_vnm;
+
+extern "C" {
+
+int cnm_abi_version() { return 4; }
+
+// Logical K columns of one metadata atom: the weight's sm90 layout must have been built for this.
+int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEAtom{})); }
+
+int cnm_smem_bytes() { return int(sizeof(SharedStorage)); }
+
+// The per-call transpose alone (for profiling): xt(padded_k x ldx) = x(m x k)^T. 0 on success.
+int cnm_transpose(const void* x, void* xt, int m, int k, int padded_k, int ldx, cudaStream_t stream) {
+  transpose(static_cast<Element const*>(x), static_cast<Element*>(xt), m, k, padded_k, ldx, stream);
+  cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
+// y(m x n) = gather(x) * Wg^T. a: n x kg/2 values, e: sm90 metadata, gidx: blocks x kg, x: m x k, xt: scratch of
+// padded_k x ldx (ldx = m rounded up to 8), filled here; x null: xt already holds x transposed (zeros in rows past
+// k that the gather index names). kGlu = 1: y is hT ((n / 2) x ldx). 0 on success, else 1000 + cudaError_t.
+int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* xt, void* y, const void* bias, int n,
+            int m, int k, int padded_k, int ldx, int kg, int v, cudaStream_t stream) {
+  if (x != nullptr) transpose(static_cast<Element const*>(x), static_cast<Element*>(xt), m, k, padded_k, ldx, stream);
+  return launch(make_params(a, e, gidx, xt, y, bias, n, m, padded_k, ldx, kg, v), stream);
+}
+
+// Bytes of a caller-owned buffer that holds one Plan (any alignment).
+size_t cnm_plan_bytes() { return sizeof(Plan) + alignof(Plan); }
+
+// Fills the plan in buf: cnm_run's weight and shape arguments; xt only shapes B's (unused) TMA descriptor.
+int cnm_plan(void* buf, const void* a, const void* e, const int* gidx, const void* xt, int n, int m, int k,
+             int padded_k, int ldx, int kg, int v) {
+  Plan* plan = aligned_plan(buf);
+  plan->p = make_params(a, e, gidx, xt, nullptr, nullptr, n, m, padded_k, ldx, kg, v);
+  plan->k = k;
+  return 0;
+}
+
+// cnm_run from a plan: only x, xt, y and bias change per call (plain pointers of the parameters).
+int cnm_launch(void* buf, const void* x, void* xt, void* y, const void* bias, cudaStream_t stream) {
+  Plan* plan = aligned_plan(buf);
+  Params& p = plan->p;
+  if (x != nullptr)
+    transpose(static_cast<Element const*>(x), static_cast<Element*>(xt), p.m, plan->k, p.padded_k, p.ldx, stream);
+  p.xt = static_cast<Element const*>(xt);
+  p.y = static_cast<ElementOut*>(y);
+  p.bias = static_cast<Element const*>(bias);
+  return launch(p, stream);
 }
 
 }  // extern "C"
