@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = json.loads(args.measurements.read_text())["rows"]
     family = get_family(rows[0]["family"])
-    types = KernelTypes(rows[0]["dtype"], rows[0]["dtype"], False)
+    dtype = rows[0]["dtype"]
+    types = KernelTypes(dtype, "bf16" if dtype == "e4m3" else dtype, False)  # e4m3 GEMMs write bf16
     pattern = rows[0]["pattern"]
     times: dict[tuple[int, int, int], dict[str, float]] = defaultdict(dict)
     for r in rows:
@@ -50,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
             problem, best = Problem(m, n, k, types, pattern), min(by_cfg.values())
             worst = max(by_cfg.values())  # a config the grid did not time at this m counts as its slowest
             picks = (predict(family, problem, tuned, 132), family.heuristic(problem))
-            scores[m].append(tuple(by_cfg.get(json.dumps(c.to_record(), sort_keys=True), worst) / best
-                                   for c in picks))
+            scores[m].append(tuple((worst if c is None else by_cfg.get(json.dumps(c.to_record(), sort_keys=True),
+                                                                       worst)) / best for c in picks))
 
     def geo(v: list[float]) -> float:
         return math.exp(sum(math.log(x) for x in v) / len(v))
