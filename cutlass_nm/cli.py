@@ -117,7 +117,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _check_on_gpu(shapes: list[tuple[int, int, int]], jobs: int | None) -> int:
-    """Compile what ``matmul`` picks for each shape, run it against fp64, time it eager and as a CUDA graph."""
+    """Compile what ``matmul`` picks for each shape, run it against fp64, time it eager and as a CUDA graph (each
+    side against ``torch.mm`` on the masked dense weight, inputs rotated past L2)."""
     import torch
 
     import cutlass_nm
@@ -125,11 +126,15 @@ def _check_on_gpu(shapes: list[tuple[int, int, int]], jobs: int | None) -> int:
     from .build.progress import build_progress
     from .dispatch import kernels_for
     from .kernels import precompile
-    from .timing import time_rotating
+    from .timing import copies_to_rotate, time_rotating
 
-    cases = [(torch.randn(m, k, device="cuda", dtype=torch.float16),
-              cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16))[0]) for m, n, k in shapes]
-    kids = kernels_for([(x.shape[0], w, x.dtype, False) for x, w in cases])
+    cases = []
+    for m, n, k in shapes:
+        copies = copies_to_rotate((m * k + n * k) * 2)
+        xs = [torch.randn(m, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
+        ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16))[0] for _ in range(copies)]
+        cases.append((xs, ws, [w.to_dense() for w in ws]))
+    kids = kernels_for([(xs[0].shape[0], ws[0], xs[0].dtype, False) for xs, ws, _ in cases])
     with build_progress(len(kids), console) as progress:
         failed = [r for r in precompile(kids, workers=jobs, progress=progress) if isinstance(r, Exception)]
     if failed:
@@ -138,16 +143,21 @@ def _check_on_gpu(shapes: list[tuple[int, int, int]], jobs: int | None) -> int:
     table = Table("m x n x k", "family", "config", "rel. error vs fp64", "speedup vs torch.mm: eager",
                   "CUDA graph")
     bad = False
-    for x, w in cases:
-        (m, k), n = x.shape, w.out_features
-        y = cutlass_nm.matmul(x, w)
-        ref = x.double() @ w.to_dense().double().T
+    for xs, ws, wds in cases:
+        (m, k), n, copies = xs[0].shape, ws[0].out_features, len(xs)
+        y = cutlass_nm.matmul(xs[0], ws[0])
+        ref = xs[0].double() @ wds[0].double().T
         err = ((y.double() - ref).norm() / ref.norm()).item()
         bad |= not err < 2e-3
-        wd = w.to_dense()
-        eager = _time(lambda x=x, wd=wd: torch.mm(x, wd.T)) / _time(lambda x=x, w=w: cutlass_nm.matmul(x, w))
-        graph = (time_rotating(lambda i, x=x, wd=wd: torch.mm(x, wd.T), 1).p50_ms
-                 / time_rotating(lambda i, x=x, w=w: cutlass_nm.matmul(x, w), 1).p50_ms)
+
+        def dense(i: int, xs=xs, wds=wds) -> torch.Tensor:
+            return torch.mm(xs[i], wds[i].T)
+
+        def sparse(i: int, xs=xs, ws=ws) -> torch.Tensor:
+            return cutlass_nm.matmul(xs[i], ws[i])
+
+        eager = _time(dense, copies) / _time(sparse, copies)
+        graph = time_rotating(dense, copies).p50_ms / time_rotating(sparse, copies).p50_ms
         chosen = {(r["m"], r["n"], r["k"]): r for r in cutlass_nm.dispatch.resolved()}.get((m, n, k), {})
         table.add_row(f"{m} x {n} x {k}", chosen.get("family", "?"), chosen.get("config_source", "?"), f"{err:.1e}",
                       f"{eager:.2f}x", f"{graph:.2f}x")
@@ -158,15 +168,17 @@ def _check_on_gpu(shapes: list[tuple[int, int, int]], jobs: int | None) -> int:
     return 1 if bad else 0
 
 
-def _time(fn, reps: int = 50) -> float:
-    """Wall time per call of ``reps`` back-to-back eager calls (CUDA events), after one warm-up call."""
+def _time(fn, copies: int, reps: int = 50) -> float:
+    """Wall time per call of ``reps`` back-to-back eager calls ``fn(i % copies)`` (CUDA events), after a warm-up
+    call of each input set."""
     import torch
 
-    fn()
+    for i in range(copies):
+        fn(i)
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
-    for _ in range(reps):
-        fn()
+    for i in range(reps):
+        fn(i % copies)
     e.record()
     e.synchronize()
     return s.elapsed_time(e) / reps
