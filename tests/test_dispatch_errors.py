@@ -146,3 +146,24 @@ def test_fp32_weights_with_tensor_core_patterns_cannot_be_built():
     for pattern in ("2:4", "128:2:8"):
         with pytest.raises(InputError, match="which takes the dtypes f16/bf16"):
             cutlass_nm.compress(torch.randn(256, 512), pattern, prune=True)
+
+
+def test_default_choice_is_what_matmul_resolves(monkeypatch):
+    """dispatch.default_choice (planning without a weight or a GPU) picks the family, config and kernel types that
+    matmul's own resolution picks for the same problems on an sm_90 GPU, for every weight kind and m range."""
+    from cutlass_nm import dispatch, routing
+    from cutlass_nm.families import KernelTypes, Problem
+    from cutlass_nm.families.launch import DeviceInfo
+    from cutlass_nm.formats import weight_class
+
+    monkeypatch.setattr(routing, "device_info", lambda d: DeviceInfo(132, (9, 0), "H100"))
+    monkeypatch.setattr(dispatch, "_selector", lambda family, problem: None)  # heuristics: no DB, no shipped file
+    cases = [("2:4", 1), ("2:4", 16), ("2:4", 512), ("128:2:8", 16), ("128:2:8", 2048), ("2:8", 1), ("2:8", 300)]
+    for pattern, m in cases:
+        w = cutlass_nm.prune(torch.randn(256, 512, dtype=torch.float16), pattern)[0]
+        key = dispatch._key(m, w, torch.float16, torch.float16, False, torch.device("cuda"), None)  # matmul's key
+        family, cfg, _, problem = dispatch._choose(key)
+        vector = getattr(w, "vector", 0) if type(w) is cutlass_nm.NMWeight else 0
+        planned = dispatch.default_choice(Problem(m, 256, 512, KernelTypes("f16", "f16", False), pattern, vector),
+                                          weight_class(Pattern.parse(pattern)), lambda f, p: None)
+        assert (planned[0].name, planned[1], planned[3].types) == (family.name, cfg, problem.types), (pattern, m)
