@@ -39,8 +39,8 @@ def prune(w: torch.Tensor, pattern: str | Pattern = "2:4", *, vector: int = 32, 
 
     '2:4' gives the Sparse Tensor Core format, 'V:2:M' the VENOM format, any other 'N:M' the CUDA-core
     format, whose kept positions are shared by ``vector`` consecutive rows (see formats/nm.py).
-    ``dtype=torch.float8_e4m3fn`` (2:4 only) stores the kept values in FP8 with per-output-channel scales
-    (:func:`quantize`).
+    ``dtype=torch.float8_e4m3fn`` (2:4 only; w fp16, bf16 or fp32) stores the kept values in FP8 with
+    per-output-channel scales (:func:`quantize`).
 
     Refused, naming the rule: patterns or dtypes no kernel family of this version runs at every m
     (``routing.unrunnable``: 2:4 and V:N:M fp16/bf16 with V a multiple of 64; general N:M fp32/fp16/bf16 with
@@ -48,7 +48,8 @@ def prune(w: torch.Tensor, pattern: str | Pattern = "2:4", *, vector: int = 32, 
     """
     if dtype not in (None, torch.float8_e4m3fn):
         raise InputError(f"prune's dtype is None (keep w's) or torch.float8_e4m3fn, got {dtype}")
-    p = _runnable(pattern, w)
+    # an FP8 result may come from any float weight (fp32 too): only the pattern's rule applies to it
+    p = _runnable(pattern, w if dtype is None else None)
     if dtype is not None and not p.is_24:
         raise PatternError(f"FP8 weights are 2:4 in this version, got {p}")
     mask = mask_for(w, p, vector)
@@ -62,7 +63,7 @@ def compress(w: torch.Tensor, pattern: str | Pattern = "2:4", *, prune: bool = F
     return compress_as(w, _runnable(pattern, w), prune=prune, vector=vector)
 
 
-def _runnable(pattern: str | Pattern, w: torch.Tensor) -> Pattern:
+def _runnable(pattern: str | Pattern, w: torch.Tensor | None) -> Pattern:
     p = Pattern.parse(pattern)
     check_runnable(p, w.dtype if isinstance(w, torch.Tensor) else None)
     return p

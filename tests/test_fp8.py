@@ -25,6 +25,20 @@ def test_prune_to_fp8_refusals():
         cutlass_nm.prune(w, "2:8", dtype=E4M3)
 
 
+def test_fp32_weights_prune_to_fp8():
+    """An FP8 weight may come from an fp32 one (only its pattern is checked): the fp32 magnitudes pick the kept
+    pair, and each kept value is within e4m3's step (2^-4 of its row's largest) of the fp32 one."""
+    from cutlass_nm.formats.sparse24 import prune_24
+
+    w = torch.randn(64, 128, generator=torch.Generator().manual_seed(3))
+    w8, mask = cutlass_nm.prune(w, "2:4", dtype=E4M3)
+    assert w8.values.dtype == E4M3 and torch.equal(mask, prune_24(w) != 0)
+    kept = w * mask
+    assert ((w8.to_dense().float() - kept).abs() <= kept.abs().amax(1, keepdim=True) / 16).all()
+    with pytest.raises(InputError, match="float64"):
+        cutlass_nm.prune(w.double(), "2:4", dtype=E4M3)
+
+
 def test_cpu_inputs_are_refused_with_the_rule():
     w8 = _fp8(64, 128)
     with pytest.raises(InputError, match="CUDA device"):
