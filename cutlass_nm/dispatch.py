@@ -138,7 +138,7 @@ def _matmul_fp8(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None
                 out_dtype: torch.dtype | None, out: torch.Tensor | None, family: str | None) -> torch.Tensor:
     """matmul for an FP8 weight: x e4m3 with its scale, or fp16/bf16 quantized per token (amax / 448) for the GEMM
     and taken as it is by the one-token decode path."""
-    out_dtype = out_dtype or (out.dtype if out is not None else x.dtype if x.dtype in FP8_OUT else torch.bfloat16)
+    out_dtype = out_dtype or (out.dtype if out is not None else fp8_default_out(x.dtype))
     check_fp8_inputs(x, w, bias, x_scale, out_dtype)
     n, k = w.out_features, w.in_features
     x2 = x.reshape(-1, k)
@@ -155,6 +155,11 @@ def _matmul_fp8(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None
     xq, sx = (x2, x_scale.reshape(-1)) if x.dtype == E4M3 else kernel.quantize(x2)
     kernel(xq, w, bias, y.view(m, n), sx)
     return y
+
+
+def fp8_default_out(x_dtype: torch.dtype) -> torch.dtype:
+    """An FP8 matmul's output dtype when none is given: a 16-bit x's own, else (e4m3 x) bf16."""
+    return x_dtype if x_dtype in FP8_OUT else torch.bfloat16
 
 
 def _fp8_key(m: int, w: Sparse24FP8Weight, x_dtype: torch.dtype, out_dtype: torch.dtype, has_bias: bool,
@@ -279,7 +284,7 @@ def kernels_for(problems: list[tuple[int, Any, torch.dtype, bool]], family: str 
     kids = {}
     for m, w, dtype, has_bias in problems:
         if isinstance(w, Sparse24FP8Weight):  # dtype is x's and the output's
-            key, _ = _fp8_key(m, w, dtype, dtype if dtype in FP8_OUT else torch.bfloat16, has_bias, w.device, family)
+            key, _ = _fp8_key(m, w, dtype, fp8_default_out(dtype), has_bias, w.device, family)
         else:
             key = _key(m, w, dtype, dtype, has_bias, w.device, family)
         fam, cfg, _, problem = _choose(key)

@@ -10,6 +10,7 @@ heuristic is scored the same way. Prints, per m, the geomean and worst time over
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -22,15 +23,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("measurements", type=Path, help="a ship_configs.py --measurements JSON (suite row schema)")
     args = ap.parse_args(argv)
     from cutlass_nm.campaigns import load_models, split_models
-    from cutlass_nm.families import KernelTypes, Problem, get_family
+    from cutlass_nm.families import Problem, get_family
     from cutlass_nm.store.fingerprint import ProblemKey
     from cutlass_nm.store.predict import predict
     from cutlass_nm.store.shipped import Tuned
 
     rows = json.loads(args.measurements.read_text())["rows"]
     family = get_family(rows[0]["family"])
-    dtype = rows[0]["dtype"]
-    types = KernelTypes(dtype, "bf16" if dtype == "e4m3" else dtype, False)  # e4m3 GEMMs write bf16
+    spec = importlib.util.spec_from_file_location("ship_configs", Path(__file__).with_name("ship_configs.py"))
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+    types = ship.kernel_types(rows[0]["dtype"])  # what the grid's problems ran (e4m3 GEMMs write bf16)
     pattern = rows[0]["pattern"]
     times: dict[tuple[int, int, int], dict[str, float]] = defaultdict(dict)
     for r in rows:
