@@ -9,6 +9,7 @@ token-contiguous) at the rows the block's gather index names.
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from string import Template
@@ -207,6 +208,7 @@ class _Launcher:
         self.transpose_only = lib.cnm_transpose
         self.atom = lib.cnm_meta_atom_k()
         self.layout_key = ("vnm_sm90", self.atom)
+        self.build_layout = functools.partial(kernel_layout, atom_k=self.atom)
         self.twin = twin
 
     def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor,
@@ -221,7 +223,7 @@ class _Launcher:
             raise ShapeError(f"vnm_sm90 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
                              "(Hopper's sparse MMA tiles are 64 rows: V >= 64)")
         m, k = x.shape
-        values, e, gidx = w.layout(self.layout_key, lambda ww: kernel_layout(ww, self.atom))
+        values, e, gidx = w.layout(self.layout_key, self.build_layout)
         ldx = -(-m // 8) * 8
         given = xt is not None
         if given and (xt.shape != (w.padded_k, ldx) or xt.dtype != x.dtype or not xt.is_contiguous()):
