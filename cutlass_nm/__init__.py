@@ -25,7 +25,7 @@ from .errors import (
     SparsityError,
 )
 from .formats import AnyWeight, NMWeight, Sparse24Weight, VNMWeight, compress_as, mask_for, validate_24
-from .formats.fp8 import Sparse24FP8Weight, quantize
+from .formats.fp8 import NMFP8Weight, Sparse24FP8Weight, VNMFP8Weight, fp8_pattern_rule, quantize
 from .nn import SparseLinear, precompile_model, sparsify
 from .patterns import Pattern
 from .routing import check_runnable
@@ -39,8 +39,9 @@ def prune(w: torch.Tensor, pattern: str | Pattern = "2:4", *, vector: int = 32, 
 
     '2:4' gives the Sparse Tensor Core format, 'V:2:M' the VENOM format, any other 'N:M' the CUDA-core
     format, whose kept positions are shared by ``vector`` consecutive rows (see formats/nm.py).
-    ``dtype=torch.float8_e4m3fn`` (2:4 only; w fp16, bf16 or fp32) stores the kept values in FP8 with
-    per-output-channel scales (:func:`quantize`).
+    ``dtype=torch.float8_e4m3fn`` (w fp16, bf16 or fp32; Hopper) stores the kept values in FP8 with
+    per-output-channel scales (:func:`quantize`): 2:4 runs FP8 GEMMs; N:M (N a power of two, M <= 16) and V:N:M
+    (M <= 16) run FP8 at one token and as 16-bit weights above it.
 
     Refused, naming the rule: patterns or dtypes no kernel family of this version runs at every m
     (``routing.unrunnable``: 2:4 and V:N:M fp16/bf16 with V a multiple of 64; general N:M fp32/fp16/bf16 with
@@ -50,8 +51,8 @@ def prune(w: torch.Tensor, pattern: str | Pattern = "2:4", *, vector: int = 32, 
         raise InputError(f"prune's dtype is None (keep w's) or torch.float8_e4m3fn, got {dtype}")
     # an FP8 result may come from any float weight (fp32 too): only the pattern's rule applies to it
     p = _runnable(pattern, w if dtype is None else None)
-    if dtype is not None and not p.is_24:
-        raise PatternError(f"FP8 weights are 2:4 in this version, got {p}")
+    if dtype is not None and (why := fp8_pattern_rule(p)) is not None:
+        raise PatternError(why)
     mask = mask_for(w, p, vector)
     c = compress_as(w * mask, p, vector=vector)
     return (quantize(c) if dtype is not None else c), mask
@@ -76,6 +77,7 @@ __all__ = [
     "CutlassNMError",
     "InputError",
     "LaunchError",
+    "NMFP8Weight",
     "NMWeight",
     "Pattern",
     "PatternError",
@@ -84,6 +86,7 @@ __all__ = [
     "Sparse24Weight",
     "SparseLinear",
     "SparsityError",
+    "VNMFP8Weight",
     "VNMWeight",
     "compress",
     "load_compressed_tensors",

@@ -20,12 +20,12 @@ from .errors import InputError, ShapeError
 from .families import FAMILIES, Family, KernelTypes, Problem, get_family
 from .families.launch import dtype_name, torch_dtype
 from .formats import Sparse24Weight
-from .formats.fp8 import E4M3, Sparse24FP8Weight
+from .formats.fp8 import E4M3, FP8_WEIGHTS, NMFP8Weight, Sparse24FP8Weight, VNMFP8Weight
 from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
 from .kernels import get_kernel
 from .patterns import Pattern
-from .routing import WEIGHTS, default_family, fp8_decodes
+from .routing import FP8_DECODE, WEIGHTS, default_family, fp8_decodes, fp8_twin
 
 Selector = Callable[[Family, Problem], Any]  # returns a Config or a store.chooser.Choice, or None: the heuristic
 _selector: Selector | None = None
@@ -37,6 +37,8 @@ _generation = 0  # bumped when the selector changes: calls remembered on weights
 _NO_CALLS: dict = {}
 MAX_CALLS = 64  # call signatures (x shape, dtype, device, bias, out dtype, family) remembered per weight
 _REFUSED_WARNED: set[str] = set()  # families whose selected config check() refused (warned once each)
+_TWIN_WARNED: set[type] = set()  # FP8 weight classes whose 16-bit twin was built (warned once each)
+FP8Weight = Sparse24FP8Weight | NMFP8Weight | VNMFP8Weight
 log = logging.getLogger("cutlass_nm.dispatch")
 
 
@@ -96,7 +98,7 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
                 else:
                     kernel(x.view(flat[0]), w, bias, y.view(flat[1]))
                 return y
-    if type(w) is Sparse24FP8Weight:
+    if type(w) in FP8_WEIGHTS:
         return _matmul_fp8(x, w, bias, x_scale, out_dtype, out, family)
     if x_scale is not None:
         raise InputError("x_scale goes with an FP8 weight (cutlass_nm.quantize(w)); this weight is "
@@ -134,12 +136,17 @@ def _matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: tor
     return y
 
 
-def _matmul_fp8(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None, x_scale: torch.Tensor | None,
+def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scale: torch.Tensor | None,
                 out_dtype: torch.dtype | None, out: torch.Tensor | None, family: str | None) -> torch.Tensor:
     """matmul for an FP8 weight: x e4m3 with its scale, or fp16/bf16 quantized per token (amax / 448) for the GEMM
     and taken as it is by the one-token decode path."""
     out_dtype = out_dtype or (out.dtype if out is not None else fp8_default_out(x.dtype))
     check_fp8_inputs(x, w, bias, x_scale, out_dtype)
+    if fp8_twin(type(w), x.numel() // w.in_features, family) is not None:
+        if family is not None:
+            raise InputError(f"an FP8 {w.pattern} weight runs {FP8_DECODE[type(w)]} (one token) or, at more tokens, "
+                             f"its 16-bit twin; family={family!r} does not run it")
+        return _matmul_twin(x, w, bias, x_scale, out_dtype, out)
     n, k = w.out_features, w.in_features
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
@@ -157,12 +164,34 @@ def _matmul_fp8(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None
     return y
 
 
+def _matmul_twin(x: torch.Tensor, w: NMFP8Weight | VNMFP8Weight, bias: torch.Tensor | None,
+                 x_scale: torch.Tensor | None, out_dtype: torch.dtype, out: torch.Tensor | None) -> torch.Tensor:
+    """An FP8 N:M or V:N:M weight above the decode path: x (an e4m3 x dequantized with its scale) against the weight's
+    16-bit twin in the output dtype, built on first use and kept on the weight."""
+    if x.dtype == E4M3:
+        k = w.in_features
+        x = (x.reshape(-1, k).float() * x_scale.reshape(-1, 1)).to(out_dtype).reshape(x.shape)
+    return _matmul(x.to(out_dtype), w.layout(("twin", out_dtype), _twin_builder(out_dtype)), bias, out_dtype, out,
+                   None)
+
+
+def _twin_builder(dtype: torch.dtype) -> Callable[[Any], Any]:
+    def build(w: NMFP8Weight | VNMFP8Weight) -> NMWeight | VNMWeight:
+        if type(w) not in _TWIN_WARNED:
+            _TWIN_WARNED.add(type(w))
+            log.warning("cutlass_nm: FP8 %s weights run FP8 at one token only; at more tokens each runs as a %s copy "
+                        "of its values (built once per weight, %.1f MB for this one)", w.pattern, dtype,
+                        w.values.numel() * dtype.itemsize / 1e6)
+        return w.dequantized(dtype)
+    return build
+
+
 def fp8_default_out(x_dtype: torch.dtype) -> torch.dtype:
     """An FP8 matmul's output dtype when none is given: a 16-bit x's own, else (e4m3 x) bf16."""
     return x_dtype if x_dtype in FP8_OUT else torch.bfloat16
 
 
-def _fp8_key(m: int, w: Sparse24FP8Weight, x_dtype: torch.dtype, out_dtype: torch.dtype, has_bias: bool,
+def _fp8_key(m: int, w: FP8Weight, x_dtype: torch.dtype, out_dtype: torch.dtype, has_bias: bool,
              device: torch.device, family: str | None) -> tuple[tuple, bool]:
     """matmul's problem key for an FP8 weight, and whether it runs the decode path, whose kernel takes x's dtype
     (the GEMM's takes e4m3: a 16-bit x is quantized first)."""
@@ -170,7 +199,7 @@ def _fp8_key(m: int, w: Sparse24FP8Weight, x_dtype: torch.dtype, out_dtype: torc
     return _key(m, w, x_dtype if decode else E4M3, out_dtype, has_bias, device, family), decode
 
 
-def check_fp8_inputs(x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None, x_scale: torch.Tensor | None,
+def check_fp8_inputs(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scale: torch.Tensor | None,
                      out_dtype: torch.dtype) -> None:
     """matmul's input rules for an FP8 weight: its dtype rules and x_scale's, then the shared ones (the bias in
     the output dtype)."""
@@ -283,7 +312,10 @@ def kernels_for(problems: list[tuple[int, Any, torch.dtype, bool]], family: str 
     ``matmul(..., family=...)`` forces it), without duplicates; nothing is compiled."""
     kids = {}
     for m, w, dtype, has_bias in problems:
-        if isinstance(w, Sparse24FP8Weight):  # dtype is x's and the output's
+        if (twin := fp8_twin(type(w), m, family)) is not None:  # the 16-bit twin's kernel, in x's dtype
+            key = (m, w.out_features, w.in_features, dtype, dtype, has_bias, w.device, family, twin, w.pattern,
+                   w.vector if isinstance(w, NMWeight) else 0)
+        elif isinstance(w, FP8_WEIGHTS):  # dtype is x's and the output's
             key, _ = _fp8_key(m, w, dtype, fp8_default_out(dtype), has_bias, w.device, family)
         else:
             key = _key(m, w, dtype, dtype, has_bias, w.device, family)

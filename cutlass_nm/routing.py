@@ -10,14 +10,19 @@ from .families.decode24.family import K_MULTIPLE as DECODE24_K_MULTIPLE
 from .families.decode24_fp8.family import FAMILY as DECODE24_FP8
 from .families.decode24_fp8.family import MAX_M as FP8_DECODE_MAX_M
 from .families.launch import device_info, dtype_name
+from .families.nm_decode_fp8.family import FAMILY as NM_DECODE_FP8
 from .families.nm_simt.family import MAX_GROUP
 from .formats import NMWeight, Sparse24Weight, VNMWeight, weight_class
-from .formats.fp8 import Sparse24FP8Weight
+from .formats.fp8 import FP8_WEIGHTS, NMFP8Weight, Sparse24FP8Weight, VNMFP8Weight
 from .patterns import Pattern
 
 WEIGHTS = (Sparse24Weight, VNMWeight, NMWeight)
 # weight class -> pattern kind
-KINDS: dict[type, str] = {Sparse24Weight: "24", Sparse24FP8Weight: "24", VNMWeight: "vnm", NMWeight: "nm"}
+KINDS: dict[type, str] = {Sparse24Weight: "24", Sparse24FP8Weight: "24", VNMWeight: "vnm", NMWeight: "nm",
+                          VNMFP8Weight: "vnm", NMFP8Weight: "nm"}
+FP8_DECODE = {Sparse24FP8Weight: DECODE24_FP8.name, NMFP8Weight: NM_DECODE_FP8.name, VNMFP8Weight: NM_DECODE_FP8.name}
+# an FP8 N:M or V:N:M weight above the one-token decode path runs as this 16-bit weight (no FP8 GEMM for them yet)
+FP8_TWINS: dict[type, type] = {NMFP8Weight: NMWeight, VNMFP8Weight: VNMWeight}
 DECODE_MAX_M = 16  # largest m the decode families take (N:M and V:N:M weights)
 # largest m at which 2:4 weights (k % 16 == 0) run on the decode path (decode24), not sptc24: on the H100 decode24 beat
 # sptc24_sm90's shipped configs at m = 1 (1.0-2.2x, 8 LLaMA-like shapes) and lost at m = 2 on all but 4096² and below
@@ -25,9 +30,15 @@ DECODE24_MAX_M = 1
 
 
 def fp8_decodes(m: int, family: str | None) -> bool:
-    """Whether an FP8 2:4 matmul of m tokens runs the FP8 decode family (forced, or one token by default), which
+    """Whether an FP8 matmul of m tokens runs an FP8 decode family (forced, or one token by default), which
     takes x as it comes; the FP8 GEMM takes e4m3 x (a 16-bit x is quantized per token first)."""
-    return family == DECODE24_FP8.name or (family is None and m <= FP8_DECODE_MAX_M)
+    return family in FP8_DECODE.values() or (family is None and m <= FP8_DECODE_MAX_M)
+
+
+def fp8_twin(kind: type, m: int, family: str | None) -> type | None:
+    """The 16-bit weight class an FP8 ``kind`` weight computes as at m tokens (an FP8 N:M or V:N:M weight above the
+    decode path), or None where an FP8 family runs it."""
+    return FP8_TWINS.get(kind) if not fp8_decodes(m, family) else None
 
 
 def weight_kind(kind: type) -> str | None:
@@ -42,10 +53,14 @@ def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: 
     forced (``device=None``: an sm_90 GPU, e.g. to plan work on a machine without one). ``vector``: an N:M
     weight's rows sharing positions (0: unknown). ``k``: the weight's in_features (0: unknown); a 2:4 weight takes
     the decode path only where k is known to be a multiple of 16 (read in place), else the sptc24 GEMM."""
-    if kind is Sparse24FP8Weight:
+    if kind in FP8_WEIGHTS:
         if device is not None and device_info(device).capability != (9, 0):
-            raise ShapeError("FP8 2:4 weights run on sm_90 (Hopper) only; use a 16-bit 2:4 weight here")
-        return DECODE24_FP8.name if fp8_decodes(m, None) else "sptc24_fp8_sm90"
+            raise ShapeError("FP8 weights run on sm_90 (Hopper) only; use a 16-bit weight here")
+        if fp8_decodes(m, None):
+            return FP8_DECODE[kind]
+        if kind in FP8_TWINS:
+            raise ShapeError(f"an FP8 {KINDS[kind]} weight at m = {m} runs as its 16-bit twin (matmul), not a family")
+        return "sptc24_fp8_sm90"
     if kind is Sparse24Weight and m <= DECODE24_MAX_M and k > 0 and k % DECODE24_K_MULTIPLE == 0:
         return decode_family(kind)
     if kind is NMWeight:

@@ -13,10 +13,11 @@ from cutlass_nm.patterns import Pattern
 
 F16 = KernelTypes("f16", "f16", False)
 SM90, SM80 = get_family("sptc24_sm90"), get_family("sptc24_sm80")
-PATTERN = {"vnm_glu_sm90": "256:2:8"}  # the fused gate/up kernel runs only fused weights; the others any problem
+# the fused gate/up kernel runs only fused weights, the FP8 N:M decode N:M weights; the others any problem
+PATTERN = {"vnm_glu_sm90": "256:2:8", "nm_decode_fp8": "2:8"}
 VECTOR = {"nm_decode": 32}  # tensor-core decode: N:M weights whose positions 32 rows share
 DECODE = ("nm_decode", "nm_decode_simt", "decode24")  # m <= 16 only
-ONE_TOKEN = ("decode24_fp8",)  # m = 1 only
+ONE_TOKEN = ("decode24_fp8", "nm_decode_fp8")  # m = 1 only
 SIMT = get_family("nm_decode_simt")
 
 

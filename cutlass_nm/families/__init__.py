@@ -7,6 +7,7 @@ from .base import Family, KernelTypes, Problem
 from .decode24.family import FAMILY as DECODE24
 from .decode24_fp8.family import FAMILY as DECODE24_FP8
 from .nm_decode.family import FAMILY as NM_DECODE
+from .nm_decode_fp8.family import FAMILY as NM_DECODE_FP8
 from .nm_decode_simt.family import FAMILY as NM_DECODE_SIMT
 from .nm_simt.family import FAMILY as NM_SIMT
 from .sptc24_fp8_sm90.family import FAMILY as SPTC24_FP8_SM90
@@ -18,7 +19,7 @@ from .vnm_sm90.family import FAMILY as VNM_SM90
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (SPTC24_SM90, SPTC24_SM80, NM_DECODE, NM_DECODE_SIMT, DECODE24,
                                                    VNM_SM90, VNM_SM80, NM_SIMT, VNM_GLU_SM90,
-                                                   SPTC24_FP8_SM90, DECODE24_FP8)}
+                                                   SPTC24_FP8_SM90, DECODE24_FP8, NM_DECODE_FP8)}
 
 
 def get_family(name: str) -> Family:

@@ -126,8 +126,11 @@ class Family(ABC):
         return self.Config.SPACE
 
     def runs(self, kind: type) -> bool:
-        """Whether this family takes weights of class ``kind``."""
-        return issubclass(kind, (self.weight, *self.also_runs))
+        """Whether this family takes weights of class ``kind``: an FP8 weight only where the family declares FP8
+        weights (a 16-bit family never reads e4m3 values as its own)."""
+        accepted = (self.weight, *self.also_runs)
+        return issubclass(kind, accepted) and getattr(kind, "fp8", False) == any(getattr(c, "fp8", False)
+                                                                                   for c in accepted)
 
     @abstractmethod
     def check(self, cfg: Any, problem: Problem) -> str | None:

@@ -1,19 +1,26 @@
-"""FP8 (e4m3) 2:4 weights: the kept values in float8_e4m3fn with one float32 scale per output channel,
-W = values * scale[:, None] (``Sparse24FP8Weight``), and the per-row quantization of activations and weights."""
+"""FP8 (e4m3) weights: the kept values in float8_e4m3fn with one float32 scale per output channel,
+W = values * scale[:, None], for 2:4 (``Sparse24FP8Weight``), general N:M (``NMFP8Weight``) and V:N:M
+(``VNMFP8Weight``) weights; and the per-row quantization of activations and weights."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, PatternError
+from ..patterns import Pattern
+from .nm import NMWeight
 from .sparse24 import GROUP, KEEP, Sparse24Weight
+from .vnm import VNMWeight
 from .weight import check_finite
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = float(torch.finfo(E4M3).max)  # 448
 MIN_SCALE = 1e-12  # an all-zero row keeps a finite, nonzero scale
+FP8_KEEPS = (1, 2, 4, 8, 16)  # an FP8 N:M weight's N: a power of two (the decode path streams whole groups)
+FP8_MAX_GROUP = 16  # and its M: a position is one nibble
 
 
 def quantize_rows(t: torch.Tensor, *, check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,20 +47,19 @@ class Sparse24FP8Weight(Sparse24Weight):
     W = values * scale[:, None]. ``meta`` is the 2:4 metadata, as for ``Sparse24Weight``."""
 
     scale: torch.Tensor | None = None
+    fp8: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if self.values.dtype != E4M3:
-            raise InputError(f"an FP8 weight's values are {E4M3}, got {self.values.dtype}")
-        rows = self.shape[0]
-        if not isinstance(self.scale, torch.Tensor) or self.scale.dtype != torch.float32 or \
-                tuple(self.scale.shape) != (rows,):
-            raise InputError(f"an FP8 weight needs a float32 scale of shape ({rows},)")
+        _check_fp8(self.values, self.scale, self.shape[0])
+
+    def kept_values(self) -> torch.Tensor:
+        return dequantize_rows(self.values, self.scale)
 
     def to_dense(self) -> torch.Tensor:
         """The dequantized dense (pruned) weight, ``rows x k`` float32."""
         rows, k = self.shape
         out = torch.zeros(rows, k // GROUP, GROUP, dtype=torch.float32, device=self.device)
-        values = dequantize_rows(self.values, self.scale)
+        values = self.kept_values()
         out.scatter_(-1, self.positions(), values.reshape(rows, k // GROUP, KEEP))
         return out.reshape(rows, k)
 
@@ -63,11 +69,89 @@ class Sparse24FP8Weight(Sparse24Weight):
                                  scale=self.scale.to(device))
 
 
-def quantize(w: Sparse24Weight) -> Sparse24FP8Weight:
-    """A 2:4 weight's kept values in e4m3 with per-output-channel scales (the metadata is shared, not copied)."""
-    if isinstance(w, Sparse24FP8Weight):
+def read_as(pattern: Pattern) -> tuple[int, int]:
+    """(N, M) of the element-wise N:M an FP8 decode kernel reads a ``pattern`` weight as (V:N:M: 2:M)."""
+    return (2, pattern.m) if pattern.is_vnm else (pattern.n, pattern.m)
+
+
+def fp8_pattern_rule(pattern: Pattern) -> str | None:
+    """Why ``pattern`` has no FP8 weight format here, or None (2:4; N:M and V:N:M read as N:M, N a power of two,
+    M <= 16)."""
+    n, m = read_as(pattern)
+    if not pattern.is_24 and (n not in FP8_KEEPS or m > FP8_MAX_GROUP):
+        return (f"FP8 N:M weights take N a power of two {FP8_KEEPS} and M <= {FP8_MAX_GROUP} (V:N:M: M <= "
+                f"{FP8_MAX_GROUP}), got {pattern}; keep this pattern in 16 bits (dtype=None)")
+    return None
+
+
+def _check_fp8(values: torch.Tensor, scale: torch.Tensor | None, rows: int) -> None:
+    if values.dtype != E4M3:
+        raise InputError(f"an FP8 weight's values are {E4M3}, got {values.dtype}")
+    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or tuple(scale.shape) != (rows,):
+        raise InputError(f"an FP8 weight needs a float32 scale of shape ({rows},)")
+
+
+@dataclass(eq=False)
+class NMFP8Weight(NMWeight):
+    """A general N:M weight whose kept values are e4m3 with ``scale`` (rows,) float32: W = values * scale[:, None].
+    ``indices`` are the N:M weight's, shared."""
+
+    scale: torch.Tensor | None = None
+    fp8: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _check_fp8(self.values, self.scale, self.shape[0])
+
+    def kept_values(self) -> torch.Tensor:
+        return dequantize_rows(self.values, self.scale)
+
+    def dequantized(self, dtype: torch.dtype) -> NMWeight:
+        """The same weight with its values in ``dtype`` (a 16-bit weight the 16-bit families run)."""
+        return NMWeight(self.kept_values().to(dtype), self.indices, self.shape, self.pattern, self.vector)
+
+    def to(self, device: torch.device | str) -> NMFP8Weight:
+        return NMFP8Weight(self.values.to(device), self.indices.to(device), self.shape, self.pattern, self.vector,
+                           scale=self.scale.to(device))
+
+
+@dataclass(eq=False)
+class VNMFP8Weight(VNMWeight):
+    """A V:N:M weight whose kept values are e4m3 with ``scale`` (rows,) float32: W = values * scale[:, None].
+    ``columns`` and ``meta`` are the V:N:M weight's, shared."""
+
+    scale: torch.Tensor | None = None
+    fp8: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _check_fp8(self.values, self.scale, self.shape[0])
+
+    def kept_values(self) -> torch.Tensor:
+        return dequantize_rows(self.values, self.scale)
+
+    def dequantized(self, dtype: torch.dtype) -> VNMWeight:
+        """The same weight with its values in ``dtype`` (a 16-bit weight the 16-bit families run)."""
+        return VNMWeight(self.kept_values().to(dtype), self.columns, self.meta, self.shape, self.pattern)
+
+    def to(self, device: torch.device | str) -> VNMFP8Weight:
+        return VNMFP8Weight(self.values.to(device), self.columns.to(device), self.meta.to(device), self.shape,
+                            self.pattern, scale=self.scale.to(device))
+
+
+FP8_WEIGHTS = (Sparse24FP8Weight, NMFP8Weight, VNMFP8Weight)
+
+
+def quantize(w: Sparse24Weight | NMWeight | VNMWeight) -> Sparse24FP8Weight | NMFP8Weight | VNMFP8Weight:
+    """A compressed weight's kept values in e4m3 with per-output-channel scales (its positions are shared, not
+    copied)."""
+    if isinstance(w, FP8_WEIGHTS):
         raise InputError("the weight is already FP8")
-    if not isinstance(w, Sparse24Weight):
-        raise InputError(f"FP8 weights are 2:4 here (cutlass_nm.prune(w, '2:4') first), got {type(w).__name__}")
+    if not isinstance(w, Sparse24Weight | NMWeight | VNMWeight):
+        raise InputError(f"quantize takes a compressed weight (cutlass_nm.prune(w, pattern)), got {type(w).__name__}")
+    if (why := fp8_pattern_rule(w.pattern)) is not None:
+        raise PatternError(why)
     q, scale = quantize_rows(w.values)
+    if isinstance(w, NMWeight):
+        return NMFP8Weight(q, w.indices, w.shape, w.pattern, w.vector, scale=scale)
+    if isinstance(w, VNMWeight):
+        return VNMFP8Weight(q, w.columns, w.meta, w.shape, w.pattern, scale=scale)
     return Sparse24FP8Weight(q, w.meta, w.shape, scale=scale)

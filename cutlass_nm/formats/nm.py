@@ -37,8 +37,9 @@ class NMWeight(CompressedWeight):
         n, m = self.pattern.n, self.pattern.m
         g = self.indices.shape[1] // n
         idx = self.indices.long().repeat_interleave(self.vector, dim=0)[:rows].reshape(rows, g, n)
-        out = torch.zeros(rows, g, m, dtype=self.dtype, device=self.values.device)
-        out.scatter_(-1, idx, self.values.reshape(rows, g, n))
+        values = self.kept_values()
+        out = torch.zeros(rows, g, m, dtype=values.dtype, device=values.device)
+        out.scatter_(-1, idx, values.reshape(rows, g, n))
         return out.reshape(rows, g * m)[:, :k]
 
 

@@ -44,8 +44,9 @@ class VNMWeight(CompressedWeight):
         rows, k = self.shape
         m, g = self.pattern.m, self.groups
         cols = self.row_columns().long().reshape(rows, g, 2)  # within the group of M
-        out = torch.zeros(rows, g, m, dtype=self.dtype, device=self.values.device)
-        out.scatter_(-1, cols, self.values.reshape(rows, g, 2))
+        values = self.kept_values()
+        out = torch.zeros(rows, g, m, dtype=values.dtype, device=values.device)
+        out.scatter_(-1, cols, values.reshape(rows, g, 2))
         return out.reshape(rows, g * m)[:, :k]
 
     def gathered_24(self) -> Sparse24Weight:

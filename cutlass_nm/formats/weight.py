@@ -4,7 +4,7 @@ kernel-specific layouts derived from it (built once per weight, before any CUDA-
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -52,6 +52,7 @@ class CompressedWeight:
 
     values: torch.Tensor
     shape: tuple[int, int]
+    fp8: ClassVar[bool] = False  # e4m3 values with scales: only families that declare an FP8 class run it
 
     @property
     def dtype(self) -> torch.dtype:
@@ -60,6 +61,10 @@ class CompressedWeight:
     @property
     def device(self) -> torch.device:
         return self.values.device
+
+    def kept_values(self) -> torch.Tensor:
+        """The kept values as the numbers they stand for (an FP8 weight's dequantized to float32)."""
+        return self.values
 
     @property
     def out_features(self) -> int:

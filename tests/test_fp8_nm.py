@@ -1,0 +1,189 @@
+"""FP8 (e4m3) general N:M and V:N:M weights: the format, the decode layout read as the kernel reads it, routing and
+dispatch plumbing on the CPU; on the GPU, one token on nm_decode_fp8 and more tokens on the 16-bit twin against an
+fp64 reference of the dequantized operands (random inputs, NaN-poisoned outputs, tails, bias)."""
+
+import logging
+
+import pytest
+import torch
+
+import cutlass_nm
+from cutlass_nm import InputError, NMFP8Weight, PatternError, VNMFP8Weight
+from cutlass_nm.families import FAMILIES
+from cutlass_nm.families.nm_decode_fp8.family import CHUNK, stream_layout
+from cutlass_nm.formats.fp8 import E4M3, Sparse24FP8Weight, quantize_rows, read_as
+from cutlass_nm.formats.nm import NMWeight
+from cutlass_nm.formats.vnm import VNMWeight
+from cutlass_nm.routing import default_family, fp8_twin
+
+gpu = pytest.mark.gpu
+PATTERNS = ("2:8", "1:4", "4:16", "128:2:8", "64:2:16")
+
+
+def _weight(pattern: str, n: int, k: int, device: str = "cpu", seed: int = 0, vector: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(n, k, generator=g) / k ** 0.5).to(device=device, dtype=torch.bfloat16)
+    return cutlass_nm.prune(w, pattern, vector=vector, dtype=E4M3)[0]
+
+
+def _rel(y, ref):
+    return ((y.double() - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_prune_to_fp8_keeps_the_16bit_mask_within_e4m3s_step(pattern):
+    w = torch.randn(64, 200, generator=torch.Generator().manual_seed(1)).bfloat16()
+    w8, mask = cutlass_nm.prune(w, pattern, vector=1, dtype=E4M3)
+    assert type(w8) is (VNMFP8Weight if pattern.count(":") == 2 else NMFP8Weight) and w8.values.dtype == E4M3
+    c, mask16 = cutlass_nm.prune(w, pattern, vector=1)
+    assert torch.equal(mask, mask16)
+    kept = (w * mask).float()
+    assert ((w8.to_dense() - kept).abs() <= kept.abs().amax(1, keepdim=True) / 16).all()
+    assert w8.dequantized(torch.bfloat16).dtype == torch.bfloat16
+    assert type(w8.dequantized(torch.float16)) is type(c)
+
+
+def test_fp8_patterns_the_decode_path_cannot_read_are_refused():
+    w = torch.randn(16, 96)
+    with pytest.raises(PatternError, match="power of two"):
+        cutlass_nm.prune(w, "3:8", dtype=E4M3)
+    with pytest.raises(PatternError, match="M <= 16"):
+        cutlass_nm.prune(w, "2:32", dtype=E4M3)
+    with pytest.raises(InputError, match="already FP8"):
+        cutlass_nm.quantize(_weight("2:8", 16, 64))
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize(("n", "k"), [(37, 100), (64, 256), (130, 1000)])
+def test_stream_layout_read_as_the_kernel_reads_it(pattern, n, k):
+    """nm_decode_fp8's layout, read as its kernel reads it: value i of chunk c of a row is in group
+    (16 c + i) / N, column group * M + its nibble, x zero past k; the dot products equal x·Wᵀ."""
+    w8 = _weight(pattern, n, k, seed=n + k, vector=32)
+    values, pos, kv = stream_layout(w8)
+    keep, group = read_as(w8.pattern)
+    blocks = values.shape[0]
+    assert values.shape == (blocks, kv // CHUNK, 32, CHUNK) and pos.shape == (blocks, kv // CHUNK, 32, CHUNK // 2)
+    vals = values.view(E4M3).float().permute(0, 2, 1, 3).reshape(blocks * 32, kv)
+    nib = torch.stack((pos & 0xF, pos >> 4), -1).permute(0, 2, 1, 3, 4).reshape(blocks * 32, kv).long()
+    j = torch.arange(kv)
+    cols = (j // keep) * group + nib
+    x = torch.randn(k)
+    xs = torch.zeros(kv // keep * group)
+    xs[:k] = x
+    y = (xs[cols] * vals).sum(1)[:n].double() * w8.scale.double()
+    assert _rel(y, x.double() @ w8.to_dense().double().T) < 1e-6
+
+
+def test_routing_and_which_families_take_fp8_weights():
+    for kind in (NMFP8Weight, VNMFP8Weight):
+        assert default_family(None, kind, 1, pattern="2:8") == "nm_decode_fp8"
+        assert fp8_twin(kind, 1, None) is None and fp8_twin(kind, 2, None) is not None
+    assert fp8_twin(NMFP8Weight, 16, None) is NMWeight and fp8_twin(VNMFP8Weight, 16, None) is VNMWeight
+    assert fp8_twin(Sparse24FP8Weight, 16, None) is None
+    # a 16-bit family never reads e4m3 values as its own, and the FP8 families take only FP8 weights
+    for name in ("nm_decode", "nm_decode_simt", "nm_simt", "vnm_sm90", "decode24", "sptc24_sm90"):
+        assert not any(FAMILIES[name].runs(kind) for kind in (NMFP8Weight, VNMFP8Weight, Sparse24FP8Weight))
+    assert FAMILIES["nm_decode_fp8"].runs(VNMFP8Weight) and not FAMILIES["nm_decode_fp8"].runs(NMWeight)
+    assert FAMILIES["decode24_fp8"].runs(Sparse24FP8Weight)
+
+
+def test_fp8_nm_dispatch_plumbing_with_a_stand_in_kernel(monkeypatch, caplog):
+    """On the CPU, up to the launch: one token resolves nm_decode_fp8 with x as it comes; more tokens run the
+    16-bit twin in the output dtype (an e4m3 x dequantized with its scale), built once, with one warning."""
+    from cutlass_nm import dispatch
+
+    seen = []
+
+    def kernel(x, w, bias, y, sx=None):
+        seen.append((x, w, sx))
+        scale = 1.0 if sx is None else sx.reshape(-1, 1)
+        y.copy_((x.float() * scale) @ w.to_dense().float().T)
+
+    monkeypatch.setattr(dispatch, "check_fp8_inputs", lambda *a: None)
+    monkeypatch.setattr(dispatch, "check_inputs", lambda *a, **k: None)
+    monkeypatch.setattr(dispatch, "_resolve", lambda key: seen.append(key) or kernel)
+    monkeypatch.setattr(dispatch, "_RESOLVED", {})
+    monkeypatch.setattr(dispatch, "_TWIN_WARNED", set())
+    w8 = _weight("128:2:8", 64, 256)
+    x = torch.randn(1, 256, dtype=torch.bfloat16)
+    y = cutlass_nm.matmul(x, w8)
+    key, (x_seen, w_seen, sx) = seen[-2], seen[-1]
+    assert key[3] == torch.bfloat16 and key[8] is VNMFP8Weight and sx is None
+    assert x_seen.data_ptr() == x.data_ptr() and w_seen is w8
+    assert _rel(y, x.double() @ w8.to_dense().double().T) < 1e-2
+    xq, sx = quantize_rows(torch.randn(5, 256))
+    with caplog.at_level(logging.WARNING, logger="cutlass_nm.dispatch"):
+        y = cutlass_nm.matmul(xq, w8, x_scale=sx)
+        cutlass_nm.matmul(xq, w8, x_scale=sx)
+    key, (x_seen, w_seen, _) = seen[-2], seen[-1]
+    assert key[8] is VNMWeight and key[3] == torch.bfloat16 and x_seen.dtype == torch.bfloat16
+    assert type(w_seen) is VNMWeight and w_seen is w8.layout(("twin", torch.bfloat16), None)
+    assert len([r for r in caplog.records if "16-bit" in r.getMessage() or "copy" in r.getMessage()]) == 1
+    assert _rel(y, (xq.float() * sx[:, None]).double() @ w8.to_dense().double().T) < 1e-2
+    with pytest.raises(InputError, match="does not run it"):
+        cutlass_nm.matmul(xq, w8, x_scale=sx, family="vnm_sm90")
+
+
+def test_fp8_nm_launcher_passes_arguments_in_the_c_order(monkeypatch):
+    from cutlass_nm.families.nm_decode_fp8 import family as fam
+
+    calls = []
+
+    class Run:
+        argtypes = restype = None
+
+        def __call__(self, *args):
+            calls.append(args)
+            return 0
+
+    class Lib:
+        cnm_decode = Run()
+
+    monkeypatch.setattr(fam, "device_info", lambda device: type("Info", (), {"sm_count": 132})())
+    monkeypatch.setattr(fam, "stream_of", lambda t: 7)
+    w8 = _weight("4:16", 40, 96)
+    x, y, sx = torch.zeros(1, 96, dtype=E4M3), torch.empty(1, 40, dtype=torch.bfloat16), torch.ones(1)
+    fam._Launcher(Lib())(x, w8, None, y, sx)
+    values, pos, kv = w8.layout(fam.LAYOUT_KEY, fam.stream_layout)
+    a = calls[-1]
+    assert a[:7] == (x.data_ptr(), values.data_ptr(), pos.data_ptr(), w8.scale.data_ptr(), sx.data_ptr(), None,
+                     y.data_ptr())
+    assert a[7:] == (40, 96, kv, 2, 16, 132, 7) and kv == 32
+
+
+@gpu
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize(("n", "k"), [(37, 100), (1000, 4000), (4096, 4096)])
+@pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16, E4M3])
+def test_gpu_one_token_runs_nm_decode_fp8(pattern, n, k, x_dtype):
+    """m = 1: any n and k (tails of row blocks and chunks), a bias, into a NaN-poisoned output."""
+    from cutlass_nm.dispatch import resolved
+
+    w8 = _weight(pattern, n, k, "cuda", seed=n + k, vector=32)
+    out_dtype = torch.float16 if x_dtype == torch.float16 else torch.bfloat16
+    bias = torch.randn(n, device="cuda", dtype=out_dtype)
+    out = torch.full((1, n), float("nan"), device="cuda", dtype=out_dtype)
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    if x_dtype == E4M3:
+        xq, sx = quantize_rows(x)
+        y = cutlass_nm.matmul(xq, w8, bias, x_scale=sx, out=out)
+        xd = xq.double() * sx.double()[:, None]
+    else:
+        xd = x.to(x_dtype)
+        y = cutlass_nm.matmul(xd, w8, bias, out=out)
+    torch.cuda.synchronize()
+    assert y.data_ptr() == out.data_ptr() and torch.isfinite(y).all()
+    assert _rel(y, xd.double() @ w8.to_dense().double().T + bias.double()) < 1e-2
+    assert {r["family"] for r in resolved() if (r["m"], r["n"], r["k"]) == (1, n, k)} == {"nm_decode_fp8"}
+
+
+@gpu
+@pytest.mark.parametrize("pattern", ["2:8", "128:2:8"])
+@pytest.mark.parametrize("m", [2, 16, 300])
+def test_gpu_more_tokens_run_the_16bit_twin(pattern, m):
+    w8 = _weight(pattern, 512, 1024, "cuda", seed=m)
+    x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
+    y = cutlass_nm.matmul(x, w8)
+    torch.cuda.synchronize()
+    assert y.shape == (m, 512) and torch.isfinite(y).all()
+    assert _rel(y, x.double() @ w8.to_dense().double().T) < 1e-2
