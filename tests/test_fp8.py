@@ -109,8 +109,8 @@ def test_gpu_one_token_runs_the_fp8_decode_path(x_dtype, n, k, with_bias):
     torch.cuda.synchronize()
     assert y.data_ptr() == out.data_ptr() and torch.isfinite(y).all()
     assert _rel(y, ref) < 1e-2
-    assert [r["family"] for r in resolved() if (r["m"], r["n"], r["k"]) == (1, n, k)] == ["decode24_fp8"] * \
-        len([r for r in resolved() if (r["m"], r["n"], r["k"]) == (1, n, k)])
+    assert {r["family"] for r in resolved() if (r["m"], r["n"], r["k"], r["pattern"]) == (1, n, k, "2:4")} == \
+        {"decode24_fp8"}
 
 
 @gpu

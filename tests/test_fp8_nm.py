@@ -174,7 +174,8 @@ def test_gpu_one_token_runs_nm_decode_fp8(pattern, n, k, x_dtype):
     torch.cuda.synchronize()
     assert y.data_ptr() == out.data_ptr() and torch.isfinite(y).all()
     assert _rel(y, xd.double() @ w8.to_dense().double().T + bias.double()) < 1e-2
-    assert {r["family"] for r in resolved() if (r["m"], r["n"], r["k"]) == (1, n, k)} == {"nm_decode_fp8"}
+    assert {r["family"] for r in resolved() if (r["m"], r["n"], r["k"], r["pattern"]) == (1, n, k, pattern)} == \
+        {"nm_decode_fp8"}
 
 
 @gpu

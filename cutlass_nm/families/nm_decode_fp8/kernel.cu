@@ -8,8 +8,9 @@
 // Kept value j of a row sits in group j / N, so x column (j / N) * M + its nibble. Lane l of a warp owns row l of the
 // block: for a chunk, every lane reads the same group's window of at most 16 x values from shared memory (no bank
 // conflict), and a warp's load of a chunk is 512 contiguous value bytes and 256 position bytes. The warps of a CTA
-// split the chunks of one row block, kAhead chunks each in flight, and add their partial sums in shared memory; CTAs
-// stay resident and walk the row blocks, so x is converted to float into shared memory once per CTA.
+// split the chunks of one row block, kAhead chunks a batch, and add their partial sums in shared memory; a warp issues
+// its next batch's loads (of this row block or the next) before computing the current one. CTAs stay resident and
+// walk the row blocks, so x is converted to float into shared memory once per CTA, while the first batch loads.
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -53,6 +54,35 @@ __device__ __forceinline__ float chunk_dot(const float* xs, const int (&off)[kCh
   return a0 + a1;
 }
 
+// The loads of one batch: chunks base, base + kWarps, ... (kAhead of them) of row block b, lane = row.
+__device__ __forceinline__ void load_batch(const uint8_t* __restrict__ values, const uint8_t* __restrict__ pos,
+                                           int64_t b, int base, int chunks, int lane, uint4 (&v)[kAhead],
+                                           uint2 (&p)[kAhead]) {
+#pragma unroll
+  for (int a = 0; a < kAhead; ++a) {
+    const int c = base + kWarps * a;
+    if (c < chunks) {
+      const int64_t slot = (b * chunks + c) * 32 + lane;
+      v[a] = ld_stream16(values + slot * 16);
+      p[a] = ld_stream8(pos + slot * 8);
+    }
+  }
+}
+
+// x (k elements) as float into xs[0, xcols), zeros past k: 16-byte loads (x is 16-byte aligned), then the tail.
+__device__ __forceinline__ void fill_x(const XT* __restrict__ x, float* xs, int k, int xcols) {
+  constexpr int kVec = 16 / sizeof(XT);
+  const int vecs = k / kVec;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < vecs; i += blockDim.x) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(x) + i);
+    const XT* e = reinterpret_cast<const XT*>(&u);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) xs[i * kVec + j] = to_float(e[j]);
+  }
+  for (int i = vecs * kVec + threadIdx.x; i < xcols; i += blockDim.x) xs[i] = i < k ? to_float(x[i]) : 0.f;
+}
+
 __global__ void __launch_bounds__(kWarps * 32)
 nm_decode_fp8_kernel(const XT* __restrict__ x, const uint8_t* __restrict__ values, const uint8_t* __restrict__ pos,
                      const float* __restrict__ sw, const float* __restrict__ sx, const OutT* __restrict__ bias,
@@ -61,51 +91,54 @@ nm_decode_fp8_kernel(const XT* __restrict__ x, const uint8_t* __restrict__ value
   const int chunks = kv / kChunk;
   const int chunk_cols = (kChunk >> log2n) * group_m;  // x columns one chunk spans
   const int xcols = chunks * chunk_cols;
-  float* xs = smem;           // x as float, zeros from k to xcols
+  float* xs = smem;            // x as float, zeros from k to xcols
   float* part = smem + xcols;  // [kWarps][32] partial sums
-  for (int i = threadIdx.x; i < xcols; i += blockDim.x) xs[i] = i < k ? to_float(x[i]) : 0.f;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int blocks = (n + 31) / 32;
+  // A warp walks (row block, batch) items in order; every warp takes at least one batch (maybe empty) per row block,
+  // so all reach the block's two barriers. The next item's loads are issued before the current one is computed.
+  int b = blockIdx.x, base = warp;
+  uint4 v[kAhead], vn[kAhead];
+  uint2 p[kAhead], pn[kAhead];
+  if (b < blocks) load_batch(values, pos, b, base, chunks, lane, vn, pn);  // in flight while x is filled
+  fill_x(x, xs, k, xcols);
   int off[kChunk];
 #pragma unroll
   for (int i = 0; i < kChunk; ++i) off[i] = (i >> log2n) * group_m;
   const float scale_x = sx ? *sx : 1.f;
-  const int blocks = (n + 31) / 32;
   __syncthreads();
-  for (int b = blockIdx.x; b < blocks; b += gridDim.x) {
-    const int64_t block0 = int64_t(b) * chunks * 32;  // first (chunk, lane) slot of this row block
-    float acc = 0.f;
-    for (int base = warp; base < chunks; base += kWarps * kAhead) {
-      uint4 v[kAhead];
-      uint2 p[kAhead];
+  float acc = 0.f;
+  while (b < blocks) {
 #pragma unroll
-      for (int a = 0; a < kAhead; ++a) {
-        const int c = base + kWarps * a;
-        if (c < chunks) {
-          const int64_t slot = block0 + int64_t(c) * 32 + lane;
-          v[a] = ld_stream16(values + slot * 16);
-          p[a] = ld_stream8(pos + slot * 8);
+    for (int a = 0; a < kAhead; ++a) { v[a] = vn[a]; p[a] = pn[a]; }
+    const int cur = base;
+    const bool last = base + kWarps * kAhead >= chunks;  // this warp's last batch of row block b
+    const int nb = last ? b + gridDim.x : b;
+    base = last ? warp : base + kWarps * kAhead;
+    if (nb < blocks) load_batch(values, pos, nb, base, chunks, lane, vn, pn);
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a) {
+      const int c = cur + kWarps * a;
+      if (c < chunks) acc += chunk_dot(xs + c * chunk_cols, off, v[a], p[a]);
+    }
+    if (last) {
+      part[warp * 32 + lane] = acc;
+      acc = 0.f;
+      __syncthreads();
+      if (warp == 0) {
+        float sum = 0.f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) sum += part[w * 32 + lane];
+        const int row = b * 32 + lane;
+        if (row < n) {
+          float out = sum * scale_x * sw[row];
+          if constexpr (kHasBias) out += to_float(bias[row]);
+          store(y + row, out);
         }
       }
-#pragma unroll
-      for (int a = 0; a < kAhead; ++a) {
-        const int c = base + kWarps * a;
-        if (c < chunks) acc += chunk_dot(xs + c * chunk_cols, off, v[a], p[a]);
-      }
+      __syncthreads();  // part is written again for the next row block
     }
-    part[warp * 32 + lane] = acc;
-    __syncthreads();
-    if (warp == 0) {
-      float sum = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) sum += part[w * 32 + lane];
-      const int row = b * 32 + lane;
-      if (row < n) {
-        float out = sum * scale_x * sw[row];
-        if constexpr (kHasBias) out += to_float(bias[row]);
-        store(y + row, out);
-      }
-    }
-    __syncthreads();  // part is written again by the next row block
+    b = nb;
   }
 }
 
