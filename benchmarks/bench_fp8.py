@@ -26,7 +26,7 @@ import torch
 
 import cutlass_nm
 from cutlass_nm.families.decode24_fp8.family import BYTES_PER_WEIGHT as DECODE_BYTES_PER_WEIGHT
-from cutlass_nm.families.nm_decode_fp8.family import values_per_row
+from cutlass_nm.families.nm_decode_fp8.family import streamed_bytes as nm_streamed_bytes
 from cutlass_nm.formats.fp8 import E4M3, dequantize_rows, quantize_rows
 from cutlass_nm.timing import copies_to_rotate, time_rotating
 
@@ -54,11 +54,11 @@ def _cusparselt(xq: list[torch.Tensor], wq: list[torch.Tensor]) -> tuple[Callabl
         return None, f"{type(exc).__name__}: {str(exc)[:160]}"
 
 
-def streamed_bytes(pattern: str, n: int, k: int) -> float:
-    """The bytes the FP8 decode path streams for an n x k weight: values and positions (and row scales)."""
-    if pattern == "2:4":
-        return n * k * DECODE_BYTES_PER_WEIGHT + 4 * n
-    return n * values_per_row(k, cutlass_nm.Pattern.parse(pattern)) * 1.5 + 4 * n
+def streamed_bytes(w: object) -> float:
+    """The bytes the FP8 decode path streams for the weight: values and positions or metadata (and row scales)."""
+    if w.pattern.is_24:
+        return w.out_features * w.in_features * DECODE_BYTES_PER_WEIGHT + 4 * w.out_features
+    return nm_streamed_bytes(w)
 
 
 def bench_shape(m: int, n: int, k: int, pattern: str = "2:4") -> dict:
@@ -96,7 +96,7 @@ def bench_shape(m: int, n: int, k: int, pattern: str = "2:4") -> dict:
         row["median_ms_x16"] = _time(lambda i: cutlass_nm.matmul(x16[i], w8[i]), copies)
         fastest = min(("dense_fp8", n * k), ("dense_fp16", 2 * n * k), key=lambda d: row[f"{d[0]}_ms"])
         row["fastest_dense"] = fastest[0]
-        ours_bytes = streamed_bytes(pattern, n, k)
+        ours_bytes = streamed_bytes(w8[0])
         row["bytes_ratio_vs_fastest_dense"] = fastest[1] / ours_bytes
         for key, ms in (("", row["median_ms"]), ("_x16", row["median_ms_x16"])):
             row[f"fraction_of_bytes_ratio{key}"] = row[f"{fastest[0]}_ms"] / ms / row["bytes_ratio_vs_fastest_dense"]

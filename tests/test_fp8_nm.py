@@ -10,7 +10,7 @@ import torch
 import cutlass_nm
 from cutlass_nm import InputError, NMFP8Weight, PatternError, VNMFP8Weight
 from cutlass_nm.families import FAMILIES
-from cutlass_nm.families.nm_decode_fp8.family import CHUNK, stream_layout
+from cutlass_nm.families.nm_decode_fp8.family import CHUNK, stream_layout, streamed_bytes
 from cutlass_nm.formats.fp8 import E4M3, Sparse24FP8Weight, quantize_rows, read_as
 from cutlass_nm.formats.nm import NMWeight
 from cutlass_nm.formats.vnm import VNMWeight
@@ -55,14 +55,21 @@ def test_fp8_patterns_the_decode_path_cannot_read_are_refused():
 
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize(("n", "k"), [(37, 100), (64, 256), (130, 1000)])
-def test_stream_layout_read_as_the_kernel_reads_it(pattern, n, k):
+@pytest.mark.parametrize("vector", [1, 32, 64])
+def test_stream_layout_read_as_the_kernel_reads_it(pattern, n, k, vector):
     """nm_decode_fp8's layout, read as its kernel reads it: value i of chunk c of a row is in group
-    (16 c + i) / N, column group * M + its nibble, x zero past k; the dot products equal x·Wᵀ."""
-    w8 = _weight(pattern, n, k, seed=n + k, vector=32)
+    (16 c + i) / N, column group * M + its nibble (one set of nibbles per 32-row block where those rows share their
+    positions: N:M of vector % 32 == 0), x zero past k; the dot products equal x·Wᵀ."""
+    w8 = _weight(pattern, n, k, seed=n + k, vector=vector)
     values, pos, kv = stream_layout(w8)
     keep, group = read_as(w8.pattern)
     blocks = values.shape[0]
-    assert values.shape == (blocks, kv // CHUNK, 32, CHUNK) and pos.shape == (blocks, kv // CHUNK, 32, CHUNK // 2)
+    shared = vector % 32 == 0 and isinstance(w8, NMFP8Weight)
+    assert values.shape == (blocks, kv // CHUNK, 32, CHUNK)
+    assert pos.shape == (blocks, kv // CHUNK, CHUNK // 2) if shared else (blocks, kv // CHUNK, 32, CHUNK // 2)
+    assert streamed_bytes(w8) == values.numel() + pos.numel() + 4 * n
+    if shared:
+        pos = pos[:, :, None, :].expand(blocks, kv // CHUNK, 32, CHUNK // 2)
     vals = values.view(E4M3).float().permute(0, 2, 1, 3).reshape(blocks * 32, kv)
     nib = torch.stack((pos & 0xF, pos >> 4), -1).permute(0, 2, 1, 3, 4).reshape(blocks * 32, kv).long()
     j = torch.arange(kv)
@@ -148,7 +155,7 @@ def test_fp8_nm_launcher_passes_arguments_in_the_c_order(monkeypatch):
     a = calls[-1]
     assert a[:7] == (x.data_ptr(), values.data_ptr(), pos.data_ptr(), w8.scale.data_ptr(), sx.data_ptr(), None,
                      y.data_ptr())
-    assert a[7:] == (40, 96, kv, 2, 16, 132, 7) and kv == 32
+    assert a[7:] == (40, 96, kv, 2, 16, 0, 132, 7) and kv == 32  # vector 1: positions per row
 
 
 @gpu

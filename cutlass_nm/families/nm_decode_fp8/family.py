@@ -1,7 +1,7 @@
 """One-token decode of an FP8 (e4m3) general N:M or V:N:M weight on CUDA cores: e4m3 values and a 4-bit position per
-value streamed (0.375 bytes a weight at 2:8), x in fp16/bf16 as it comes or e4m3 with its scale, per-channel weight
-scales and the bias applied before the one store. A V:N:M weight is read as element-wise 2:M. Other m run the
-weight's 16-bit twin (``dispatch``)."""
+value streamed (0.375 bytes a weight at 2:8; 0.25 where 32 rows share their positions), x in fp16/bf16 as it comes or
+e4m3 with its scale, per-channel weight scales and the bias applied before the one store. A V:N:M weight is read as
+element-wise 2:M. Other m run the weight's 16-bit twin (``dispatch``)."""
 
 from __future__ import annotations
 
@@ -48,23 +48,39 @@ def smem_bytes(cfg: Config, k: int, pattern: Pattern) -> int:
     return values_per_row(k, pattern) // n * m * 4 + cfg.warps * 32 * 4
 
 
+def shares_positions(w: NMFP8Weight | VNMFP8Weight) -> bool:
+    """Whether the 32 rows of each block share their positions (an N:M weight of vector % 32 == 0): then one set
+    of positions per block is streamed, not one per row."""
+    return isinstance(w, NMFP8Weight) and w.vector % 32 == 0
+
+
 def stream_layout(w: NMFP8Weight | VNMFP8Weight) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(values, positions, values per row kv): the kernel's 32-row-block layout (kernel.cu's header), zeros past the
-    last row and kept value; values as uint8 bytes [n/32][kv/16][32][16], positions two a byte [n/32][kv/16][32][8]."""
+    last row and kept value; values as uint8 bytes [n/32][kv/16][32][16], positions two a byte [n/32][kv/16][32][8],
+    or [n/32][kv/16][8] where the block's rows share them."""
     rows = w.out_features
-    pos = w.row_columns() if isinstance(w, VNMFP8Weight) else w.indices.repeat_interleave(w.vector, dim=0)[:rows]
-    kv = values_per_row(w.in_features, w.pattern)
     blocks = -(-rows // 32)
+    kv = values_per_row(w.in_features, w.pattern)
     values = torch.zeros(blocks * 32, kv, dtype=torch.uint8, device=w.device)
     values[:rows, : w.values.shape[1]] = w.values.view(torch.uint8)
-    nib = torch.zeros(blocks * 32, kv, dtype=torch.uint8, device=w.device)
-    nib[:rows, : pos.shape[1]] = pos
+    if shares_positions(w):
+        pos, prows = w.indices.repeat_interleave(w.vector // 32, dim=0)[:blocks], blocks
+    else:
+        pos = w.row_columns() if isinstance(w, VNMFP8Weight) else w.indices.repeat_interleave(w.vector, dim=0)[:rows]
+        prows = blocks * 32
+    nib = torch.zeros(prows, kv, dtype=torch.uint8, device=w.device)
+    nib[: pos.shape[0], : pos.shape[1]] = pos
     packed = nib[:, 0::2] | (nib[:, 1::2] << 4)
+    values = values.reshape(blocks, 32, kv // CHUNK, CHUNK).transpose(1, 2).contiguous()
+    if prows == blocks:
+        return values, packed.reshape(blocks, kv // CHUNK, CHUNK // 2).contiguous(), kv
+    return values, packed.reshape(blocks, 32, kv // CHUNK, CHUNK // 2).transpose(1, 2).contiguous(), kv
 
-    def interleave(t: torch.Tensor, width: int) -> torch.Tensor:
-        return t.reshape(blocks, 32, kv // CHUNK, width).transpose(1, 2).contiguous()
 
-    return interleave(values, CHUNK), interleave(packed, CHUNK // 2), kv
+def streamed_bytes(w: NMFP8Weight | VNMFP8Weight) -> int:
+    """Bytes one call streams for the weight: its values, positions and scales in the kernel's layout."""
+    values, pos, _ = w.layout(LAYOUT_KEY, stream_layout)
+    return values.numel() + pos.numel() + 4 * w.out_features
 
 
 class _NMDecodeFP8Family(Family):
@@ -120,7 +136,7 @@ class _Launcher:
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
-        lib.cnm_decode.argtypes = [vp, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, vp]
+        lib.cnm_decode.argtypes = [vp, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, vp]
         lib.cnm_decode.restype = i32
         self.run = lib.cnm_decode
 
@@ -132,7 +148,7 @@ class _Launcher:
         status = self.run(x.data_ptr(), values.data_ptr(), pos.data_ptr(), w.scale.data_ptr(),
                           None if x_scale is None else x_scale.data_ptr(),
                           None if bias is None else bias.data_ptr(), y.data_ptr(), n, k, kv, keep.bit_length() - 1,
-                          group, device_info(x.device).sm_count, stream_of(x))
+                          group, int(pos.dim() == 3), device_info(x.device).sm_count, stream_of(x))
         if status:
             check_status(status, FAMILY.name, (x.shape[0], n, k))
 

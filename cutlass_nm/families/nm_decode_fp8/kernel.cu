@@ -3,7 +3,8 @@
 // the weight read as element-wise N:M (a V:N:M weight as 2:M), N a power of two, M <= 16, in 32-row blocks:
 //   values [n / 32][kv / 16][32][16]  e4m3: chunk c of row r holds that row's kept values 16 c .. 16 c + 15
 //   pos    [n / 32][kv / 16][32][8]   the same values' offsets within their group of M, one nibble each (value 2 i
-//                                     in the low nibble of byte i)
+//                                     in the low nibble of byte i); [n / 32][kv / 16][8] where the 32 rows of a
+//                                     block share their positions (an N:M weight of vector % 32 == 0: shared = 1)
 //   sw     [n] float32 per output channel; sx one float32 (an e4m3 x's scale) or null (16-bit x)
 // Kept value j of a row sits in group j / N, so x column (j / N) * M + its nibble. Lane l of a warp owns row l of the
 // block: for a chunk, every lane reads the same group's window of at most 16 x values from shared memory (no bank
@@ -56,7 +57,7 @@ __device__ __forceinline__ float chunk_dot(const float* xs, const int (&off)[kCh
 
 // The loads of one batch: chunks base, base + kWarps, ... (kAhead of them) of row block b, lane = row.
 __device__ __forceinline__ void load_batch(const uint8_t* __restrict__ values, const uint8_t* __restrict__ pos,
-                                           int64_t b, int base, int chunks, int lane, uint4 (&v)[kAhead],
+                                           int64_t b, int base, int chunks, int lane, bool shared, uint4 (&v)[kAhead],
                                            uint2 (&p)[kAhead]) {
 #pragma unroll
   for (int a = 0; a < kAhead; ++a) {
@@ -64,7 +65,7 @@ __device__ __forceinline__ void load_batch(const uint8_t* __restrict__ values, c
     if (c < chunks) {
       const int64_t slot = (b * chunks + c) * 32 + lane;
       v[a] = ld_stream16(values + slot * 16);
-      p[a] = ld_stream8(pos + slot * 8);
+      p[a] = ld_stream8(pos + (shared ? b * chunks + c : slot) * 8);
     }
   }
 }
@@ -86,7 +87,7 @@ __device__ __forceinline__ void fill_x(const XT* __restrict__ x, float* xs, int 
 __global__ void __launch_bounds__(kWarps * 32)
 nm_decode_fp8_kernel(const XT* __restrict__ x, const uint8_t* __restrict__ values, const uint8_t* __restrict__ pos,
                      const float* __restrict__ sw, const float* __restrict__ sx, const OutT* __restrict__ bias,
-                     OutT* __restrict__ y, int n, int k, int kv, int log2n, int group_m) {
+                     OutT* __restrict__ y, int n, int k, int kv, int log2n, int group_m, bool shared) {
   extern __shared__ float smem[];
   const int chunks = kv / kChunk;
   const int chunk_cols = (kChunk >> log2n) * group_m;  // x columns one chunk spans
@@ -100,7 +101,7 @@ nm_decode_fp8_kernel(const XT* __restrict__ x, const uint8_t* __restrict__ value
   int b = blockIdx.x, base = warp;
   uint4 v[kAhead], vn[kAhead];
   uint2 p[kAhead], pn[kAhead];
-  if (b < blocks) load_batch(values, pos, b, base, chunks, lane, vn, pn);  // in flight while x is filled
+  if (b < blocks) load_batch(values, pos, b, base, chunks, lane, shared, vn, pn);  // in flight while x is filled
   fill_x(x, xs, k, xcols);
   int off[kChunk];
 #pragma unroll
@@ -115,7 +116,7 @@ nm_decode_fp8_kernel(const XT* __restrict__ x, const uint8_t* __restrict__ value
     const bool last = base + kWarps * kAhead >= chunks;  // this warp's last batch of row block b
     const int nb = last ? b + gridDim.x : b;
     base = last ? warp : base + kWarps * kAhead;
-    if (nb < blocks) load_batch(values, pos, nb, base, chunks, lane, vn, pn);
+    if (nb < blocks) load_batch(values, pos, nb, base, chunks, lane, shared, vn, pn);
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) {
       const int c = cur + kWarps * a;
@@ -153,9 +154,10 @@ int cnm_smem_bytes(int kv, int log2n, int group_m) {
 }
 
 // y = sx * (x . W^T) * sw (+ bias) for one token; sx may be null (x in 16 bits), bias null without a fused bias.
-// kv: values per row (a multiple of 16); N = 2^log2n kept of every group_m. Returns 0, or 1000 + the CUDA error.
+// kv: values per row (a multiple of 16); N = 2^log2n kept of every group_m; shared: positions one set per 32-row
+// block. Returns 0, or 1000 + the CUDA error.
 int cnm_decode(const void* x, const void* values, const void* pos, const float* sw, const float* sx,
-               const void* bias, void* y, int n, int k, int kv, int log2n, int group_m, int sm_count,
+               const void* bias, void* y, int n, int k, int kv, int log2n, int group_m, int shared, int sm_count,
                cudaStream_t stream) {
   const int smem = cnm_smem_bytes(kv, log2n, group_m);
   cudaError_t err = cudaSuccess;
@@ -174,7 +176,7 @@ int cnm_decode(const void* x, const void* values, const void* pos, const float* 
   const int grid = blocks < g_occupancy * sm_count ? blocks : g_occupancy * sm_count;
   nm_decode_fp8_kernel<<<grid, kWarps * 32, smem, stream>>>(
       static_cast<const XT*>(x), static_cast<const uint8_t*>(values), static_cast<const uint8_t*>(pos), sw, sx,
-      static_cast<const OutT*>(bias), static_cast<OutT*>(y), n, k, kv, log2n, group_m);
+      static_cast<const OutT*>(bias), static_cast<OutT*>(y), n, k, kv, log2n, group_m, shared != 0);
   err = cudaGetLastError();
   return err == cudaSuccess ? 0 : 1000 + int(err);
 }
