@@ -94,6 +94,17 @@ def test_routing_and_which_families_take_fp8_weights():
     assert FAMILIES["decode24_fp8"].runs(Sparse24FP8Weight)
 
 
+def test_fp8_nm_problem_records_validate():
+    from cutlass_nm.store.validate import RecordError, validate_problem
+
+    rec = {"family": "nm_decode_fp8", "pattern": "2:8", "m_bucket": 1, "n": 4096, "k": 4096, "dtype": "e4m3",
+           "out_dtype": "bf16", "layout": "tn", "bias": False, "alignment": 16}
+    for pattern in ("2:8", "4:16", "128:2:8"):
+        assert validate_problem({**rec, "pattern": pattern}).family == "nm_decode_fp8"
+    with pytest.raises(RecordError, match="does not run"):
+        validate_problem({**rec, "pattern": "2:4"})
+
+
 def test_fp8_nm_dispatch_plumbing_with_a_stand_in_kernel(monkeypatch, caplog):
     """On the CPU, up to the launch: one token resolves nm_decode_fp8 with x as it comes; more tokens run the
     16-bit twin in the output dtype (an e4m3 x dequantized with its scale), built once, with one warning."""

@@ -129,7 +129,8 @@ def validate_problem(rec: dict) -> ProblemKey:
     except PatternError as exc:
         raise RecordError(f"pattern: {exc}") from None
     fam, cls = FAMILIES[family], weight_class(p)
-    if not (fam.runs(cls) or issubclass(fam.weight, cls)):  # or a format of that pattern with more (FP8 scales)
+    # or a format of that pattern with more (FP8 scales)
+    if not (fam.runs(cls) or any(issubclass(c, cls) for c in (fam.weight, *fam.also_runs))):
         raise RecordError(f"family {family} does not run {pattern} weights")
     m_bucket = _int(rec, "m_bucket", 1, MAX_DIM)
     if m_bucket & (m_bucket - 1):

@@ -25,6 +25,7 @@ def _serve(conn) -> None:  # runs in the worker process
     from cutlass_nm.families.launch import torch_dtype
     from cutlass_nm.formats.fp8 import dequantize_rows, quantize, quantize_rows
     from cutlass_nm.kernels import get_kernel
+    from cutlass_nm.patterns import Pattern
     from cutlass_nm.routing import weight_kind
     from cutlass_nm.timing import copies_to_rotate, time_rotating
 
@@ -43,20 +44,24 @@ def _serve(conn) -> None:  # runs in the worker process
             shape_key = (m, n, k, types, pattern, family)
             if shape_key not in cache:
                 cache.clear()
+                fam = get_family(family)  # a family with its own output (vnm_glu_sm90: h transposed) says so
                 fp8 = types.dtype == "e4m3"  # drawn in bf16, then quantized (x per token, W per channel)
+                fp8_weight = fp8 or getattr(fam.weight, "fp8", False)  # an FP8 family also takes a 16-bit x
                 dt = torch.bfloat16 if fp8 else torch_dtype(types.dtype)
                 copies = copies_to_rotate((m * k + n * k) * 2)
                 g = torch.Generator(device="cuda").manual_seed(1234)
                 xs = [torch.randn(m, k, device="cuda", dtype=dt, generator=g) for _ in range(copies)]
-                kind = weight_kind(get_family(family).weight) or "24"  # the pattern, in the family's weight format
+                kind = weight_kind(fam.weight) or "24"  # the pattern, in the family's weight format
+                if kind == "nm" and Pattern.parse(pattern).is_vnm:  # a family that also runs V:N:M (read as 2:M)
+                    kind = "vnm"
                 ws = [make_weight(torch.randn(n, k, device="cuda", dtype=dt, generator=g), pattern, kind)
                       for _ in range(copies)]
                 extra: list[tuple] = [() for _ in range(copies)]  # the launcher's arguments after y
                 if fp8:
                     quantized = [quantize_rows(x) for x in xs]
                     xs, extra = [q for q, _ in quantized], [(s,) for _, s in quantized]
+                if fp8_weight:
                     ws = [quantize(w) for w in ws]
-                fam = get_family(family)  # a family with its own output (vnm_glu_sm90: h transposed) says so
                 ref = fam.reference(dequantize_rows(xs[0], extra[0][0]) if fp8 else xs[0], ws[0])
                 shape = fam.output_shape(m, n)
                 ys = [torch.empty(shape, device="cuda", dtype=torch_dtype(types.out_dtype)) for _ in range(copies)]
