@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import torch
 
+from ...arch import HOPPER
 from ...formats.fp8 import NMFP8Weight, VNMFP8Weight, fp8_pattern_rule, read_as
 from ...patterns import Pattern
 from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file
@@ -35,6 +36,14 @@ class Config(FamilyConfig):
     ahead: int = 4
 
     SPACE: ClassVar = {"warps": (4, 8, 16), "ahead": (2, 4, 8)}
+
+    def estimate_ms(self, problem: Problem, sm_count: int = HOPPER.sm_count) -> float:
+        """A ranking estimate (tune.perfmodel): the values and per-row positions at copy bandwidth, slower by the SMs
+        a grid of fewer 32-row blocks leaves idle and by few chunks in flight, plus ~4 µs a launch."""
+        kv = values_per_row(problem.k, Pattern.parse(problem.pattern))
+        fill = min(1.0, -(-problem.n // 32) / sm_count)
+        stream = problem.n * kv * 1.5 + 2 * problem.k + 2 * problem.n
+        return (stream / HOPPER.bandwidth / fill * (1 + 2 / (self.warps * self.ahead)) + 4e-6) * 1e3
 
 
 def values_per_row(k: int, pattern: Pattern) -> int:
