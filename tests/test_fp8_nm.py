@@ -94,6 +94,15 @@ def test_routing_and_which_families_take_fp8_weights():
     assert FAMILIES["decode24_fp8"].runs(Sparse24FP8Weight)
 
 
+def test_fp8_nm_weights_are_refused_by_the_checkpoint_writer(tmp_path):
+    from cutlass_nm import CheckpointError
+
+    for pattern in ("2:8", "128:2:8"):
+        with pytest.raises(CheckpointError, match="16-bit weight"):
+            cutlass_nm.save_sparse({"layer": _weight(pattern, 128, 256)}, tmp_path / "w.safetensors")
+    assert not (tmp_path / "w.safetensors").exists()
+
+
 def test_fp8_nm_problem_records_validate():
     from cutlass_nm.store.validate import RecordError, validate_problem
 

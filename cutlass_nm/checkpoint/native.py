@@ -14,7 +14,7 @@ from torch import nn
 
 from ..errors import CheckpointError, CutlassNMError
 from ..formats import AnyWeight, NMWeight, Sparse24Weight, VNMWeight
-from ..formats.fp8 import E4M3, Sparse24FP8Weight
+from ..formats.fp8 import E4M3, NMFP8Weight, Sparse24FP8Weight, VNMFP8Weight
 from ..formats.nm import VECTORS
 from ..nn import SparseLinear
 from ..patterns import Pattern
@@ -37,6 +37,9 @@ class SparseCheckpoint:
 
 
 def _layer_meta(w: AnyWeight, bias: bool) -> dict[str, Any]:
+    if isinstance(w, NMFP8Weight | VNMFP8Weight):
+        raise CheckpointError(f"an FP8 {w.pattern} weight has no place in the {FORMAT} format (its FP8 layers are "
+                              "2:4); save the 16-bit weight it was quantized from")
     meta = {"pattern": str(w.pattern), "in_features": w.in_features, "out_features": w.out_features,
             "vector": getattr(w, "vector", 0), "dtype": str(w.dtype).removeprefix("torch."), "bias": bias}
     if isinstance(w, Sparse24FP8Weight):
