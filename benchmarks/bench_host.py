@@ -3,8 +3,9 @@
     python3 benchmarks/bench_host.py --out results/h100/host_overhead.json            # both parts
     python3 benchmarks/bench_host.py --part calls --families sptc24_sm90,decode24     # a subset
 
-Part ``calls``: every kernel family (forced through ``cutlass_nm.matmul(..., family=...)``) at m in {1, 16, 256}
-on two LLaMA-7B shapes, plus ``SparseLinear.forward`` (default routing) against ``nn.Linear.forward``:
+Part ``calls``: every kernel family (forced through ``cutlass_nm.matmul(..., family=...)``; the FP8 decode families
+on the pattern's weight quantized, x fp16) at m in {1, 16, 256} on two LLaMA-7B shapes, plus
+``SparseLinear.forward`` (default routing) against ``nn.Linear.forward``:
 
 * ``host_us``: host time to issue one call while the GPU is held busy (a sleep kernel ahead of the calls, so the
   launch queue never pushes back), median of batches; ``host_us_torch`` is ``F.linear``'s (``nn.Linear``'s),
@@ -37,7 +38,9 @@ FAMILIES = {  # family -> (the weight pattern it runs here, the token counts it 
     "sptc24_sm90": ("2:4", TOKENS), "decode24": ("2:4", (1, 16)), "sptc24_sm80": ("2:4", TOKENS),
     "vnm_sm90": ("128:2:8", TOKENS), "vnm_sm80": ("128:2:8", TOKENS), "nm_decode": ("128:2:8", (1, 16)),
     "nm_decode_simt": ("2:8", (1, 16)), "nm_simt": ("2:8", TOKENS),
+    "decode24_fp8": ("2:4", (1,)), "nm_decode_fp8": ("2:8", (1,)),
 }
+FP8 = ("decode24_fp8", "nm_decode_fp8")  # run FP8 weights (cutlass_nm.quantize of the pattern's), x fp16 as it is
 MODULE_PATTERNS = ("2:4", "128:2:8", "2:8")
 LAYER = {"q": (4096, 4096), "k": (4096, 4096), "v": (4096, 4096), "o": (4096, 4096), "gate": (11008, 4096),
          "up": (11008, 4096), "down": (4096, 11008)}  # name -> (out, in)
@@ -103,7 +106,8 @@ def precompile(families: list[str], part: str) -> None:
         kids.update(dict.fromkeys(kernels_for([(m, w, torch.float16, False) for w in ws.values() for m in tokens])))
         for f in families if part != "decode" else ():
             if FAMILIES[f][0] == pattern:
-                problems = [(m, ws[s], torch.float16, False) for s in SHAPES for m in FAMILIES[f][1]]
+                fp8 = cutlass_nm.quantize if f in FP8 else (lambda w: w)
+                problems = [(m, fp8(ws[s]), torch.float16, False) for s in SHAPES for m in FAMILIES[f][1]]
                 kids.update(dict.fromkeys(kernels_for(problems, f)))
     with build_progress(len(kids), label="compiling kernels") as progress:
         failed = [r for r in build(list(kids), progress=progress) if isinstance(r, Exception)]
@@ -140,7 +144,13 @@ def _problem_rows(m: int, pattern: str, sparse: list, dense: list[torch.Tensor],
     torch_graph = time_rotating(linear, copies)
     base = {"pattern": pattern, "dtype": "f16", "m": m, "n": n, "k": k, "eager_us_torch": torch_eager,
             "baseline": "cublas", "baseline_median_ms": torch_graph.p50_ms}
-    rows = [_row(base, family, "matmul", lambda i, f=family: cutlass_nm.matmul(xs[i], sparse[i], family=f), linear)
+    quantized = [cutlass_nm.quantize(w) for w in sparse] if any(f in FP8 for f in families) else []
+
+    def call(family: str) -> Callable[[int], object]:
+        ws = quantized if family in FP8 else sparse
+        return lambda i: cutlass_nm.matmul(xs[i], ws[i], family=family)
+
+    rows = [_row({**base, "weight_dtype": "e4m3"} if family in FP8 else base, family, "matmul", call(family), linear)
             for family in families]
     if pattern in MODULE_PATTERNS:
         mods = [_module(d, pattern) for d in dense]
