@@ -140,6 +140,7 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
                 out_dtype: torch.dtype | None, out: torch.Tensor | None, family: str | None) -> torch.Tensor:
     """matmul for an FP8 weight: x e4m3 with its scale, or fp16/bf16 quantized per token (amax / 448) for the GEMM
     and taken as it is by the one-token decode path."""
+    given_dtype = out_dtype
     out_dtype = out_dtype or (out.dtype if out is not None else fp8_default_out(x.dtype))
     check_fp8_inputs(x, w, bias, x_scale, out_dtype)
     if fp8_twin(type(w), x.numel() // w.in_features, family) is not None:
@@ -158,6 +159,9 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
     kernel = _RESOLVED.get(key) or _resolve(key)
     if decode:  # x as it comes, with its scale (e4m3) or none (16 bits)
         kernel(x2, w, bias, y.view(m, n), x_scale)
+        if out is None and x_scale is None and type(x) is torch.Tensor:  # matmul's steady-state path takes it next
+            _remember(w, (x.shape, x.dtype, x.device, _bias_id(bias), given_dtype, family),
+                      (kernel, out_dtype, tuple(y.shape), None if x.dim() == 2 else ((m, k), (m, n)), bias))
         return y
     xq, sx = (x2, x_scale.reshape(-1)) if x.dtype == E4M3 else kernel.quantize(x2)
     kernel(xq, w, bias, y.view(m, n), sx)

@@ -151,6 +151,33 @@ def test_fp8_nm_dispatch_plumbing_with_a_stand_in_kernel(monkeypatch, caplog):
         cutlass_nm.matmul(xq, w8, x_scale=sx, family="vnm_sm90")
 
 
+def test_a_16bit_x_decode_call_takes_the_steady_state_path_next(monkeypatch):
+    """One token with a 16-bit x: the first call resolves and checks, later calls of that signature go straight to
+    the kernel (matmul's steady-state path); an e4m3 x with its scale, or another shape, takes the full path."""
+    from cutlass_nm import dispatch
+
+    calls = {"checks": 0, "kernel": 0}
+
+    def kernel(x, w, bias, y, sx=None):
+        calls["kernel"] += 1
+        y.copy_(x.float() @ w.to_dense().float().T)
+
+    def check(*args):
+        calls["checks"] += 1
+
+    monkeypatch.setattr(dispatch, "check_fp8_inputs", check)
+    monkeypatch.setattr(dispatch, "_resolve", lambda key: kernel)
+    monkeypatch.setattr(dispatch, "_RESOLVED", {})
+    w8 = _weight("2:8", 64, 256)
+    x = torch.randn(1, 1, 256, dtype=torch.bfloat16)
+    first = cutlass_nm.matmul(x, w8)
+    again = cutlass_nm.matmul(x, w8)
+    assert calls == {"checks": 1, "kernel": 2} and torch.equal(first, again) and again.shape == (1, 1, 64)
+    xq, sx = quantize_rows(torch.randn(1, 256))
+    cutlass_nm.matmul(xq, w8, x_scale=sx)
+    assert calls == {"checks": 2, "kernel": 3}
+
+
 def test_fp8_nm_launcher_passes_arguments_in_the_c_order(monkeypatch):
     from cutlass_nm.families.nm_decode_fp8 import family as fam
 
