@@ -12,7 +12,7 @@ import torch
 from ..errors import InputError, PatternError
 from ..patterns import Pattern
 from .nm import NMWeight
-from .sparse24 import GROUP, KEEP, Sparse24Weight
+from .sparse24 import Sparse24Weight
 from .vnm import VNMWeight
 from .weight import check_finite
 
@@ -41,27 +41,34 @@ def dequantize_rows(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.float() * scale[:, None]
 
 
+class _Scaled:
+    """What an FP8 weight adds to its format: e4m3 ``values`` with ``scale`` (rows,) float32 (a field of each
+    class), W = values * scale[:, None]; only families that declare FP8 weights run them."""
+
+    values: torch.Tensor
+    shape: tuple[int, int]
+    scale: torch.Tensor | None
+    fp8: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if self.values.dtype != E4M3:
+            raise InputError(f"an FP8 weight's values are {E4M3}, got {self.values.dtype}")
+        rows = self.shape[0]
+        if not isinstance(self.scale, torch.Tensor) or self.scale.dtype != torch.float32 or \
+                tuple(self.scale.shape) != (rows,):
+            raise InputError(f"an FP8 weight needs a float32 scale of shape ({rows},)")
+
+    def kept_values(self) -> torch.Tensor:
+        """The kept values dequantized, float32 (``to_dense`` is therefore float32)."""
+        return dequantize_rows(self.values, self.scale)
+
+
 @dataclass(eq=False)
-class Sparse24FP8Weight(Sparse24Weight):
+class Sparse24FP8Weight(_Scaled, Sparse24Weight):
     """A 2:4 weight whose kept values are e4m3 (``values``: rows x k/2) with ``scale`` (rows,) float32:
     W = values * scale[:, None]. ``meta`` is the 2:4 metadata, as for ``Sparse24Weight``."""
 
     scale: torch.Tensor | None = None
-    fp8: ClassVar[bool] = True
-
-    def __post_init__(self) -> None:
-        _check_fp8(self.values, self.scale, self.shape[0])
-
-    def kept_values(self) -> torch.Tensor:
-        return dequantize_rows(self.values, self.scale)
-
-    def to_dense(self) -> torch.Tensor:
-        """The dequantized dense (pruned) weight, ``rows x k`` float32."""
-        rows, k = self.shape
-        out = torch.zeros(rows, k // GROUP, GROUP, dtype=torch.float32, device=self.device)
-        values = self.kept_values()
-        out.scatter_(-1, self.positions(), values.reshape(rows, k // GROUP, KEEP))
-        return out.reshape(rows, k)
 
     def to(self, device: torch.device | str) -> Sparse24FP8Weight:
         """Copy to another device (cached kernel layouts are rebuilt there on first use)."""
@@ -84,26 +91,12 @@ def fp8_pattern_rule(pattern: Pattern) -> str | None:
     return None
 
 
-def _check_fp8(values: torch.Tensor, scale: torch.Tensor | None, rows: int) -> None:
-    if values.dtype != E4M3:
-        raise InputError(f"an FP8 weight's values are {E4M3}, got {values.dtype}")
-    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or tuple(scale.shape) != (rows,):
-        raise InputError(f"an FP8 weight needs a float32 scale of shape ({rows},)")
-
-
 @dataclass(eq=False)
-class NMFP8Weight(NMWeight):
+class NMFP8Weight(_Scaled, NMWeight):
     """A general N:M weight whose kept values are e4m3 with ``scale`` (rows,) float32: W = values * scale[:, None].
     ``indices`` are the N:M weight's, shared."""
 
     scale: torch.Tensor | None = None
-    fp8: ClassVar[bool] = True
-
-    def __post_init__(self) -> None:
-        _check_fp8(self.values, self.scale, self.shape[0])
-
-    def kept_values(self) -> torch.Tensor:
-        return dequantize_rows(self.values, self.scale)
 
     def dequantized(self, dtype: torch.dtype) -> NMWeight:
         """The same weight with its values in ``dtype`` (a 16-bit weight the 16-bit families run)."""
@@ -115,18 +108,11 @@ class NMFP8Weight(NMWeight):
 
 
 @dataclass(eq=False)
-class VNMFP8Weight(VNMWeight):
+class VNMFP8Weight(_Scaled, VNMWeight):
     """A V:N:M weight whose kept values are e4m3 with ``scale`` (rows,) float32: W = values * scale[:, None].
     ``columns`` and ``meta`` are the V:N:M weight's, shared."""
 
     scale: torch.Tensor | None = None
-    fp8: ClassVar[bool] = True
-
-    def __post_init__(self) -> None:
-        _check_fp8(self.values, self.scale, self.shape[0])
-
-    def kept_values(self) -> torch.Tensor:
-        return dequantize_rows(self.values, self.scale)
 
     def dequantized(self, dtype: torch.dtype) -> VNMWeight:
         """The same weight with its values in ``dtype`` (a 16-bit weight the 16-bit families run)."""

@@ -94,8 +94,9 @@ class Sparse24Weight(CompressedWeight):
     def to_dense(self) -> torch.Tensor:
         """Decompress back to the ``rows x k`` dense (pruned) weight."""
         rows, k = self.shape
-        out = torch.zeros(rows, k // GROUP, GROUP, dtype=self.dtype, device=self.device)
-        out.scatter_(-1, self.positions(), self.values.reshape(rows, k // GROUP, KEEP))
+        values = self.kept_values()
+        out = torch.zeros(rows, k // GROUP, GROUP, dtype=values.dtype, device=self.device)
+        out.scatter_(-1, self.positions(), values.reshape(rows, k // GROUP, KEEP))
         return out.reshape(rows, k)
 
     def to(self, device: torch.device | str) -> Sparse24Weight:
