@@ -46,6 +46,19 @@ class Config(FamilyConfig):
         return (stream / HOPPER.bandwidth / fill * (1 + 2 / (self.rows * self.ahead)) + 4e-6) * 1e3
 
 
+def one_token_rule(name: str, problem: Problem, others: str = "") -> str | None:
+    """What the one-token FP8 decode families (this and ``nm_decode_fp8``) require of every problem: x's and the
+    output's types, and m = 1 (``others``: what runs the other m, for the message)."""
+    types = problem.types
+    if types.dtype not in X_TYPES:
+        return f"x dtype {types.dtype} is not supported ({'/'.join(X_TYPES)})"
+    if types.out_dtype not in OUT_TYPES:
+        return f"output dtype {types.out_dtype} is not supported ({'/'.join(OUT_TYPES)})"
+    if problem.m != MAX_M:
+        return f"{name} runs one token (m = {MAX_M}), got m = {problem.m}{others}"
+    return None
+
+
 def packed_meta(w: Sparse24FP8Weight) -> torch.Tensor:
     """The weight's metadata two groups a byte (n x k/8 uint8): group 2j in bits 0-3, group 2j + 1 in bits 4-7."""
     meta = w.meta.reshape(w.out_features, -1, 2)
@@ -61,13 +74,8 @@ class _Decode24FP8Family(Family):
     input_dtypes = ("f16", "bf16", "e4m3")
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
-        types = problem.types
-        if types.dtype not in X_TYPES:
-            return f"x dtype {types.dtype} is not supported ({'/'.join(X_TYPES)})"
-        if types.out_dtype not in OUT_TYPES:
-            return f"output dtype {types.out_dtype} is not supported ({'/'.join(OUT_TYPES)})"
-        if problem.m != MAX_M:
-            return f"decode24_fp8 runs one token (m = {MAX_M}), got m = {problem.m}; the FP8 GEMM runs the others"
+        if (why := one_token_rule(self.name, problem, "; the FP8 GEMM runs the others")) is not None:
+            return why
         if problem.k % K_MULTIPLE:
             return f"in_features k={problem.k} must be a multiple of {K_MULTIPLE}"
         if cfg.rows * cfg.ahead > MAX_IN_FLIGHT:

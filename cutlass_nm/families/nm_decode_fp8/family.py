@@ -16,14 +16,12 @@ from ...arch import HOPPER
 from ...formats.fp8 import NMFP8Weight, VNMFP8Weight, fp8_pattern_rule, read_as
 from ...patterns import Pattern
 from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file
+from ..decode24_fp8.family import OUT_TYPES, X_TYPES, one_token_rule
 from ..launch import check_status, device_info, stream_of
 from ..nm_decode.family import STREAM_LOADS
 
-MAX_M = 1  # one token
 CHUNK = 16  # kept values a lane loads at once (16 value bytes, 8 position bytes)
 MAX_SMEM = 200 * 1024  # x as float in shared memory, plus the warps' partial sums
-X_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "e4m3": "uint8_t"}
-OUT_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16"}
 LAYOUT_KEY = ("nm_decode_fp8",)
 SMALLEST = (4, 2)  # (warps, ahead) that runs any k
 
@@ -102,13 +100,8 @@ class _NMDecodeFP8Family(Family):
     input_dtypes = ("f16", "bf16", "e4m3")
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
-        types = problem.types
-        if types.dtype not in X_TYPES:
-            return f"x dtype {types.dtype} is not supported ({'/'.join(X_TYPES)})"
-        if types.out_dtype not in OUT_TYPES:
-            return f"output dtype {types.out_dtype} is not supported ({'/'.join(OUT_TYPES)})"
-        if problem.m != MAX_M:
-            return f"nm_decode_fp8 runs one token (m = {MAX_M}), got m = {problem.m}"
+        if (why := one_token_rule(self.name, problem)) is not None:
+            return why
         pattern = Pattern.parse(problem.pattern)
         if pattern.is_24 or (why := fp8_pattern_rule(pattern)) is not None:
             return "2:4 FP8 weights run decode24_fp8" if pattern.is_24 else why
