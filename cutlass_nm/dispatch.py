@@ -10,6 +10,7 @@ where it came from. Later calls do no I/O: one dict lookup, then the launch.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -143,14 +144,14 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
     given_dtype = out_dtype
     out_dtype = out_dtype or (out.dtype if out is not None else fp8_default_out(x.dtype))
     check_fp8_inputs(x, w, bias, x_scale, out_dtype)
-    if fp8_twin(type(w), x.numel() // w.in_features, family) is not None:
+    n, k = w.out_features, w.in_features
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    if fp8_twin(type(w), m, family) is not None:
         if family is not None:
             raise InputError(f"an FP8 {w.pattern} weight runs {FP8_DECODE[type(w)]} (one token) or, at more tokens, "
                              f"its 16-bit twin; family={family!r} does not run it")
         return _matmul_twin(x, w, bias, x_scale, out_dtype, out)
-    n, k = w.out_features, w.in_features
-    x2 = x.reshape(-1, k)
-    m = x2.shape[0]
     y = _check_out(out, (*x.shape[:-1], n), out_dtype, x.device) if out is not None else torch.empty(
         (*x.shape[:-1], n), dtype=out_dtype, device=x.device)
     if m == 0:
@@ -179,7 +180,9 @@ def _matmul_twin(x: torch.Tensor, w: NMFP8Weight | VNMFP8Weight, bias: torch.Ten
                    None)
 
 
+@functools.cache
 def _twin_builder(dtype: torch.dtype) -> Callable[[Any], Any]:
+    """The layout builder of a weight's 16-bit twin in ``dtype`` (one function per dtype, not one per call)."""
     def build(w: NMFP8Weight | VNMFP8Weight) -> NMWeight | VNMWeight:
         if type(w) not in _TWIN_WARNED:
             _TWIN_WARNED.add(type(w))
@@ -305,9 +308,10 @@ def _check_out(out: torch.Tensor | None, shape: tuple, dtype: torch.dtype, devic
 
 
 def _key(m: int, w: Sparse24Weight | VNMWeight | NMWeight, dtype: torch.dtype, out_dtype: torch.dtype, has_bias: bool,
-         device: torch.device, family: str | None = None) -> tuple:
-    """matmul's problem key (matmul builds the same tuple inline: the hot path)."""
-    return (m, w.out_features, w.in_features, dtype, out_dtype, has_bias, device, family, type(w), w.pattern,
+         device: torch.device, family: str | None = None, kind: type | None = None) -> tuple:
+    """matmul's problem key (matmul builds the same tuple inline: the hot path); ``kind``: the weight class the
+    kernel runs, if not ``w``'s own (an FP8 weight's 16-bit twin)."""
+    return (m, w.out_features, w.in_features, dtype, out_dtype, has_bias, device, family, kind or type(w), w.pattern,
             w.vector if isinstance(w, NMWeight) else 0)
 
 
@@ -317,8 +321,7 @@ def kernels_for(problems: list[tuple[int, Any, torch.dtype, bool]], family: str 
     kids = {}
     for m, w, dtype, has_bias in problems:
         if (twin := fp8_twin(type(w), m, family)) is not None:  # the 16-bit twin's kernel, in x's dtype
-            key = (m, w.out_features, w.in_features, dtype, dtype, has_bias, w.device, family, twin, w.pattern,
-                   w.vector if isinstance(w, NMWeight) else 0)
+            key = _key(m, w, dtype, dtype, has_bias, w.device, family, twin)
         elif isinstance(w, FP8_WEIGHTS):  # dtype is x's and the output's
             key, _ = _fp8_key(m, w, dtype, fp8_default_out(dtype), has_bias, w.device, family)
         else:
