@@ -97,10 +97,6 @@ class _Decode24FP8Family(Family):
             return Config(warps=4, rows=1, ahead=2)
         return Config(warps=2, rows=2, ahead=2)
 
-    def reference(self, x: torch.Tensor, w: Sparse24FP8Weight) -> torch.Tensor:
-        """x·Wᵀ in fp64 of the dequantized weight (x is taken at scale 1)."""
-        return x.double() @ w.to_dense().double().T
-
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, helpers: Sequence[Callable] = ()) -> _Launcher:
         return _Launcher(lib)
 

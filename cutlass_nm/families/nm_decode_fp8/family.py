@@ -124,10 +124,6 @@ class _NMDecodeFP8Family(Family):
         warps = 16 if chunks >= 64 else 8 if chunks >= 32 else 4
         return Config(warps=warps, ahead=4 if chunks >= 4 * warps else 2)
 
-    def reference(self, x: torch.Tensor, w: NMFP8Weight | VNMFP8Weight) -> torch.Tensor:
-        """x·Wᵀ in fp64 of the dequantized weight (x is taken at scale 1)."""
-        return x.double() @ w.to_dense().double().T
-
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, helpers: Sequence[Callable] = ()) -> _Launcher:
         return _Launcher(lib)
 
