@@ -11,8 +11,8 @@ rotated past L2 (``cutlass_nm.timing``); ``speedup_vs_*`` are ratios to the base
 ``rel_err`` is against an fp32 reference of the dequantized operands. At m = 1 (the decode path) the rows add the
 fraction of the bytes ratio over the fastest dense kernel that ours reaches, and that cuBLAS reaches when it streams
 the same bytes as an fp16 weight (``same_bytes_fp16_ms``): the limit a kernel as fast as cuBLAS would meet. N:M and
-V:N:M patterns run one token only (above it they run their 16-bit twin); their rows add the same pattern's 16-bit
-weight on its decode path (``ours_16bit_ms``).
+V:N:M patterns run every m on their FP8 families (N:M one token only: above it an FP8 N:M weight runs its 16-bit
+twin); their rows add the same pattern's 16-bit weight on its own path (``ours_16bit_ms``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 import cutlass_nm
+from cutlass_nm import Pattern
 from cutlass_nm.families.decode24_fp8.family import BYTES_PER_WEIGHT as DECODE_BYTES_PER_WEIGHT
 from cutlass_nm.families.nm_decode_fp8.family import streamed_bytes as nm_streamed_bytes
 from cutlass_nm.formats.fp8 import E4M3, dequantize_rows, quantize_rows
@@ -65,7 +66,8 @@ def bench_shape(m: int, n: int, k: int, pattern: str = "2:4") -> dict:
     copies = copies_to_rotate(n * k + m * k)
     dense16 = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(copies)]
     w8 = [cutlass_nm.prune(w, pattern, dtype=E4M3)[0] for w in dense16]
-    family = {"2:4": "sptc24_fp8_sm90" if m > 1 else "decode24_fp8"}.get(pattern, "nm_decode_fp8")
+    gemm = "sptc24_fp8_sm90" if pattern == "2:4" else "vnm_fp8_sm90"
+    family = gemm if m > 1 else "decode24_fp8" if pattern == "2:4" else "nm_decode_fp8"
     x16 = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
     xs = [quantize_rows(x) for x in x16]
     xq, sx = [q for q, _ in xs], [s for _, s in xs]
@@ -108,10 +110,10 @@ def bench_shape(m: int, n: int, k: int, pattern: str = "2:4") -> dict:
         row["same_bytes_fp16_ms"] = _time(lambda i: torch.nn.functional.linear(xn[i], narrow[i]), copies)
         row["fraction_of_bytes_ratio_same_bytes_fp16"] = (row[f"{fastest[0]}_ms"] / row["same_bytes_fp16_ms"]
                                                           / row["bytes_ratio_vs_fastest_dense"])
-        if pattern != "2:4":  # the same pattern in 16 bits, on its decode path
-            w16 = [cutlass_nm.prune(w, pattern)[0] for w in dense16]
-            row["ours_16bit_ms"] = _time(lambda i: cutlass_nm.matmul(x16[i], w16[i]), copies)
-            row["speedup_vs_ours_16bit"] = row["ours_16bit_ms"] / row["median_ms"]
+    if pattern != "2:4":  # the same pattern in 16 bits (its decode path at one token, else its GEMM)
+        w16 = [cutlass_nm.prune(w, pattern)[0] for w in dense16]
+        row["ours_16bit_ms"] = _time(lambda i: cutlass_nm.matmul(x16[i], w16[i]), copies)
+        row["speedup_vs_ours_16bit"] = row["ours_16bit_ms"] / row["median_ms"]
     return row
 
 
@@ -120,7 +122,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=lambda s: tuple(int(v) for v in s.split(",")), default=TOKENS)
     ap.add_argument("--shapes", type=_parse_shapes, default=SHAPES, help="NxK,... (out x in features)")
     ap.add_argument("--patterns", default="2:4",
-                    help="comma-separated: 2:4 (every --tokens), N:M / V:N:M (one token: the FP8 decode path)")
+                    help="comma-separated: 2:4 and V:N:M (every --tokens), N:M (one token: the FP8 decode path)")
     ap.add_argument("--out", type=Path, help="write the result JSON here")
     args = ap.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
@@ -129,13 +131,15 @@ def main() -> None:
     from cutlass_nm.dispatch import precompile_for
 
     patterns = args.patterns.split(",")
-    runs = [(p, n, k, m) for p in patterns for n, k in args.shapes for m in (args.tokens if p == "2:4" else (1,))]
+    runs = [(p, n, k, m) for p in patterns for n, k in args.shapes
+            for m in (args.tokens if p == "2:4" or Pattern.parse(p).is_vnm else (1,))]
     weights = {(p, n, k): cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.bfloat16), p, dtype=E4M3)[0]
                for p, n, k, _ in runs}
-    sixteen = [cutlass_nm.prune(w.to_dense().bfloat16(), key[0])[0] for key, w in weights.items() if key[0] != "2:4"]
+    sixteen = {key: cutlass_nm.prune(w.to_dense().bfloat16(), key[0])[0] for key, w in weights.items()
+               if key[0] != "2:4"}
     precompile_for([(m, weights[p, n, k], dtype, False) for p, n, k, m in runs
                     for dtype in ((torch.bfloat16,) if m > 1 else (torch.bfloat16, E4M3))]
-                   + [(1, w, torch.bfloat16, False) for w in sixteen])
+                   + [(m, sixteen[p, n, k], torch.bfloat16, False) for p, n, k, m in runs if p != "2:4"])
     rows = []
     for p, n, k, m in runs:
         row = bench_shape(m, n, k, p)

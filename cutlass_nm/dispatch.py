@@ -169,9 +169,9 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
     return y
 
 
-def _matmul_twin(x: torch.Tensor, w: NMFP8Weight | VNMFP8Weight, bias: torch.Tensor | None,
+def _matmul_twin(x: torch.Tensor, w: NMFP8Weight, bias: torch.Tensor | None,
                  x_scale: torch.Tensor | None, out_dtype: torch.dtype, out: torch.Tensor | None) -> torch.Tensor:
-    """An FP8 N:M or V:N:M weight above the decode path: x (an e4m3 x dequantized with its scale) against the weight's
+    """An FP8 N:M weight above the decode path: x (an e4m3 x dequantized with its scale) against the weight's
     16-bit twin in the output dtype, built on first use and kept on the weight."""
     if x.dtype == E4M3:
         k = w.in_features
@@ -183,7 +183,7 @@ def _matmul_twin(x: torch.Tensor, w: NMFP8Weight | VNMFP8Weight, bias: torch.Ten
 @functools.cache
 def _twin_builder(dtype: torch.dtype) -> Callable[[Any], Any]:
     """The layout builder of a weight's 16-bit twin in ``dtype`` (one function per dtype, not one per call)."""
-    def build(w: NMFP8Weight | VNMFP8Weight) -> NMWeight | VNMWeight:
+    def build(w: NMFP8Weight) -> NMWeight:
         if type(w) not in _TWIN_WARNED:
             _TWIN_WARNED.add(type(w))
             log.warning("cutlass_nm: FP8 %s weights run FP8 at one token only; at more tokens each runs as a %s copy "

@@ -21,8 +21,10 @@ WEIGHTS = (Sparse24Weight, VNMWeight, NMWeight)
 KINDS: dict[type, str] = {Sparse24Weight: "24", Sparse24FP8Weight: "24", VNMWeight: "vnm", NMWeight: "nm",
                           VNMFP8Weight: "vnm", NMFP8Weight: "nm"}
 FP8_DECODE = {Sparse24FP8Weight: DECODE24_FP8.name, NMFP8Weight: NM_DECODE_FP8.name, VNMFP8Weight: NM_DECODE_FP8.name}
-# an FP8 N:M or V:N:M weight above the one-token decode path runs as this 16-bit weight (no FP8 GEMM for them yet)
-FP8_TWINS: dict[type, type] = {NMFP8Weight: NMWeight, VNMFP8Weight: VNMWeight}
+# the FP8 GEMM (Sparse Tensor Cores) of an FP8 weight above the one-token decode path
+FP8_GEMM = {Sparse24FP8Weight: "sptc24_fp8_sm90", VNMFP8Weight: "vnm_fp8_sm90"}
+# an FP8 N:M weight above the one-token decode path runs as this 16-bit weight (no FP8 N:M GEMM)
+FP8_TWINS: dict[type, type] = {NMFP8Weight: NMWeight}
 DECODE_MAX_M = 16  # largest m the decode families take (N:M and V:N:M weights)
 # largest m at which 2:4 weights (k % 16 == 0) run on the decode path (decode24), not sptc24: on the H100 decode24 beat
 # sptc24_sm90's shipped configs at m = 1 (1.0-2.2x, 8 LLaMA-like shapes) and lost at m = 2 on all but 4096² and below
@@ -60,7 +62,7 @@ def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: 
             return FP8_DECODE[kind]
         if kind in FP8_TWINS:
             raise ShapeError(f"an FP8 {KINDS[kind]} weight at m = {m} runs as its 16-bit twin (matmul), not a family")
-        return "sptc24_fp8_sm90"
+        return FP8_GEMM[kind]
     if kind is Sparse24Weight and m <= DECODE24_MAX_M and k > 0 and k % DECODE24_K_MULTIPLE == 0:
         return decode_family(kind)
     if kind is NMWeight:

@@ -14,14 +14,14 @@ from cutlass_nm.patterns import Pattern
 F16 = KernelTypes("f16", "f16", False)
 SM90, SM80 = get_family("sptc24_sm90"), get_family("sptc24_sm80")
 # the fused gate/up kernel runs only fused weights, the FP8 N:M decode N:M weights; the others any problem
-PATTERN = {"vnm_glu_sm90": "256:2:8", "nm_decode_fp8": "2:8"}
+PATTERN = {"vnm_glu_sm90": "256:2:8", "nm_decode_fp8": "2:8", "vnm_fp8_sm90": "128:2:8"}
 VECTOR = {"nm_decode": 32}  # tensor-core decode: N:M weights whose positions 32 rows share
 DECODE = ("nm_decode", "nm_decode_simt", "decode24")  # m <= 16 only
 ONE_TOKEN = ("decode24_fp8", "nm_decode_fp8")  # m = 1 only
 SIMT = get_family("nm_decode_simt")
 
 
-TYPES = {"sptc24_fp8_sm90": KernelTypes("e4m3", "bf16", False)}  # FP8 inputs; the others fp16 (decode24_fp8: x)
+TYPES = {name: KernelTypes("e4m3", "bf16", False) for name in ("sptc24_fp8_sm90", "vnm_fp8_sm90")}  # FP8 inputs; the others fp16 (decode24_fp8: x)
 
 
 def _problem(family, m: int) -> Problem:

@@ -24,6 +24,7 @@ PROBLEMS = {
     "sptc24_fp8_sm90": Problem(2048, 4096, 4096, KernelTypes("e4m3", "bf16", False), "2:4"),
     "decode24_fp8": Problem(1, 4096, 4096, KernelTypes("bf16", "bf16", False), "2:4"),
     "nm_decode_fp8": Problem(1, 4096, 4096, KernelTypes("e4m3", "bf16", False), "128:2:8"),
+    "vnm_fp8_sm90": Problem(2048, 4096, 4096, KernelTypes("e4m3", "bf16", False), "128:2:8"),
 }
 
 

@@ -5,6 +5,7 @@ each scale a vector or one scalar."""
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -14,12 +15,13 @@ import torch
 from ...arch import target
 from ...formats import meta_sm90
 from ...formats.fp8 import Sparse24FP8Weight
-from ..base import Family, FamilyConfig, KernelTypes, Problem
+from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file
 from ..launch import check_status, device_info, stream_of
 from ..sptc24_sm90.family import EPILOGUE_SMEM, RASTER_ORDER, schedule_rule
 
 K_MULTIPLE = 32  # the compressed rows (k / 2 bytes) and x's rows (k bytes) are TMA boxes: 16-byte aligned
 OUT_DTYPES = ("bf16", "f16")
+QUANTIZE_ROWS = "codegen/quantize_rows.cuh"  # the per-token quantizer, spliced into each FP8 GEMM
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,7 @@ class _Fp8Family(Family):
     arch = "sm_90a"
     weight = Sparse24FP8Weight
     Config = Config
-    templates = ("families/sptc24_fp8_sm90/kernel.cu", "codegen/cutlass_emit.py")
+    templates = ("families/sptc24_fp8_sm90/kernel.cu", "codegen/cutlass_emit.py", QUANTIZE_ROWS)
     input_dtypes = ("e4m3",)
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
@@ -94,7 +96,8 @@ class _Fp8Family(Family):
         shape = "cute::Shape<" + ", ".join(f"cute::_{t}" for t in tile) + ">"
         return emit_sm90(op, self.template(self.templates[0]), tile_shape=shape,
                          element_d=CPP_TYPES[types.out_dtype], element_bias=CPP_TYPES[types.out_dtype],
-                         has_bias="true" if types.bias else "false")
+                         has_bias="true" if types.bias else "false",
+                         quantize_rows=package_file(QUANTIZE_ROWS).read_text())
 
     def heuristic(self, problem: Problem) -> Config:
         """The shipping grid's lesson (H200, 104 problems, m = 128-8192), with fast accumulation everywhere (up to
@@ -128,7 +131,8 @@ class _Launcher:
         lib.cnm_meta_atom_k.restype = i32
         lib.cnm_quantize_rows.argtypes = [vp, vp, vp, i32, i32, i32, vp]
         lib.cnm_quantize_rows.restype = i32
-        self.run, self.quantize_rows = lib.cnm_run, lib.cnm_quantize_rows
+        self.run = lib.cnm_run
+        self.quantize = functools.partial(quantize_with, lib.cnm_quantize_rows, FAMILY.name)
         self.swizzle, self.raster = cfg.swizzle, RASTER_ORDER[cfg.raster]
         atom = lib.cnm_meta_atom_k()
         self.layout_key = ("sm90_fp8", atom)
@@ -147,17 +151,17 @@ class _Launcher:
             check_status(status, FAMILY.name, (m, n, k))
 
 
-    def quantize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (m x k, fp16/bf16, contiguous) per token in one launch: (e4m3 q, float32 scale per row), as
-        ``formats.fp8.quantize_rows``."""
-        m, k = x.shape
-        q = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=x.device)
-        scale = torch.empty(m, dtype=torch.float32, device=x.device)
-        status = self.quantize_rows(x.data_ptr(), q.data_ptr(), scale.data_ptr(), m, k,
-                                    int(x.dtype == torch.bfloat16), stream_of(x))
-        if status:
-            check_status(status, FAMILY.name, (m, 0, k))
-        return q, scale
+def quantize_with(quantize_rows: Callable[..., int], family: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (m x k, fp16/bf16, contiguous) per token in one launch of a library's ``cnm_quantize_rows``: (e4m3 q,
+    float32 scale per row), as ``formats.fp8.quantize_rows``."""
+    m, k = x.shape
+    q = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=x.device)
+    scale = torch.empty(m, dtype=torch.float32, device=x.device)
+    status = quantize_rows(x.data_ptr(), q.data_ptr(), scale.data_ptr(), m, k, int(x.dtype == torch.bfloat16),
+                           stream_of(x))
+    if status:
+        check_status(status, family, (m, 0, k))
+    return q, scale
 
 
 FAMILY = _Fp8Family()

@@ -1,0 +1,209 @@
+"""FP8 (e4m3) V:N:M on Hopper Sparse Tensor Cores: wgmma.sp e4m3 over the gathered 2:4 weight, fp32 accumulation,
+scales fused in the epilogue: y = sx[token] * sw[channel] * (x_q[:, gathered] · W_qᵀ) (+ bias).
+
+As ``vnm_sm90``, one CTA computes tile_m rows inside one V-block against tile_n tokens, with A (compressed e4m3
+values) and E (metadata) by TMA. An 8-bit wgmma reads B K-major, so the producer gathers rows of xT (x transposed
+once per call, tokens contiguous) into registers and transposes them into the K-major layout (``kernel.cu``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from string import Template
+from typing import ClassVar
+
+import torch
+
+from ...arch import HOPPER, target
+from ...errors import ShapeError
+from ...formats import meta_sm90
+from ...formats.fp8 import E4M3, VNMFP8Weight
+from ...patterns import parse_or_none
+from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file, pipelined_mma_rule
+from ..launch import Plans, check_status, gil_holding, stream_of
+from ..sptc24_fp8_sm90.family import OUT_DTYPES, QUANTIZE_ROWS, quantize_with
+from ..vnm_sm90.family import K_ALIGN, MAX_ACC_PER_THREAD
+
+TILE_K = 128  # gathered columns (bytes) per pipeline stage: one 128-byte swizzle row of B per token
+TOKEN_ALIGN = 16  # xT's row length (ldx): m rounded up to whole 16-byte chunks
+TEMPLATES = ("families/vnm_fp8_sm90/kernel.cu", "codegen/sparse_mainloop.cuh", QUANTIZE_ROWS)
+ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
+
+
+@dataclass(frozen=True, slots=True)
+class Config(FamilyConfig):
+    """CTA tile (tile_m rows of W inside one V-block, tile_n tokens; 128 gathered columns a stage), pipeline
+    stages, consumer warpgroups (2 split tile_m = 128 in halves), the consumer mainloop (``mma_pipe`` 0: CUTLASS's
+    sparse collective; 1: ours), the CTA order (``raster``, as vnm_sm90's) and CTAs per ``cluster`` along the
+    tokens (2: A and E shared by multicast)."""
+
+    tile_m: int = 128
+    tile_n: int = 256
+    stages: int = 4
+    consumers: int = 2
+    mma_pipe: int = 0
+    raster: int = 1
+    cluster: int = 1
+
+    SPACE: ClassVar = {
+        "tile_m": (64, 128),
+        "tile_n": (64, 128, 256),
+        "stages": (3, 4, 5),
+        "consumers": (1, 2),
+        "mma_pipe": (0, 1),
+        "raster": (0, 1),
+        "cluster": (1, 2),
+    }
+
+    def estimate_ms(self, problem: Problem, sm_count: int = HOPPER.sm_count) -> float:
+        """Ranking estimate: the gathered B (once per weight tile) and A with its metadata (once per token tile,
+        once per cluster) through L2, or CTA waves of wgmma.sp over the gathered K at twice the 16-bit rate,
+        whichever is larger; short K loops pay the pipeline fill."""
+        group = getattr(parse_or_none(problem.pattern), "m", 8)
+        m, n, k = problem.m, problem.n, problem.k
+        kg = -(-4 * -(-k // group) // K_ALIGN) * K_ALIGN
+        rows = -(-n // self.tile_m)
+        tiles_n = -(-m // self.tile_n)
+        toks = -(-tiles_n // self.cluster) * self.cluster
+        traffic = rows * toks * self.tile_n * kg + toks * n * kg * (1 / 2 + 1 / 8) / self.cluster + m * n * 2
+        in_flight = (self.stages - 1) * smem_per_stage(self)
+        rate = HOPPER.l2_bandwidth * min(1.0, in_flight / 128e3)
+        mma = -(-rows * toks // sm_count) * 2.0 * self.tile_m * self.tile_n * kg / (2 * HOPPER.sparse_flops / sm_count)
+        return max(traffic / rate, mma) * (1 + 8 / (kg / TILE_K + 8)) * 1e3
+
+
+def smem_per_stage(cfg: Config) -> int:
+    """Bytes of one pipeline stage: compressed A (half of K, 1 byte each), metadata (1 bit per element), B."""
+    return cfg.tile_m * TILE_K // 2 + cfg.tile_m * TILE_K // 8 + cfg.tile_n * TILE_K
+
+
+def smem_bytes(cfg: Config) -> int:
+    """The kernel's dynamic shared memory: the stages, their full and empty barriers (8 bytes each) and two k-tiles
+    of gather indices, in a 1024-byte aligned block."""
+    raw = cfg.stages * (smem_per_stage(cfg) + 16) + 2 * TILE_K * 4
+    return -(-raw // 1024) * 1024
+
+
+def kernel_layout(w: VNMFP8Weight, atom_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(e4m3 values n x kg/2, sm90 8-bit metadata, gather index blocks x kg int32 with -1 past the gathered
+    columns)."""
+    w24 = w.padded_24(K_ALIGN)
+    return w24.values, meta_sm90.to_sm90(w24, atom_k, 8), w.padded_gather_index(K_ALIGN, -1)
+
+
+class _VnmFp8Family(Family):
+    name = "vnm_fp8_sm90"
+    arch = "sm_90a"
+    weight = VNMFP8Weight
+    Config = Config
+    templates = TEMPLATES
+    input_dtypes = ("e4m3",)
+
+    def check(self, cfg: Config, problem: Problem) -> str | None:
+        types = problem.types
+        if types.dtype != "e4m3":
+            return f"input dtype {types.dtype} is not supported (e4m3 only: fp16/bf16 x is quantized first)"
+        if types.out_dtype not in OUT_DTYPES:
+            return f"output dtype {types.out_dtype} is not supported ({'/'.join(OUT_DTYPES)})"
+        if cfg.consumers == 2 and cfg.tile_m == 64:
+            return "two consumer warpgroups split tile_m in halves of 64: tile_m must be 128"
+        v = getattr(parse_or_none(problem.pattern), "v", None)
+        if v and v % cfg.tile_m:
+            return f"tile_m = {cfg.tile_m} rows must lie inside one V-block, got {problem.pattern}"
+        acc = cfg.tile_m * cfg.tile_n // (128 * cfg.consumers)
+        if acc > MAX_ACC_PER_THREAD:
+            return f"{cfg.tile_m}x{cfg.tile_n} over {cfg.consumers} warpgroup(s) needs {acc} > " \
+                   f"{MAX_ACC_PER_THREAD} accumulators per thread"
+        if smem_bytes(cfg) > (cap := target().smem_per_block):
+            return f"{cfg.stages} stages of {smem_per_stage(cfg)} B do not fit in {cap} B of shared memory"
+        if (reason := pipelined_mma_rule(cfg.mma_pipe, cfg.stages)) is not None:
+            return reason
+        if problem.m < 1 or problem.n < 1 or problem.k < 1:
+            return "m, n, k must be >= 1"
+        token_tiles = -(-problem.m // cfg.tile_n)
+        if cfg.cluster > 1 and cfg.raster == 1 and -(-problem.n // cfg.tile_m) * token_tiles > 65535 * cfg.cluster:
+            return f"cluster={cfg.cluster} with raster=1 launches at most {65535 * cfg.cluster} CTAs"
+        if token_tiles > 65535:
+            return f"at most 65535 token tiles of {cfg.tile_n}"
+        if (problem.k + K_ALIGN) * (-(-problem.m // TOKEN_ALIGN) * TOKEN_ALIGN) >= 2**31:
+            return "the gather addresses the transposed x with 32-bit offsets: k * m must stay below 2^31"
+        return None
+
+    def source(self, cfg: Config, types: KernelTypes) -> str:
+        c = type(cfg).from_record(cfg.to_record())  # only validated ints reach the source
+        return Template(package_file(TEMPLATES[0]).read_text()).substitute(
+            element_out=ELEMENTS[types.out_dtype], tile_m=int(c.tile_m), tile_n=int(c.tile_n), stages=int(c.stages),
+            consumers=int(c.consumers), has_bias="true" if types.bias else "false", mma_pipe=int(c.mma_pipe),
+            raster=int(c.raster), cluster=int(c.cluster), stage_bytes=smem_per_stage(c), smem_bytes=smem_bytes(c),
+            sparse_mainloop=package_file(TEMPLATES[1]).read_text(),
+            quantize_rows=package_file(TEMPLATES[2]).read_text())
+
+    def heuristic(self, problem: Problem) -> Config:
+        """128 x 256 tiles on two consumer warpgroups (tile_m = 64 on one for V = 64 weights); 128 tokens wide
+        where 256 would leave under a wave of CTAs."""
+        v = getattr(parse_or_none(problem.pattern), "v", None) or 128
+        tile_m = 128 if v % 128 == 0 else 64
+        rows = -(-problem.n // tile_m)
+        tile_n = 256 if rows * -(-problem.m // 256) >= target().sm_count else 128
+        return Config(tile_m=tile_m, tile_n=tile_n, stages=4, consumers=2 if tile_m == 128 else 1)
+
+    def reference(self, x: torch.Tensor, w: VNMFP8Weight) -> torch.Tensor:
+        """x·Wᵀ in fp64 of the dequantized operands (x is taken at scale 1: the tuner's inputs)."""
+        return x.double() @ w.to_dense().double().T
+
+    def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, helpers: Sequence[Callable] = ()) -> _Launcher:
+        return _Launcher(lib, cfg)
+
+
+class _Launcher:
+    """A loaded kernel: ``launcher(x, w, bias, y, x_scale)`` on torch's current stream; x (m x k) is e4m3 and
+    ``x_scale`` float32 of m entries (per token) or one (per tensor). Each (weight, m) runs from a plan built on
+    its first call; each call transposes x into a fresh xT, then launches the GEMM."""
+
+    def __init__(self, lib: ctypes.CDLL, cfg: Config) -> None:
+        vp, i32 = ctypes.c_void_p, ctypes.c_int
+        lib.cnm_meta_atom_k.restype = i32
+        lib.cnm_plan_bytes.restype = ctypes.c_size_t
+        lib.cnm_plan.argtypes = [vp, vp, vp, vp, vp, vp] + [i32] * 7
+        lib.cnm_plan.restype = i32
+        lib.cnm_quantize_rows.argtypes = [vp, vp, vp, i32, i32, i32, vp]
+        lib.cnm_quantize_rows.restype = i32
+        self.lib, self.cfg = lib, cfg
+        self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp, i32, vp, vp, vp)
+        self.plans = Plans()
+        atom = lib.cnm_meta_atom_k()
+        self.layout_key = ("vnm_fp8_sm90", atom)
+        self.build_layout = functools.partial(kernel_layout, atom_k=atom)
+        self.quantize = functools.partial(quantize_with, lib.cnm_quantize_rows, FAMILY.name)
+
+    def __call__(self, x: torch.Tensor, w: VNMFP8Weight, bias: torch.Tensor | None, y: torch.Tensor,
+                 x_scale: torch.Tensor) -> None:
+        v = w.pattern.v
+        if v % self.cfg.tile_m:
+            raise ShapeError(f"vnm_fp8_sm90 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v}")
+        m, k = x.shape
+        values, e, gidx = w.layout(self.layout_key, self.build_layout)
+        ldx = -(-m // TOKEN_ALIGN) * TOKEN_ALIGN
+        xt = torch.empty(w.padded_k, ldx, dtype=E4M3, device=x.device)
+        key = (values.data_ptr(), e.data_ptr(), gidx.data_ptr(), w.scale.data_ptr(), m, w.out_features, k,
+               w.padded_k, gidx.shape[1], v)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self.plans.keep(key, self._plan(key, ldx, xt))
+        status = self.launch(plan, x.data_ptr(), xt.data_ptr(), x_scale.data_ptr(), int(x_scale.numel() > 1),
+                             y.data_ptr(), None if bias is None else bias.data_ptr(), stream_of(x))
+        if status:
+            check_status(status, FAMILY.name, (m, w.out_features, k))
+
+    def _plan(self, key: tuple[int, ...], ldx: int, xt: torch.Tensor) -> ctypes.Array:
+        a, e, gidx, sw, m, n, k, padded_k, kg, v = key
+        plan = ctypes.create_string_buffer(self.lib.cnm_plan_bytes())
+        check_status(self.lib.cnm_plan(plan, a, e, gidx, sw, xt.data_ptr(), n, m, k, padded_k, ldx, kg, v),
+                     FAMILY.name, (m, n, k))
+        return plan
+
+
+FAMILY = _VnmFp8Family()

@@ -1,0 +1,107 @@
+"""FP8 V:N:M on Sparse Tensor Cores (vnm_fp8_sm90) on the GPU against an fp64 reference of the dequantized operands:
+random inputs, NaN-poisoned outputs, tails in m, n and k, V = 64 and 128, several M, per-token and per-tensor x scales,
+bias, and the config space's knobs (tiles, clusters, mainloops, CTA orders)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cutlass_nm
+from cutlass_nm.formats.fp8 import E4M3, quantize_rows
+
+pytestmark = pytest.mark.gpu
+
+# (m, n, k): tails in m, n and k (k not a multiple of M either), one that takes 256-token tiles
+SHAPES = [(2, 256, 512), (17, 200, 1000), (300, 640, 2056), (4096, 2048, 1024)]
+PATTERNS = ["128:2:8", "64:2:8", "128:2:16", "128:2:5"]
+CONFIGS = [
+    {"tile_m": 128, "tile_n": 64, "stages": 5, "consumers": 2},
+    {"tile_m": 128, "tile_n": 128, "stages": 3, "consumers": 2, "raster": 0},
+    {"tile_m": 128, "tile_n": 256, "stages": 4, "consumers": 2, "cluster": 2},
+    {"tile_m": 128, "tile_n": 256, "stages": 4, "consumers": 2, "mma_pipe": 1},
+    {"tile_m": 64, "tile_n": 256, "stages": 4, "consumers": 1},
+    {"tile_m": 128, "tile_n": 128, "stages": 4, "consumers": 1, "cluster": 2, "raster": 0},
+]
+
+
+def _weight(pattern: str, n: int, k: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(n, k, generator=g) / k ** 0.5).to(device="cuda", dtype=torch.bfloat16)
+    return cutlass_nm.prune(w, pattern, dtype=E4M3)[0]
+
+
+def _rel(y, ref):
+    return ((y.double() - ref).norm() / ref.norm()).item()
+
+
+@pytest.fixture(autouse=True)
+def _default_selector():
+    yield
+    cutlass_nm.dispatch.set_selector(None)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+@pytest.mark.parametrize("x_kind", ["bf16", "e4m3"])
+def test_gpu_fp8_vnm_default_path(pattern, m, n, k, x_kind):
+    """matmul above one token runs vnm_fp8_sm90: a bf16 x quantized per token inside, or an e4m3 x with its
+    per-token scale; bias, bf16 output into a NaN-poisoned buffer."""
+    from cutlass_nm.dispatch import resolved
+
+    w8 = _weight(pattern, n, k, seed=m + n + k)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    xq, sx = quantize_rows(x, check=False)
+    if x_kind == "bf16":
+        y = cutlass_nm.matmul(x, w8, bias, out=out)
+    else:
+        y = cutlass_nm.matmul(xq, w8, bias, x_scale=sx, out=out)
+    torch.cuda.synchronize()
+    ref = (xq.double() * sx.double()[:, None]) @ w8.to_dense().double().T + bias.double()
+    assert y.data_ptr() == out.data_ptr() and torch.isfinite(y).all()
+    assert _rel(y, ref) < 1e-2
+    assert {r["family"] for r in resolved() if (r["m"], r["n"], r["k"], r["pattern"]) == (m, n, k, pattern)} == \
+        {"vnm_fp8_sm90"}
+
+
+@pytest.mark.parametrize("record", CONFIGS, ids=lambda r: "-".join(f"{k}{v}" for k, v in r.items()))
+@pytest.mark.parametrize(("m", "n", "k"), [(300, 640, 2056), (1000, 1024, 4096)])
+def test_gpu_fp8_vnm_configs(record, m, n, k):
+    """Every knob of the space, forced: a per-tensor x scale, fp16 output with a bias, tails in m and n."""
+    from cutlass_nm.families import FAMILIES
+
+    family = FAMILIES["vnm_fp8_sm90"]
+    cfg = family.Config.from_record(record)
+    cutlass_nm.dispatch.set_selector(lambda fam, problem: cfg if fam is family else None)
+    pattern = "64:2:8" if cfg.tile_m == 64 else "128:2:8"
+    w8 = _weight(pattern, n, k, seed=n)
+    xq = (torch.randn(m, k, device="cuda") * 30).clamp(-448, 448).to(E4M3)
+    sx = torch.full((1,), 0.05, device="cuda")
+    bias = torch.randn(n, device="cuda", dtype=torch.float16)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    y = cutlass_nm.matmul(xq, w8, bias, x_scale=sx, out=out, out_dtype=torch.float16)
+    torch.cuda.synchronize()
+    ref = xq.double() * 0.05 @ w8.to_dense().double().T + bias.double()
+    assert torch.isfinite(y).all() and _rel(y, ref) < 1e-2
+    assert [r["config"] for r in cutlass_nm.dispatch.resolved() if r["family"] == "vnm_fp8_sm90"][-1] == \
+        cfg.to_record()
+
+
+def test_gpu_fp8_vnm_repeated_calls_agree_and_graph_capture_works():
+    """The plan path (second call on) gives the first call's bits, also inside a CUDA graph."""
+    w8 = _weight("128:2:8", 512, 1024, seed=3)
+    xq, sx = quantize_rows(torch.randn(64, 1024, device="cuda"), check=False)
+    first = cutlass_nm.matmul(xq, w8, x_scale=sx)
+    again = cutlass_nm.matmul(xq, w8, x_scale=sx)
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        cutlass_nm.matmul(xq, w8, x_scale=sx)
+        with torch.cuda.graph(graph, stream=stream):
+            captured = cutlass_nm.matmul(xq, w8, x_scale=sx)
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(first, again) and torch.equal(first, captured)
