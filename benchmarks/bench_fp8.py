@@ -150,7 +150,7 @@ def main() -> None:
             f"(x bf16) of the bytes ratio vs {row['fastest_dense']} (cuBLAS on the same bytes: " \
             f"{row['fraction_of_bytes_ratio_same_bytes_fp16']:.2f})" if m == 1 else ""
         if "speedup_vs_ours_16bit" in row:
-            decode += f", {row['speedup_vs_ours_16bit']:.2f}x the 16-bit {p} decode"
+            decode += f", {row['speedup_vs_ours_16bit']:.2f}x the 16-bit {p} path"
         print(f"{p} {m}x{n}x{k}: {row['speedup_vs_dense_fp8']:.2f}x dense FP8, {row['speedup_vs_fp16']:.2f}x fp16, "
               f"{cslt}, rel err {row['rel_err']:.1e}{decode}", flush=True)
     result = {"environment": environment(), "rows": rows}
