@@ -7,10 +7,10 @@
 // (tokens contiguous): the producer transposes on the way. One CTA computes TM rows (inside one V-block) x TN
 // tokens. Warp-specialized:
 //   * producer warpgroup: one thread issues the TMA loads of the compressed values A and the metadata E of a
-//     stage (CUTLASS's sparse-collective descriptors); each of the 128 threads loads 16 gathered rows x 8 tokens
-//     (8 bytes a row) into registers, transposes the 16 x 8 bytes with byte permutes into 8 tokens x 16 bytes,
-//     stores them as 16-byte chunks of the K-major 128B-swizzled layout wgmma reads, fences them for the async
-//     proxy and arrives on the stage's full barrier;
+//     stage (CUTLASS's sparse-collective descriptors); each of the 128 threads loads 16 gathered rows x W tokens
+//     (W = 16 or 8 bytes a row, all 16 loads in flight at once) into registers, transposes them with byte permutes
+//     into W tokens x 16 bytes, stores those as 16-byte chunks of the K-major 128B-swizzled layout wgmma reads,
+//     fences them for the async proxy and arrives on the stage's full barrier;
 //   * consumer warpgroup(s): CUTLASS's sparse collective mma() (FP8 fast accumulation) or ours (mma_pipe = 1,
 //     codegen/sparse_mainloop.cuh), then a predicated register epilogue (scales, bias, conversion, tails).
 #include <cstdint>
@@ -93,6 +93,9 @@ using SmemLayoutB = typename Mainloop::SmemLayoutB;
 static_assert(cute::is_same_v<typename Mainloop::SmemLayoutAtomB, GMMA::Layout_K_SW128_Atom<Element>>,
               "the producer computes K-major 128B-swizzled addresses");
 
+// Tokens a producer thread moves per block: 16 (16-byte loads) where that makes one block per thread, else 8.
+constexpr int kW = kTileN >= 256 ? 16 : 8;
+
 CUTE_HOST_DEVICE uint32_t b_offset(int n, int k, int s) {  // bytes, unswizzled
   return uint32_t(get_nonswizzle_portion(SmemLayoutB{})(n, k, s));
 }
@@ -110,27 +113,39 @@ __device__ __forceinline__ void transpose4(uint32_t a0, uint32_t a1, uint32_t a2
   o3 = __byte_perm(t1, t3, 0x7632);
 }
 
-// One block of a stage: gathered rows 16c..16c+15 x tokens tok..tok+7 of xt, stored as the 8 tokens' 16-byte
-// chunks c. idx holds each gathered row's byte offset in xt (row * ldx, < 2^31: the family checks), -1 past the
-// gathered columns; tok_ok: the 8 tokens lie inside ldx.
+// One block of a stage: gathered rows 16c..16c+15 x tokens tok..tok+W-1 of xt (W = 8 or 16), stored as the W tokens'
+// 16-byte chunks c. idx holds each gathered row's byte offset in xt (row * ldx, < 2^31: the family checks), -1 past
+// the gathered columns; tok_ok: the W tokens lie inside ldx. The 16 loads are unconditional (a row or token past
+// the end reads row 0 / token 0, then zero), so all of them are in flight before the first value is used.
+template <int W>
 __device__ __forceinline__ void gather_block(Params const& p, const int* idx, uint32_t chunk_base, int c, int tok,
                                              bool tok_ok) {
-  uint2 v[16];
+  using Vec = cute::conditional_t<W == 16, uint4, uint2>;
+  constexpr int kWords = W / 4;
+  int rows[16];
+  CUTLASS_PRAGMA_UNROLL
+  for (int q = 0; q < 4; ++q) *reinterpret_cast<int4*>(&rows[4 * q]) = reinterpret_cast<const int4*>(idx + 16 * c)[q];
   const uint8_t* xt_tok = p.xt + (tok_ok ? tok : 0);
+  uint32_t v[16][kWords];
   CUTLASS_PRAGMA_UNROLL
   for (int r = 0; r < 16; ++r) {
-    const int row = idx[16 * c + r];
-    v[r] = make_uint2(0u, 0u);
-    if (tok_ok && row >= 0) v[r] = __ldg(reinterpret_cast<const uint2*>(xt_tok + uint32_t(row)));
+    const bool ok = tok_ok && rows[r] >= 0;
+    Vec raw = __ldg(reinterpret_cast<const Vec*>(xt_tok + uint32_t(ok ? rows[r] : 0)));
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(&raw);
+    CUTLASS_PRAGMA_UNROLL
+    for (int w = 0; w < kWords; ++w) v[r][w] = ok ? words[w] : 0u;
   }
-  uint32_t o[8][4];  // token j of the block, word q: gathered rows 4q..4q+3
+  uint32_t o[W][4];  // token j of the block, word q: gathered rows 4q..4q+3
   CUTLASS_PRAGMA_UNROLL
   for (int q = 0; q < 4; ++q) {
-    transpose4(v[4 * q].x, v[4 * q + 1].x, v[4 * q + 2].x, v[4 * q + 3].x, o[0][q], o[1][q], o[2][q], o[3][q]);
-    transpose4(v[4 * q].y, v[4 * q + 1].y, v[4 * q + 2].y, v[4 * q + 3].y, o[4][q], o[5][q], o[6][q], o[7][q]);
+    CUTLASS_PRAGMA_UNROLL
+    for (int w = 0; w < kWords; ++w) {
+      transpose4(v[4 * q][w], v[4 * q + 1][w], v[4 * q + 2][w], v[4 * q + 3][w], o[4 * w][q], o[4 * w + 1][q],
+                 o[4 * w + 2][q], o[4 * w + 3][q]);
+    }
   }
   CUTLASS_PRAGMA_UNROLL
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < W; ++j) {
     const uint32_t dst = b_swizzle(chunk_base + b_offset(j, 0, 0));
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(o[j][0]), "r"(o[j][1]), "r"(o[j][2]),
                  "r"(o[j][3]));
@@ -160,9 +175,9 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
   const int* gi = p.gidx + size_t(m_tile / p.tiles_per_block) * p.kg;
   const int tok0 = n_tile * kTileN;
   const int k_tiles = p.kg / kTileK;
-  // thread -> (16-row block c of the stage's 128 gathered rows, 8-token blocks tb, tb + 16, ...)
+  // thread -> (16-row block c of the stage's 128 gathered rows, kW-token blocks tb, tb + 16, ...)
   const int c = tid % 8, tb = tid / 8;
-  constexpr int kTokenBlocks = kTileN / 8;
+  constexpr int kTokenBlocks = kTileN / kW;
   constexpr int kPasses = (kTokenBlocks + 15) / 16;
   const uint32_t smem_b = cute::cast_smem_ptr_to_uint(smem.tensors.smem_B.begin());
   int next_row = tid < kTileK ? __ldg(gi + tid) : 0;
@@ -185,8 +200,8 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
     for (int pass = 0; pass < kPasses; ++pass) {
       const int blk = tb + 16 * pass;
       if (kTokenBlocks % 16 == 0 || blk < kTokenBlocks) {
-        const int tok = tok0 + blk * 8;
-        gather_block(p, idx, smem_b + b_offset(blk * 8, 16 * c, stage), c, tok, tok < p.ldx);
+        const int tok = tok0 + blk * kW;
+        gather_block<kW>(p, idx, smem_b + b_offset(blk * kW, 16 * c, stage), c, tok, tok < p.ldx);
       }
     }
     // the generic-proxy stores are read by wgmma (async proxy): fence them before the arrival publishes them
@@ -297,15 +312,15 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_fp8_kernel(__grid_constant__ 
   }
 
   if (wg == 0) {
-    // the producer holds 16 x 8 bytes in flight plus their transpose: more registers than a TMA-only producer
-    if constexpr (kConsumers == 2) cutlass::arch::warpgroup_reg_dealloc<56>();
+    // the producer holds 16 x 16 bytes in flight plus their transpose: more registers than a TMA-only producer
+    if constexpr (kConsumers == 2) cutlass::arch::warpgroup_reg_dealloc<96>();
     if (threadIdx.x == 0) {
       cute::prefetch_tma_descriptor(p.mainloop.tma_load_a.get_tma_descriptor());
       cute::prefetch_tma_descriptor(p.mainloop.tma_load_e.get_tma_descriptor());
     }
     produce(p, pipeline, smem, m_tile, n_tile);
   } else {
-    if constexpr (kConsumers == 2) cutlass::arch::warpgroup_reg_alloc<224>();
+    if constexpr (kConsumers == 2) cutlass::arch::warpgroup_reg_alloc<208>();
     const int thread_idx = threadIdx.x - 128;
     TiledMma tiled_mma;
     Tensor accum = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
@@ -458,8 +473,8 @@ int main() {
       for (int k = 0; k < kTileK; ++k) {
         // the producer's address: its block's chunk base (token block, column block, stage), the token's chunk, the
         // byte inside the chunk
-        const uint32_t chunk_base = uint32_t(base) + b_offset(n / 8 * 8, k / 16 * 16, s);
-        const uint32_t mine = b_swizzle(chunk_base + b_offset(n % 8, 0, 0)) + k % 16;
+        const uint32_t chunk_base = uint32_t(base) + b_offset(n / kW * kW, k / 16 * 16, s);
+        const uint32_t mine = b_swizzle(chunk_base + b_offset(n % kW, 0, 0)) + k % 16;
         const uint32_t cute_addr = uint32_t(reinterpret_cast<uintptr_t>(raw_pointer_cast(&sB(n, k, s))));
         bad += mine != cute_addr;
         ++checked;
