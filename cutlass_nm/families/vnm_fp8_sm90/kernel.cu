@@ -312,8 +312,10 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_fp8_kernel(__grid_constant__ 
   }
 
   if (wg == 0) {
-    // the producer holds 16 x 16 bytes in flight plus their transpose: more registers than a TMA-only producer
-    if constexpr (kConsumers == 2) cutlass::arch::warpgroup_reg_dealloc<96>();
+    // the producer holds 16 x 16 bytes in flight plus their transpose: more registers than a TMA-only producer.
+    // setmaxnreg.inc takes registers only from those the CTA's decs release: the producer's 168 - 88 per thread
+    // cover the two consumers' 208 - 168 exactly (a 96 / 208 split deadlocked: the incs wait forever).
+    if constexpr (kConsumers == 2) cutlass::arch::warpgroup_reg_dealloc<88>();
     if (threadIdx.x == 0) {
       cute::prefetch_tma_descriptor(p.mainloop.tma_load_a.get_tma_descriptor());
       cute::prefetch_tma_descriptor(p.mainloop.tma_load_e.get_tma_descriptor());
