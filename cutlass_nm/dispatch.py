@@ -26,7 +26,7 @@ from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
 from .kernels import get_kernel
 from .patterns import Pattern
-from .routing import FP8_DECODE, WEIGHTS, default_family, fp8_decodes, fp8_twin
+from .routing import FP8_DECODE, FP8_GEMM, WEIGHTS, default_family, fp8_decodes, fp8_twin
 
 Selector = Callable[[Family, Problem], Any]  # returns a Config or a store.chooser.Choice, or None: the heuristic
 _selector: Selector | None = None
@@ -149,8 +149,9 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
     m = x2.shape[0]
     if fp8_twin(type(w), m, family) is not None:
         if family is not None:
+            gemm = f" or {FP8_GEMM[type(w)]} (forced)" if type(w) in FP8_GEMM else ""
             raise InputError(f"an FP8 {w.pattern} weight runs {FP8_DECODE[type(w)]} (one token) or, at more tokens, "
-                             f"its 16-bit twin; family={family!r} does not run it")
+                             f"its 16-bit twin{gemm}; family={family!r} does not run it")
         return _matmul_twin(x, w, bias, x_scale, out_dtype, out)
     y = _check_out(out, (*x.shape[:-1], n), out_dtype, x.device) if out is not None else torch.empty(
         (*x.shape[:-1], n), dtype=out_dtype, device=x.device)
@@ -169,10 +170,10 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
     return y
 
 
-def _matmul_twin(x: torch.Tensor, w: NMFP8Weight, bias: torch.Tensor | None,
+def _matmul_twin(x: torch.Tensor, w: NMFP8Weight | VNMFP8Weight, bias: torch.Tensor | None,
                  x_scale: torch.Tensor | None, out_dtype: torch.dtype, out: torch.Tensor | None) -> torch.Tensor:
-    """An FP8 N:M weight above the decode path: x (an e4m3 x dequantized with its scale) against the weight's
-    16-bit twin in the output dtype, built on first use and kept on the weight."""
+    """An FP8 N:M or V:N:M weight above the decode path (no FP8 GEMM forced): x (an e4m3 x dequantized with its
+    scale) against the weight's 16-bit twin in the output dtype, built on first use and kept on the weight."""
     if x.dtype == E4M3:
         k = w.in_features
         x = (x.reshape(-1, k).float() * x_scale.reshape(-1, 1)).to(out_dtype).reshape(x.shape)
@@ -183,12 +184,12 @@ def _matmul_twin(x: torch.Tensor, w: NMFP8Weight, bias: torch.Tensor | None,
 @functools.cache
 def _twin_builder(dtype: torch.dtype) -> Callable[[Any], Any]:
     """The layout builder of a weight's 16-bit twin in ``dtype`` (one function per dtype, not one per call)."""
-    def build(w: NMFP8Weight) -> NMWeight:
+    def build(w: NMFP8Weight | VNMFP8Weight) -> NMWeight | VNMWeight:
         if type(w) not in _TWIN_WARNED:
             _TWIN_WARNED.add(type(w))
-            log.warning("cutlass_nm: FP8 %s weights run FP8 at one token only; at more tokens each runs as a %s copy "
-                        "of its values (built once per weight, %.1f MB for this one)", w.pattern, dtype,
-                        w.values.numel() * dtype.itemsize / 1e6)
+            log.warning("cutlass_nm: FP8 %s weights run FP8 at one token; at more tokens each runs as a %s copy of its "
+                        "values (built once per weight, %.1f MB for this one), faster than the FP8 V:N:M GEMM "
+                        "(family='vnm_fp8_sm90' forces it)", w.pattern, dtype, w.values.numel() * dtype.itemsize / 1e6)
         return w.dequantized(dtype)
     return build
 

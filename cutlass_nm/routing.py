@@ -21,10 +21,11 @@ WEIGHTS = (Sparse24Weight, VNMWeight, NMWeight)
 KINDS: dict[type, str] = {Sparse24Weight: "24", Sparse24FP8Weight: "24", VNMWeight: "vnm", NMWeight: "nm",
                           VNMFP8Weight: "vnm", NMFP8Weight: "nm"}
 FP8_DECODE = {Sparse24FP8Weight: DECODE24_FP8.name, NMFP8Weight: NM_DECODE_FP8.name, VNMFP8Weight: NM_DECODE_FP8.name}
-# the FP8 GEMM (Sparse Tensor Cores) of an FP8 weight above the one-token decode path
+# the FP8 GEMMs (Sparse Tensor Cores) of FP8 weights above the one-token decode path
 FP8_GEMM = {Sparse24FP8Weight: "sptc24_fp8_sm90", VNMFP8Weight: "vnm_fp8_sm90"}
-# an FP8 N:M weight above the one-token decode path runs as this 16-bit weight (no FP8 N:M GEMM)
-FP8_TWINS: dict[type, type] = {NMFP8Weight: NMWeight}
+# what an FP8 N:M or V:N:M weight runs as above the decode path unless an FP8 GEMM is forced: this 16-bit weight
+# (no FP8 N:M GEMM; on the H200, vnm_sm90 on the 16-bit copy ran 1.4-2.6x faster than vnm_fp8_sm90)
+FP8_TWINS: dict[type, type] = {NMFP8Weight: NMWeight, VNMFP8Weight: VNMWeight}
 DECODE_MAX_M = 16  # largest m the decode families take (N:M and V:N:M weights)
 # largest m at which 2:4 weights (k % 16 == 0) run on the decode path (decode24), not sptc24: on the H100 decode24 beat
 # sptc24_sm90's shipped configs at m = 1 (1.0-2.2x, 8 LLaMA-like shapes) and lost at m = 2 on all but 4096² and below
@@ -39,8 +40,10 @@ def fp8_decodes(m: int, family: str | None) -> bool:
 
 def fp8_twin(kind: type, m: int, family: str | None) -> type | None:
     """The 16-bit weight class an FP8 ``kind`` weight computes as at m tokens (an FP8 N:M or V:N:M weight above the
-    decode path), or None where an FP8 family runs it."""
-    return FP8_TWINS.get(kind) if not fp8_decodes(m, family) else None
+    decode path, unless ``family`` forces an FP8 GEMM), or None where an FP8 family runs it."""
+    if fp8_decodes(m, family) or family in FP8_GEMM.values():
+        return None
+    return FP8_TWINS.get(kind)
 
 
 def weight_kind(kind: type) -> str | None:
@@ -61,7 +64,8 @@ def default_family(device: torch.device | None, kind: type = Sparse24Weight, m: 
         if fp8_decodes(m, None):
             return FP8_DECODE[kind]
         if kind in FP8_TWINS:
-            raise ShapeError(f"an FP8 {KINDS[kind]} weight at m = {m} runs as its 16-bit twin (matmul), not a family")
+            raise ShapeError(f"an FP8 {KINDS[kind]} weight at m = {m} runs as its 16-bit twin (matmul) unless an FP8 "
+                             "GEMM is forced, not a default family")
         return FP8_GEMM[kind]
     if kind is Sparse24Weight and m <= DECODE24_MAX_M and k > 0 and k % DECODE24_K_MULTIPLE == 0:
         return decode_family(kind)

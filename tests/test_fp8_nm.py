@@ -87,10 +87,12 @@ def test_routing_and_which_families_take_fp8_weights():
     for kind in (NMFP8Weight, VNMFP8Weight):
         assert default_family(None, kind, 1, pattern="2:8") == "nm_decode_fp8"
         assert fp8_twin(kind, 1, None) is None
-    # above one token: N:M runs its 16-bit twin, V:N:M and 2:4 their FP8 GEMMs
-    assert fp8_twin(NMFP8Weight, 2, None) is NMWeight and fp8_twin(NMFP8Weight, 16, None) is NMWeight
-    assert fp8_twin(VNMFP8Weight, 16, None) is None and fp8_twin(Sparse24FP8Weight, 16, None) is None
-    assert default_family(None, VNMFP8Weight, 2, pattern="128:2:8") == "vnm_fp8_sm90"
+    # above one token: N:M and V:N:M run their 16-bit twins unless the FP8 V:N:M GEMM is forced; 2:4 its FP8 GEMM
+    assert fp8_twin(NMFP8Weight, 2, None) is NMWeight and fp8_twin(VNMFP8Weight, 16, None) is VNMWeight
+    assert fp8_twin(VNMFP8Weight, 16, "vnm_fp8_sm90") is None and fp8_twin(Sparse24FP8Weight, 16, None) is None
+    assert fp8_twin(NMFP8Weight, 16, "nm_simt") is NMWeight  # a 16-bit family never runs it: matmul refuses
+    with pytest.raises(cutlass_nm.ShapeError, match="16-bit twin"):
+        default_family(None, VNMFP8Weight, 2, pattern="128:2:8")
     assert FAMILIES["vnm_fp8_sm90"].runs(VNMFP8Weight) and not FAMILIES["vnm_fp8_sm90"].runs(VNMWeight)
     # a 16-bit family never reads e4m3 values as its own, and the FP8 families take only FP8 weights
     for name in ("nm_decode", "nm_decode_simt", "nm_simt", "vnm_sm90", "decode24", "sptc24_sm90"):
@@ -120,9 +122,9 @@ def test_fp8_nm_problem_records_validate():
 
 
 def test_fp8_nm_dispatch_plumbing_with_a_stand_in_kernel(monkeypatch, caplog):
-    """On the CPU, up to the launch: one token resolves nm_decode_fp8 with x as it comes; more tokens run an N:M
-    weight's 16-bit twin in the output dtype (an e4m3 x dequantized with its scale), built once, with one warning,
-    and a V:N:M weight's FP8 GEMM with x quantized per token."""
+    """On the CPU, up to the launch: one token resolves nm_decode_fp8 with x as it comes; more tokens run the
+    weight's 16-bit twin in the output dtype (an e4m3 x dequantized with its scale), built once, with one warning;
+    a forced FP8 V:N:M GEMM takes x quantized per token."""
     from cutlass_nm import dispatch
 
     seen = []
@@ -146,21 +148,24 @@ def test_fp8_nm_dispatch_plumbing_with_a_stand_in_kernel(monkeypatch, caplog):
         assert key[3] == torch.bfloat16 and key[8] is type(w8) and sx is None
         assert x_seen.data_ptr() == x.data_ptr() and w_seen is w8
         assert _rel(y, x.double() @ w8.to_dense().double().T) < 1e-2
-    w8 = _weight("2:8", 64, 256)
-    xq, sx = quantize_rows(torch.randn(5, 256))
-    with caplog.at_level(logging.WARNING, logger="cutlass_nm.dispatch"):
-        y = cutlass_nm.matmul(xq, w8, x_scale=sx)
-        cutlass_nm.matmul(xq, w8, x_scale=sx)
-    key, (x_seen, w_seen, _) = seen[-2], seen[-1]
-    assert key[8] is NMWeight and key[3] == torch.bfloat16 and x_seen.dtype == torch.bfloat16
-    assert type(w_seen) is NMWeight and w_seen is w8.layout(("twin", torch.bfloat16), None)
-    assert len([r for r in caplog.records if "16-bit" in r.getMessage() or "copy" in r.getMessage()]) == 1
-    assert _rel(y, (xq.float() * sx[:, None]).double() @ w8.to_dense().double().T) < 1e-2
-    with pytest.raises(InputError, match="does not run it"):
-        cutlass_nm.matmul(xq, w8, x_scale=sx, family="nm_simt")
+    for pattern, twin in (("2:8", NMWeight), ("128:2:8", VNMWeight)):
+        w8 = _weight(pattern, 64, 256)
+        xq, sx = quantize_rows(torch.randn(5, 256))
+        caplog.clear()
+        monkeypatch.setattr(dispatch, "_TWIN_WARNED", set())
+        with caplog.at_level(logging.WARNING, logger="cutlass_nm.dispatch"):
+            y = cutlass_nm.matmul(xq, w8, x_scale=sx)
+            cutlass_nm.matmul(xq, w8, x_scale=sx)
+        key, (x_seen, w_seen, _) = seen[-2], seen[-1]
+        assert key[8] is twin and key[3] == torch.bfloat16 and x_seen.dtype == torch.bfloat16
+        assert type(w_seen) is twin and w_seen is w8.layout(("twin", torch.bfloat16), None)
+        assert len([r for r in caplog.records if "copy" in r.getMessage()]) == 1
+        assert _rel(y, (xq.float() * sx[:, None]).double() @ w8.to_dense().double().T) < 1e-2
+        with pytest.raises(InputError, match="does not run it"):
+            cutlass_nm.matmul(xq, w8, x_scale=sx, family="nm_simt")
     w8 = _weight("128:2:8", 64, 256)
     x = torch.randn(5, 256, dtype=torch.bfloat16)
-    y = cutlass_nm.matmul(x, w8)
+    y = cutlass_nm.matmul(x, w8, family="vnm_fp8_sm90")
     key, (x_seen, w_seen, sx) = seen[-2], seen[-1]
     assert key[8] is VNMFP8Weight and key[3] == E4M3 and x_seen.dtype == E4M3 and w_seen is w8
     assert sx.shape == (5,) and _rel(y, x.double() @ w8.to_dense().double().T) < 3e-2

@@ -1,4 +1,4 @@
-"""FP8 V:N:M on Sparse Tensor Cores (vnm_fp8_sm90) on the GPU against an fp64 reference of the dequantized operands:
+"""FP8 V:N:M on Sparse Tensor Cores (vnm_fp8_sm90, forced) on the GPU against an fp64 reference of the dequantized operands:
 random inputs, NaN-poisoned outputs, tails in m, n and k, V = 64 and 128, several M, per-token and per-tensor x scales,
 bias, and the config space's knobs (tiles, clusters, mainloops, CTA orders)."""
 
@@ -44,9 +44,9 @@ def _default_selector():
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
 @pytest.mark.parametrize("x_kind", ["bf16", "e4m3"])
-def test_gpu_fp8_vnm_default_path(pattern, m, n, k, x_kind):
-    """matmul above one token runs vnm_fp8_sm90: a bf16 x quantized per token inside, or an e4m3 x with its
-    per-token scale; bias, bf16 output into a NaN-poisoned buffer."""
+def test_gpu_fp8_vnm_forced(pattern, m, n, k, x_kind):
+    """matmul(..., family="vnm_fp8_sm90") above one token, with the heuristic config: a bf16 x quantized per token
+    inside, or an e4m3 x with its per-token scale; bias, bf16 output into a NaN-poisoned buffer."""
     from cutlass_nm.dispatch import resolved
 
     w8 = _weight(pattern, n, k, seed=m + n + k)
@@ -55,9 +55,9 @@ def test_gpu_fp8_vnm_default_path(pattern, m, n, k, x_kind):
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     xq, sx = quantize_rows(x, check=False)
     if x_kind == "bf16":
-        y = cutlass_nm.matmul(x, w8, bias, out=out)
+        y = cutlass_nm.matmul(x, w8, bias, out=out, family="vnm_fp8_sm90")
     else:
-        y = cutlass_nm.matmul(xq, w8, bias, x_scale=sx, out=out)
+        y = cutlass_nm.matmul(xq, w8, bias, x_scale=sx, out=out, family="vnm_fp8_sm90")
     torch.cuda.synchronize()
     ref = (xq.double() * sx.double()[:, None]) @ w8.to_dense().double().T + bias.double()
     assert y.data_ptr() == out.data_ptr() and torch.isfinite(y).all()
@@ -81,7 +81,7 @@ def test_gpu_fp8_vnm_configs(record, m, n, k):
     sx = torch.full((1,), 0.05, device="cuda")
     bias = torch.randn(n, device="cuda", dtype=torch.float16)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
-    y = cutlass_nm.matmul(xq, w8, bias, x_scale=sx, out=out, out_dtype=torch.float16)
+    y = cutlass_nm.matmul(xq, w8, bias, x_scale=sx, out=out, out_dtype=torch.float16, family="vnm_fp8_sm90")
     torch.cuda.synchronize()
     ref = xq.double() * 0.05 @ w8.to_dense().double().T + bias.double()
     assert torch.isfinite(y).all() and _rel(y, ref) < 1e-2
@@ -93,14 +93,14 @@ def test_gpu_fp8_vnm_repeated_calls_agree_and_graph_capture_works():
     """The plan path (second call on) gives the first call's bits, also inside a CUDA graph."""
     w8 = _weight("128:2:8", 512, 1024, seed=3)
     xq, sx = quantize_rows(torch.randn(64, 1024, device="cuda"), check=False)
-    first = cutlass_nm.matmul(xq, w8, x_scale=sx)
-    again = cutlass_nm.matmul(xq, w8, x_scale=sx)
+    first = cutlass_nm.matmul(xq, w8, x_scale=sx, family="vnm_fp8_sm90")
+    again = cutlass_nm.matmul(xq, w8, x_scale=sx, family="vnm_fp8_sm90")
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
-        cutlass_nm.matmul(xq, w8, x_scale=sx)
+        cutlass_nm.matmul(xq, w8, x_scale=sx, family="vnm_fp8_sm90")
         with torch.cuda.graph(graph, stream=stream):
-            captured = cutlass_nm.matmul(xq, w8, x_scale=sx)
+            captured = cutlass_nm.matmul(xq, w8, x_scale=sx, family="vnm_fp8_sm90")
     captured.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()

@@ -1,1 +1,1 @@
-"""FP8 (e4m3) V:N:M on Hopper Sparse Tensor Cores: wgmma.sp e4m3 over the gathered 2:4 weight, B transposed by the producer."""
+"""FP8 (e4m3) V:N:M on Hopper Sparse Tensor Cores: wgmma.sp e4m3, B transposed by the producer."""
