@@ -21,7 +21,8 @@ ONE_TOKEN = ("decode24_fp8", "nm_decode_fp8")  # m = 1 only
 SIMT = get_family("nm_decode_simt")
 
 
-TYPES = {name: KernelTypes("e4m3", "bf16", False) for name in ("sptc24_fp8_sm90", "vnm_fp8_sm90")}  # FP8 inputs; the others fp16 (decode24_fp8: x)
+# FP8 inputs; the others fp16 (decode24_fp8: x)
+TYPES = {name: KernelTypes("e4m3", "bf16", False) for name in ("sptc24_fp8_sm90", "vnm_fp8_sm90")}
 
 
 def _problem(family, m: int) -> Problem:

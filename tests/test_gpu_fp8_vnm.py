@@ -1,6 +1,6 @@
-"""FP8 V:N:M on Sparse Tensor Cores (vnm_fp8_sm90, forced) on the GPU against an fp64 reference of the dequantized operands:
-random inputs, NaN-poisoned outputs, tails in m, n and k, V = 64 and 128, several M, per-token and per-tensor x scales,
-bias, and the config space's knobs (tiles, clusters, mainloops, CTA orders)."""
+"""FP8 V:N:M on Sparse Tensor Cores (vnm_fp8_sm90, forced) on the GPU against an fp64 reference of the dequantized
+operands: random inputs, NaN-poisoned outputs, tails in m, n and k, V = 64 and 128, several M, per-token and
+per-tensor x scales, bias, and the config space's knobs (tiles, clusters, mainloops, CTA orders)."""
 
 from __future__ import annotations
 

@@ -160,3 +160,15 @@ def test_producer_addresses_match_cute(tmp_path):
         results = dict(zip(tiles, pool.map(probe, tiles), strict=True))
     for tile_n, (bad, checked) in results.items():
         assert checked == 3 * 128 * tile_n and bad == 0, (tile_n, bad, checked)
+
+
+def test_db_records_take_fp8_vnm_problems_only():
+    from cutlass_nm.store.validate import RecordError, validate_problem
+
+    rec = {"family": "vnm_fp8_sm90", "pattern": "128:2:8", "m_bucket": 2048, "n": 4096, "k": 4096, "dtype": "e4m3",
+           "out_dtype": "bf16", "layout": "tn", "bias": False, "alignment": 16}
+    assert validate_problem(rec).family == "vnm_fp8_sm90"
+    with pytest.raises(RecordError, match="does not run"):
+        validate_problem({**rec, "pattern": "2:4"})
+    with pytest.raises(RecordError, match="e4m3 inputs, not f16"):
+        validate_problem({**rec, "dtype": "f16"})

@@ -132,6 +132,9 @@ def validate_problem(rec: dict) -> ProblemKey:
     # or a format of that pattern with more (FP8 scales)
     if not (fam.runs(cls) or any(issubclass(c, cls) for c in (fam.weight, *fam.also_runs))):
         raise RecordError(f"family {family} does not run {pattern} weights")
+    dtype = _str(rec, "dtype", DTYPES)
+    if dtype not in fam.input_dtypes:
+        raise RecordError(f"family {family} takes {'/'.join(fam.input_dtypes)} inputs, not {dtype}")
     m_bucket = _int(rec, "m_bucket", 1, MAX_DIM)
     if m_bucket & (m_bucket - 1):
         raise RecordError(f"m_bucket={m_bucket} is not a power of two")
@@ -140,9 +143,8 @@ def validate_problem(rec: dict) -> ProblemKey:
     align = _int(rec, "alignment", 1, 16)
     if align & (align - 1):
         raise RecordError(f"alignment={align} is not a power of two")
-    return ProblemKey(family, str(p), m_bucket, _int(rec, "n", 1, MAX_DIM), _int(rec, "k", 1, MAX_DIM),
-                      _str(rec, "dtype", DTYPES), _str(rec, "out_dtype", DTYPES), _str(rec, "layout", LAYOUTS),
-                      rec["bias"], align)
+    return ProblemKey(family, str(p), m_bucket, _int(rec, "n", 1, MAX_DIM), _int(rec, "k", 1, MAX_DIM), dtype,
+                      _str(rec, "out_dtype", DTYPES), _str(rec, "layout", LAYOUTS), rec["bias"], align)
 
 
 def validate_config(family: str, config: Any):
