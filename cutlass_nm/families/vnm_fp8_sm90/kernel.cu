@@ -283,6 +283,14 @@ void transpose(const uint8_t* x, uint8_t* xt, int m, int k, int padded_k, int ld
   transpose_bytes<<<grid, kTrThreads, 0, stream>>>(x, xt, m, k, padded_k, ldx);
 }
 
+// Registers a thread with two consumer warpgroups: the producer holds 16 x 16 bytes in flight plus their transpose
+// (more than a TMA-only producer). setmaxnreg.inc takes registers only from those the CTA's decs release, so the
+// producer's release must cover the consumers' requests from the launch's allocation (a 96 / 208 split deadlocked).
+constexpr int kProducerRegs = 88, kConsumerRegs = 208;
+constexpr int kLaunchRegs = 65536 / (128 * 3) / 8 * 8;  // what __launch_bounds__(384, 1) leaves a thread: 168
+static_assert((kLaunchRegs - kProducerRegs) * 1 >= (kConsumerRegs - kLaunchRegs) * 2,
+              "the consumers' setmaxnreg.inc would wait for registers the producer never releases");
+
 __global__ void __launch_bounds__(kThreads, 1) vnm_fp8_kernel(__grid_constant__ const Params p) {
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -312,17 +320,14 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_fp8_kernel(__grid_constant__ 
   }
 
   if (wg == 0) {
-    // the producer holds 16 x 16 bytes in flight plus their transpose: more registers than a TMA-only producer.
-    // setmaxnreg.inc takes registers only from those the CTA's decs release: the producer's 168 - 88 per thread
-    // cover the two consumers' 208 - 168 exactly (a 96 / 208 split deadlocked: the incs wait forever).
-    if constexpr (kConsumers == 2) cutlass::arch::warpgroup_reg_dealloc<88>();
+    if constexpr (kConsumers == 2) cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (threadIdx.x == 0) {
       cute::prefetch_tma_descriptor(p.mainloop.tma_load_a.get_tma_descriptor());
       cute::prefetch_tma_descriptor(p.mainloop.tma_load_e.get_tma_descriptor());
     }
     produce(p, pipeline, smem, m_tile, n_tile);
   } else {
-    if constexpr (kConsumers == 2) cutlass::arch::warpgroup_reg_alloc<208>();
+    if constexpr (kConsumers == 2) cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
     const int thread_idx = threadIdx.x - 128;
     TiledMma tiled_mma;
     Tensor accum = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
