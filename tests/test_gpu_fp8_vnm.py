@@ -12,8 +12,9 @@ from cutlass_nm.formats.fp8 import E4M3, quantize_rows
 
 pytestmark = pytest.mark.gpu
 
-# (m, n, k): tails in m, n and k (k not a multiple of M either), one that takes 256-token tiles
-SHAPES = [(2, 256, 512), (17, 200, 1000), (300, 640, 2056), (4096, 2048, 1024)]
+# (m, n, k): m = 1 (forced: the GEMM, not the decode path), tails in m, n and k (k not a multiple of M either), one
+# that takes 256-token tiles
+SHAPES = [(1, 256, 512), (2, 256, 512), (17, 200, 1000), (300, 640, 2056), (4096, 2048, 1024)]
 PATTERNS = ["128:2:8", "64:2:8", "128:2:16", "128:2:5"]
 CONFIGS = [
     {"tile_m": 128, "tile_n": 64, "stages": 5, "consumers": 2},
