@@ -12,6 +12,8 @@ from .families.decode24_fp8.family import MAX_M as FP8_DECODE_MAX_M
 from .families.launch import device_info, dtype_name
 from .families.nm_decode_fp8.family import FAMILY as NM_DECODE_FP8
 from .families.nm_simt.family import MAX_GROUP
+from .families.sptc24_fp8_sm90.family import FAMILY as SPTC24_FP8_SM90
+from .families.vnm_fp8_sm90.family import FAMILY as VNM_FP8_SM90
 from .formats import NMWeight, Sparse24Weight, VNMWeight, weight_class
 from .formats.fp8 import FP8_WEIGHTS, NMFP8Weight, Sparse24FP8Weight, VNMFP8Weight
 from .patterns import Pattern
@@ -22,7 +24,7 @@ KINDS: dict[type, str] = {Sparse24Weight: "24", Sparse24FP8Weight: "24", VNMWeig
                           VNMFP8Weight: "vnm", NMFP8Weight: "nm"}
 FP8_DECODE = {Sparse24FP8Weight: DECODE24_FP8.name, NMFP8Weight: NM_DECODE_FP8.name, VNMFP8Weight: NM_DECODE_FP8.name}
 # the FP8 GEMMs (Sparse Tensor Cores) of FP8 weights above the one-token decode path
-FP8_GEMM = {Sparse24FP8Weight: "sptc24_fp8_sm90", VNMFP8Weight: "vnm_fp8_sm90"}
+FP8_GEMM = {Sparse24FP8Weight: SPTC24_FP8_SM90.name, VNMFP8Weight: VNM_FP8_SM90.name}
 # what an FP8 N:M or V:N:M weight runs as above the decode path unless an FP8 GEMM is forced: this 16-bit weight
 # (no FP8 N:M GEMM; on the H200, vnm_sm90 on the 16-bit copy ran 1.4-2.6x faster than vnm_fp8_sm90)
 FP8_TWINS: dict[type, type] = {NMFP8Weight: NMWeight, VNMFP8Weight: VNMWeight}

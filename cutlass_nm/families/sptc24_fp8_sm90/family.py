@@ -24,6 +24,15 @@ OUT_DTYPES = ("bf16", "f16")
 QUANTIZE_ROWS = "codegen/quantize_rows.cuh"  # the per-token quantizer, spliced into each FP8 GEMM
 
 
+def fp8_types_rule(types: KernelTypes) -> str | None:
+    """Why an FP8 GEMM cannot take ``types`` (e4m3 in, bf16/fp16 out), or None."""
+    if types.dtype != "e4m3":
+        return f"input dtype {types.dtype} is not supported (e4m3 only: fp16/bf16 x is quantized first)"
+    if types.out_dtype not in OUT_DTYPES:
+        return f"output dtype {types.out_dtype} is not supported ({'/'.join(OUT_DTYPES)})"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Config(FamilyConfig):
     """CTA tile (``tile_k`` in e4m3 elements: 128 of them are 128 bytes, the 16-bit family's 64), cluster,
@@ -69,10 +78,8 @@ class _Fp8Family(Family):
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         types = problem.types
-        if types.dtype != "e4m3":
-            return f"input dtype {types.dtype} is not supported (e4m3 only: fp16/bf16 x is quantized first)"
-        if types.out_dtype not in OUT_DTYPES:
-            return f"output dtype {types.out_dtype} is not supported ({'/'.join(OUT_DTYPES)})"
+        if (reason := fp8_types_rule(types)) is not None:
+            return reason
         if (reason := schedule_rule(cfg)) is not None:
             return reason
         fit = (target().smem_per_block - EPILOGUE_SMEM) // smem_per_stage(cfg)

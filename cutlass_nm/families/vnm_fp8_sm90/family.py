@@ -22,10 +22,10 @@ from ...errors import ShapeError
 from ...formats import meta_sm90
 from ...formats.fp8 import E4M3, VNMFP8Weight
 from ...patterns import parse_or_none
-from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file, pipelined_mma_rule
+from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file
 from ..launch import Plans, check_status, gil_holding, stream_of
-from ..sptc24_fp8_sm90.family import OUT_DTYPES, QUANTIZE_ROWS, quantize_with
-from ..vnm_sm90.family import K_ALIGN, MAX_ACC_PER_THREAD
+from ..sptc24_fp8_sm90.family import QUANTIZE_ROWS, fp8_types_rule, quantize_with
+from ..vnm_sm90.family import K_ALIGN, gather_estimate_ms, gather_kernel_rule
 
 TILE_K = 128  # gathered columns (bytes) per pipeline stage: one 128-byte swizzle row of B per token
 TOKEN_ALIGN = 16  # xT's row length (ldx): m rounded up to whole 16-byte chunks
@@ -59,20 +59,8 @@ class Config(FamilyConfig):
     }
 
     def estimate_ms(self, problem: Problem, sm_count: int = HOPPER.sm_count) -> float:
-        """Ranking estimate: the gathered B (once per weight tile) and A with its metadata (once per token tile,
-        once per cluster) through L2, or CTA waves of wgmma.sp over the gathered K at twice the 16-bit rate,
-        whichever is larger; short K loops pay the pipeline fill."""
-        group = getattr(parse_or_none(problem.pattern), "m", 8)
-        m, n, k = problem.m, problem.n, problem.k
-        kg = -(-4 * -(-k // group) // K_ALIGN) * K_ALIGN
-        rows = -(-n // self.tile_m)
-        tiles_n = -(-m // self.tile_n)
-        toks = -(-tiles_n // self.cluster) * self.cluster
-        traffic = rows * toks * self.tile_n * kg + toks * n * kg * (1 / 2 + 1 / 8) / self.cluster + m * n * 2
-        in_flight = (self.stages - 1) * smem_per_stage(self)
-        rate = HOPPER.l2_bandwidth * min(1.0, in_flight / 128e3)
-        mma = -(-rows * toks // sm_count) * 2.0 * self.tile_m * self.tile_n * kg / (2 * HOPPER.sparse_flops / sm_count)
-        return max(traffic / rate, mma) * (1 + 8 / (kg / TILE_K + 8)) * 1e3
+        """Ranking estimate: vnm_sm90's ``gather_estimate_ms`` with 1-byte operands."""
+        return gather_estimate_ms(self, problem, sm_count, 1, TILE_K, smem_per_stage(self))
 
 
 def smem_per_stage(cfg: Config) -> int:
@@ -103,34 +91,14 @@ class _VnmFp8Family(Family):
     input_dtypes = ("e4m3",)
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
-        types = problem.types
-        if types.dtype != "e4m3":
-            return f"input dtype {types.dtype} is not supported (e4m3 only: fp16/bf16 x is quantized first)"
-        if types.out_dtype not in OUT_DTYPES:
-            return f"output dtype {types.out_dtype} is not supported ({'/'.join(OUT_DTYPES)})"
+        if (reason := fp8_types_rule(problem.types)) is not None:
+            return reason
         if cfg.consumers == 2 and cfg.tile_m == 64:
             return "two consumer warpgroups split tile_m in halves of 64: tile_m must be 128"
         v = getattr(parse_or_none(problem.pattern), "v", None)
         if v and v % cfg.tile_m:
             return f"tile_m = {cfg.tile_m} rows must lie inside one V-block, got {problem.pattern}"
-        acc = cfg.tile_m * cfg.tile_n // (128 * cfg.consumers)
-        if acc > MAX_ACC_PER_THREAD:
-            return f"{cfg.tile_m}x{cfg.tile_n} over {cfg.consumers} warpgroup(s) needs {acc} > " \
-                   f"{MAX_ACC_PER_THREAD} accumulators per thread"
-        if smem_bytes(cfg) > (cap := target().smem_per_block):
-            return f"{cfg.stages} stages of {smem_per_stage(cfg)} B do not fit in {cap} B of shared memory"
-        if (reason := pipelined_mma_rule(cfg.mma_pipe, cfg.stages)) is not None:
-            return reason
-        if problem.m < 1 or problem.n < 1 or problem.k < 1:
-            return "m, n, k must be >= 1"
-        token_tiles = -(-problem.m // cfg.tile_n)
-        if cfg.cluster > 1 and cfg.raster == 1 and -(-problem.n // cfg.tile_m) * token_tiles > 65535 * cfg.cluster:
-            return f"cluster={cfg.cluster} with raster=1 launches at most {65535 * cfg.cluster} CTAs"
-        if token_tiles > 65535:
-            return f"at most 65535 token tiles of {cfg.tile_n}"
-        if (problem.k + K_ALIGN) * (-(-problem.m // TOKEN_ALIGN) * TOKEN_ALIGN) >= 2**31:
-            return "the gather addresses the transposed x with 32-bit offsets: k * m must stay below 2^31"
-        return None
+        return gather_kernel_rule(cfg, problem, smem_per_stage(cfg), smem_bytes(cfg), TOKEN_ALIGN)
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
         c = type(cfg).from_record(cfg.to_record())  # only validated ints reach the source

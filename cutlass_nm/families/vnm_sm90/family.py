@@ -60,20 +60,29 @@ class Config(FamilyConfig):
     }
 
     def estimate_ms(self, problem: Problem, sm_count: int = HOPPER.sm_count) -> float:
-        """Ranking estimate (families.perfmodel): the gathered B (once per weight tile) and A with its metadata (once
-        per token tile, once per cluster) through L2, at a rate that falls below ~128 KB of stages in flight, or CTA
-        waves of wgmma.sp over the gathered K, whichever is larger; short K loops pay the pipeline fill."""
-        group = getattr(parse_or_none(problem.pattern), "m", 8)
-        m, n, k = problem.m, problem.n, problem.k
-        kg = -(-4 * -(-k // group) // K_ALIGN) * K_ALIGN
-        rows = -(-n // self.tile_m)
-        tiles_n = -(-m // self.tile_n)
-        toks = -(-tiles_n // self.cluster) * self.cluster  # padded to whole clusters
-        traffic = rows * toks * self.tile_n * kg * 2 + toks * n * kg * (1 + 1 / 8) / self.cluster + m * n * 2
-        in_flight = (self.stages - 1) * smem_per_stage(self)
-        rate = HOPPER.l2_bandwidth * min(1.0, in_flight / 128e3)
-        mma = -(-rows * toks // sm_count) * 2.0 * self.tile_m * self.tile_n * kg / (HOPPER.sparse_flops / sm_count)
-        return max(traffic / rate, mma) * (1 + 8 / (kg / self.tile_k + 8)) * 1e3
+        """Ranking estimate (families.perfmodel): :func:`gather_estimate_ms` with 16-bit operands."""
+        return gather_estimate_ms(self, problem, sm_count, 2, self.tile_k, smem_per_stage(self))
+
+
+def gather_estimate_ms(cfg: FamilyConfig, problem: Problem, sm_count: int, elem_bytes: int, tile_k: int,
+                       stage_bytes: int) -> float:
+    """The ranking estimate of a gathered-B sm90 kernel (this family's, ``vnm_fp8_sm90``'s) with ``elem_bytes``-byte
+    operands: the gathered B (once per weight tile) and A with its metadata (once per token tile, once per cluster)
+    through L2, at a rate that falls below ~128 KB of stages in flight, or CTA waves of wgmma.sp over the gathered
+    K (twice the 16-bit rate for 1-byte operands), whichever is larger; short K loops pay the pipeline fill."""
+    group = getattr(parse_or_none(problem.pattern), "m", 8)
+    m, n, k = problem.m, problem.n, problem.k
+    kg = -(-4 * -(-k // group) // K_ALIGN) * K_ALIGN
+    rows = -(-n // cfg.tile_m)
+    tiles_n = -(-m // cfg.tile_n)
+    toks = -(-tiles_n // cfg.cluster) * cfg.cluster  # padded to whole clusters
+    traffic = (rows * toks * cfg.tile_n * kg * elem_bytes + toks * n * kg * (elem_bytes / 2 + 1 / 8) / cfg.cluster
+               + m * n * 2)
+    in_flight = (cfg.stages - 1) * stage_bytes
+    rate = HOPPER.l2_bandwidth * min(1.0, in_flight / 128e3)
+    flops = HOPPER.sparse_flops * (2 / elem_bytes) / sm_count
+    mma = -(-rows * toks // sm_count) * 2.0 * cfg.tile_m * cfg.tile_n * kg / flops
+    return max(traffic / rate, mma) * (1 + 8 / (kg / tile_k + 8)) * 1e3
 
 
 def emit(cfg: Config, types: KernelTypes, glu: bool) -> str:
@@ -86,6 +95,32 @@ def emit(cfg: Config, types: KernelTypes, glu: bool) -> str:
         has_bias="true" if types.bias else "false", mma_pipe=int(c.mma_pipe), raster=int(c.raster),
         cluster=int(c.cluster), glu=1 if glu else 0, stage_bytes=smem_per_stage(c), smem_bytes=smem_bytes(c),
         sparse_mainloop=package_file(TEMPLATES[1]).read_text())
+
+
+def gather_kernel_rule(cfg: FamilyConfig, problem: Problem, stage_bytes: int, smem: int, token_align: int
+                       ) -> str | None:
+    """The rules every gathered-B sm90 kernel (this family's, ``vnm_fp8_sm90``'s) shares, for a config with
+    tile_m, tile_n, stages, consumers, mma_pipe, raster and cluster: accumulators per thread, shared memory
+    (``smem`` bytes, ``stage_bytes`` a stage), the pipelined mainloop's stages, the launch grid and the 32-bit
+    offsets into xT (rows of m rounded up to ``token_align``)."""
+    acc = cfg.tile_m * cfg.tile_n // (128 * cfg.consumers)
+    if acc > MAX_ACC_PER_THREAD:
+        return f"{cfg.tile_m}x{cfg.tile_n} over {cfg.consumers} warpgroup(s) needs {acc} > " \
+               f"{MAX_ACC_PER_THREAD} accumulators per thread"
+    if smem > (cap := target().smem_per_block):
+        return f"{cfg.stages} stages of {stage_bytes} B do not fit in {cap} B of shared memory"
+    if (reason := pipelined_mma_rule(cfg.mma_pipe, cfg.stages)) is not None:
+        return reason
+    if problem.m < 1 or problem.n < 1 or problem.k < 1:
+        return "m, n, k must be >= 1"
+    token_tiles = -(-problem.m // cfg.tile_n)
+    if cfg.cluster > 1 and cfg.raster == 1 and -(-problem.n // cfg.tile_m) * token_tiles > 65535 * cfg.cluster:
+        return f"cluster={cfg.cluster} with raster=1 launches at most {65535 * cfg.cluster} CTAs"
+    if token_tiles > 65535:
+        return f"at most 65535 token tiles of {cfg.tile_n}"
+    if (problem.k + K_ALIGN) * (-(-problem.m // token_align) * token_align) >= 2**31:
+        return "the gather addresses the transposed x with 32-bit offsets: k * m must stay below 2^31"
+    return None
 
 
 def smem_per_stage(cfg: Config) -> int:
@@ -128,24 +163,7 @@ class _VnmSm90Family(Family):
             return "tile_m = 256 runs on two consumer warpgroups (consumers=2)"
         if cfg.tile_m == 256 and (getattr(parse_or_none(problem.pattern), "v", None) or 0) % 256:
             return f"tile_m = 256 tiles 256-row V-blocks (fused gate/up weights), got {problem.pattern}"
-        acc = cfg.tile_m * cfg.tile_n // (128 * cfg.consumers)
-        if acc > MAX_ACC_PER_THREAD:
-            return f"{cfg.tile_m}x{cfg.tile_n} over {cfg.consumers} warpgroup(s) needs {acc} > " \
-                   f"{MAX_ACC_PER_THREAD} accumulators per thread"
-        if smem_bytes(cfg) > (cap := target().smem_per_block):
-            return f"{cfg.stages} stages of {smem_per_stage(cfg)} B do not fit in {cap} B of shared memory"
-        if (reason := pipelined_mma_rule(cfg.mma_pipe, cfg.stages)) is not None:
-            return reason
-        if problem.m < 1 or problem.n < 1 or problem.k < 1:
-            return "m, n, k must be >= 1"
-        token_tiles = -(-problem.m // cfg.tile_n)
-        if cfg.cluster > 1 and cfg.raster == 1 and -(-problem.n // cfg.tile_m) * token_tiles > 65535 * cfg.cluster:
-            return f"cluster={cfg.cluster} with raster=1 launches at most {65535 * cfg.cluster} CTAs"
-        if token_tiles > 65535:
-            return f"at most 65535 token tiles of {cfg.tile_n}"
-        if (problem.k + K_ALIGN) * (-(-problem.m // 8) * 8) >= 2**31:
-            return "the gather addresses the transposed x with 32-bit offsets: k * m must stay below 2^31"
-        return None
+        return gather_kernel_rule(cfg, problem, smem_per_stage(cfg), smem_bytes(cfg), 8)
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
         return emit(cfg, types, glu=False)
