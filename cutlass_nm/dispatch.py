@@ -24,6 +24,7 @@ from .formats import Sparse24Weight
 from .formats.fp8 import E4M3, FP8_WEIGHTS, NMFP8Weight, Sparse24FP8Weight, VNMFP8Weight
 from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
+from .formats.weight import RememberedCalls
 from .kernels import get_kernel
 from .patterns import Pattern
 from .routing import FP8_DECODE, FP8_GEMM, WEIGHTS, default_family, fp8_decodes, fp8_twin
@@ -34,7 +35,6 @@ _RESOLVED: dict[tuple, Callable] = {}
 _CHOSEN: dict[tuple, tuple[str, Any, str]] = {}  # matmul's key -> (family, config, config source)
 _IN_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # f32: general N:M on CUDA cores (nm_simt) only
 FP8_OUT = (torch.bfloat16, torch.float16)  # what an FP8 matmul writes (and the 16-bit x it quantizes)
-_generation = 0  # bumped when the selector changes: calls remembered on weights before then resolve again
 _NO_CALLS: dict = {}
 MAX_CALLS = 64  # call signatures (x shape, dtype, device, bias, out dtype, family) remembered per weight
 _REFUSED_WARNED: set[str] = set()  # families whose selected config check() refused (warned once each)
@@ -45,9 +45,9 @@ log = logging.getLogger("cutlass_nm.dispatch")
 
 def set_selector(selector: Selector | None) -> None:
     """Install the config source consulted on a problem's first call; None restores the default (tuning DB)."""
-    global _selector, _generation
+    global _selector
     _selector = selector
-    _generation += 1  # the calls weights remember resolve again
+    RememberedCalls.forget()  # the calls weights remember resolve again
     _RESOLVED.clear()
     _CHOSEN.clear()
 
@@ -89,7 +89,7 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
         # steady state: this weight already ran x's shape, dtype and device with this bias (checked then); only
         # what may differ per tensor of that signature is checked again
         calls = getattr(w, "__dict__", _NO_CALLS).get("_calls")
-        if calls is not None and calls[0] == _generation:
+        if calls is not None and calls[0] == RememberedCalls.epoch:
             call = calls[1].get((x.shape, x.dtype, x.device, _bias_id(bias), out_dtype, family))
             if call is not None and x.is_contiguous() and not x.data_ptr() % 16:
                 kernel, dtype, y_shape, flat, _ = call
@@ -132,8 +132,10 @@ def _matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: tor
         kernel = _resolve(key)
     kernel(x2, w, bias, y2)
     if out is None and type(x) is torch.Tensor:
+        steady = getattr(kernel, "steady", None)  # a launcher's repeat of this call, its arguments fixed once
         _remember(w, (x.shape, x.dtype, x.device, _bias_id(bias), given_dtype, family),
-                  (kernel, out_dtype, tuple(y.shape), None if flat else ((m, x.shape[-1]), (m, n)), bias))
+                  (kernel if steady is None else steady(x2, w, bias, y2), out_dtype, tuple(y.shape),
+                   None if flat else ((m, x.shape[-1]), (m, n)), bias))
     return y
 
 
@@ -240,8 +242,8 @@ def _remember(w: Any, key: tuple, call: tuple) -> None:
     """Keep ``call`` (kernel, out dtype, y shape, 2-D views or None, bias) for ``key`` on the weight, at most
     ``MAX_CALLS`` signatures."""
     calls = w.__dict__.get("_calls")
-    if calls is None or calls[0] != _generation or len(calls[1]) >= MAX_CALLS:
-        calls = w.__dict__["_calls"] = (_generation, {})
+    if calls is None or calls[0] != RememberedCalls.epoch or len(calls[1]) >= MAX_CALLS:
+        calls = w.__dict__["_calls"] = (RememberedCalls.epoch, {})
     calls[1][key] = call
 
 

@@ -21,7 +21,7 @@ from .formats import Sparse24Weight
 from .formats.fp8 import E4M3, Sparse24FP8Weight, dequantize_rows, quantize_rows
 from .formats.nm import NMWeight
 from .formats.vnm import VNMWeight
-from .formats.weight import Layouts
+from .formats.weight import Layouts, RememberedCalls
 from .patterns import Pattern
 
 # Kernel layouts per weight, keyed by its metadata tensor's storage. An entry lives as long as the metadata tensor
@@ -100,6 +100,7 @@ def clear_layout_cache() -> None:
         cache.clear()
         cache.builders.clear()
     _LAYOUTS.clear()
+    RememberedCalls.forget()  # their launches hold the layouts dropped here
 
 
 @torch.library.custom_op("cutlass_nm::sparse24_linear", mutates_args=())

@@ -3,6 +3,8 @@ nm_decode's (tensor cores), ``Simt``: nm_decode_simt's (CUDA cores, the template
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 
 from cutlass_nm.arch import HOPPER
@@ -96,13 +98,36 @@ def test_pdl_is_off_on_the_call_that_builds_the_layout(monkeypatch):
     monkeypatch.setattr(nm_decode, "device_info", lambda dev: DeviceInfo(SMS, (9, 0), "fake"))
     monkeypatch.setattr(nm_decode.torch.cuda, "current_stream", lambda dev: pytypes.SimpleNamespace(cuda_stream=0))
     x, y = torch.randn(2, 512, dtype=torch.float16), torch.empty(2, 256, dtype=torch.float16)
+    monkeypatch.setattr(nm_decode, "gil_holding", lambda lib, name, *types: getattr(lib, name))
     for cfg in (Config(max_tokens=8, mode=2), Simt(max_tokens=2, warps=8)):
-        lib = pytypes.SimpleNamespace(cnm_run=_Recorder(0), cnm_max_active_clusters=_Recorder(1))
+        lib = pytypes.SimpleNamespace(cnm_launch=_Recorder(0), cnm_max_active_clusters=_Recorder(1),
+                                      cnm_run_args_bytes=lambda: ctypes.sizeof(nm_decode.RunArgs))
         launch = nm_decode.Launcher(lib, cfg, KernelTypes("f16", "f16", False), "nm_decode")
         w = cutlass_nm.prune(torch.randn(256, 512, dtype=torch.float16), "2:8", vector=32)[0]
         launch(x, w, None, y)
         launch(x, w, None, y)
-        assert [call[-2] for call in lib.cnm_run.calls] == [0, 1]  # the pdl argument, before the stream
+        go = launch.steady(x, w, None, y)
+        go(x, w, None, y)
+        packed = [call[0] for call in lib.cnm_launch.calls]
+        assert [a.pdl for a in packed] == [0, 1, 1]
+        assert [(a.m, a.n, a.k, a.keep, a.group) for a in packed] == [(2, 256, 512, 2, 8)] * 3
+        assert [call[1:3] for call in lib.cnm_launch.calls] == [(x.data_ptr(), y.data_ptr())] * 3
+        assert packed[2].values == go.keep[0].data_ptr() and packed[2].indices == go.keep[1].data_ptr()
+
+
+def test_decode_launcher_refuses_a_kernel_with_another_args_layout(monkeypatch):
+    """A kernel whose packed-arguments struct differs from the launcher's mirror is refused at load, not launched
+    with misread arguments."""
+    import types as pytypes
+
+    from cutlass_nm.errors import LaunchError
+    from cutlass_nm.families import KernelTypes
+    from cutlass_nm.families.nm_decode import family as nm_decode
+
+    monkeypatch.setattr(nm_decode, "gil_holding", lambda lib, name, *types: getattr(lib, name))
+    lib = pytypes.SimpleNamespace(cnm_launch=_Recorder(0), cnm_run_args_bytes=lambda: 8)
+    with pytest.raises(LaunchError, match="rebuild the kernel cache"):
+        nm_decode.Launcher(lib, Config(max_tokens=8, mode=2), KernelTypes("f16", "f16", False), "nm_decode")
 
 
 def test_ctas_cap_pads_shared_memory():

@@ -89,6 +89,21 @@ def stream_of(x: torch.Tensor) -> int:
     return _raw_stream(x.get_device())
 
 
+def steady_call(launch: Callable[..., int], first: Any, keep: tuple, family: str, mnk: tuple[int, int, int]
+                ) -> Callable[..., None]:
+    """A remembered call's launcher, ``go(x, w, bias, y)``: ``launch(first, x, y, stream)`` with ``first`` (a plan,
+    or the call's other arguments packed) fixed for one (weight, bias, m). ``keep``: the tensors ``first`` points
+    into, held by ``go`` so that their memory outlives it."""
+
+    def go(x: torch.Tensor, w: Any, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+        status = launch(first, x.data_ptr(), y.data_ptr(), _raw_stream(x.get_device()))
+        if status:
+            check_status(status, family, mnk)
+
+    go.keep = keep  # type: ignore[attr-defined]
+    return go
+
+
 def check_status(status: int, family: str, mnk: tuple[int, int, int]) -> None:
     if status == 0:
         return

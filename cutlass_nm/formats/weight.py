@@ -19,11 +19,23 @@ class Layouts(dict):
         self.builders: dict[tuple, Callable[[Any], Any]] = {}
 
 
+class RememberedCalls:
+    """The epoch of the calls ``matmul`` remembers on weights (their launches hold layout addresses): bumped when a
+    selector changes or cached layouts are rebuilt or dropped, so every call remembered before resolves again."""
+
+    epoch = 0
+
+    @classmethod
+    def forget(cls) -> None:
+        cls.epoch += 1
+
+
 def refresh_layouts(w: CompressedWeight) -> None:
     """Rebuild the cached kernel layouts of ``w`` from its tensors as they are now, into the layouts' own tensors:
     after a weight changed in place (``load_state_dict``, a checkpoint loaded into a module that already ran), its
     layouts match it again and keep their addresses (launch plans and captured CUDA graphs point at them)."""
     cache = w.__dict__.get("_layouts")
+    RememberedCalls.forget()
     for key in list(cache or ()):
         build = getattr(cache, "builders", {}).get(key)
         if build is None:  # not rebuildable: dropped, built again on next use

@@ -20,12 +20,12 @@ from typing import Any, ClassVar
 import torch
 
 from ...arch import HOPPER, target
-from ...errors import ShapeError
+from ...errors import LaunchError, ShapeError
 from ...formats.nm import NMWeight, decode_layout, decode_mma_layout
 from ...formats.vnm import VNMWeight, decode_vnm_layout
 from ...patterns import Pattern, parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file
-from ..launch import check_status, device_info, stream_of
+from ..launch import check_status, device_info, gil_holding, steady_call, stream_of
 
 TEMPLATE = "families/nm_decode/kernel.cu"  # both decode families' kernel
 STREAM_LOADS = "codegen/stream_loads.cuh"  # the weight-stream loads it splices in (``${stream_loads}``)
@@ -321,13 +321,24 @@ class _DecodeFamily(Family):
         return Launcher(lib, cfg, types, self.name)
 
 
+class RunArgs(ctypes.Structure):
+    """The template's ``RunArgs``: ``cnm_run``'s arguments but x, y and the stream, packed once per call signature."""
+
+    _fields_ = [("values", ctypes.c_void_p), ("indices", ctypes.c_void_p), ("bias", ctypes.c_void_p)] + [
+        (name, ctypes.c_int) for name in ("m", "n", "k", "keep", "group", "vector", "stride", "split", "piece",
+                                          "smem_bytes", "out_kind", "pdl")]
+
+
 class Launcher:
     """Either decode family's launcher: ``cnm_run`` over the weight's layout for the config's mode."""
 
     def __init__(self, lib: ctypes.CDLL, cfg: DecodeKernel, types: KernelTypes, family: str) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
-        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp] + [i32] * 12 + [vp]
-        lib.cnm_run.restype = i32
+        lib.cnm_run_args_bytes.restype = ctypes.c_size_t
+        if lib.cnm_run_args_bytes() != ctypes.sizeof(RunArgs):
+            raise LaunchError(f"{family}: the kernel's RunArgs ({lib.cnm_run_args_bytes()} bytes) does not match "
+                              f"the launcher's ({ctypes.sizeof(RunArgs)}); rebuild the kernel cache")
+        self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp)
         lib.cnm_max_active_clusters.argtypes = [i32] * 3
         lib.cnm_max_active_clusters.restype = i32
         self.lib = lib
@@ -359,21 +370,31 @@ class Launcher:
                 "max_active_clusters": fits}
 
     def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-        m, k = x.shape
-        n, keep, group = w.out_features, w.pattern.n, w.pattern.m
-        vector = w.vector if isinstance(w, NMWeight) else w.pattern.v if self.cfg.mode == 3 else 1
-        if self.cfg.mode == 2 and vector % 32:
-            raise ShapeError(f"nm_decode mode 2 needs a vector that is a multiple of 32, got {vector}")
         # PDL, except on a weight's first call: its layout is written just before, and that launch must not overlap
         # its writer
         pdl = int(w.has_layout(self.layout_key))
+        args, _ = self._args(x, w, bias, pdl)
+        status = self.launch(args, x.data_ptr(), y.data_ptr(), stream_of(x))
+        if status:
+            check_status(status, self.family, (x.shape[0], w.out_features, x.shape[1]))
+
+    def steady(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> Callable[..., None]:
+        """This call's launch with its arguments packed once (after a first call: PDL on), for matmul to repeat."""
+        args, keep = self._args(x, w, bias, 1)
+        return steady_call(self.launch, args, keep, self.family, (x.shape[0], w.out_features, x.shape[1]))
+
+    def _args(self, x: torch.Tensor, w, bias: torch.Tensor | None, pdl: int) -> tuple[RunArgs, tuple]:
+        """The packed arguments of a call on (x, w, bias) and the tensors they point into."""
+        m, k = x.shape
+        vector = w.vector if isinstance(w, NMWeight) else w.pattern.v if self.cfg.mode == 3 else 1
+        if self.cfg.mode == 2 and vector % 32:
+            raise ShapeError(f"nm_decode mode 2 needs a vector that is a multiple of 32, got {vector}")
         values, indices, stride = w.layout(self.layout_key, self.layout)
         split, piece, smem = self._plan(x, w, stride)
-        status = self.lib.cnm_run(x.data_ptr(), values.data_ptr(), indices.data_ptr(),
-                                  None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, keep, group,
-                                  vector, stride, split, piece, smem, self.out_kind, pdl, stream_of(x))
-        if status:
-            check_status(status, self.family, (m, w.out_features, k))
+        args = RunArgs(values.data_ptr(), indices.data_ptr(), None if bias is None else bias.data_ptr(), m,
+                       w.out_features, k, w.pattern.n, w.pattern.m, vector, stride, split, piece, smem, self.out_kind,
+                       pdl)
+        return args, (values, indices, bias)
 
 
 FAMILY = _DecodeFamily()

@@ -1017,6 +1017,23 @@ int cnm_run(const void* x, const void* values, const void* indices, const void* 
   return err == cudaSuccess ? 0 : 1000 + int(err);
 }
 
+// cnm_run's arguments other than x, y and the stream, packed once per (weight, bias, m) by the caller: the
+// steady-state call passes four arguments instead of eighteen.
+struct RunArgs {
+  const void* values;
+  const void* indices;
+  const void* bias;
+  int m, n, k, keep, group, vector, stride, split, piece, smem_bytes, out_kind, pdl;
+};
+
+size_t cnm_run_args_bytes() { return sizeof(RunArgs); }
+
+int cnm_launch(const void* packed, const void* x, void* y, cudaStream_t stream) {
+  const RunArgs& a = *static_cast<const RunArgs*>(packed);
+  return cnm_run(x, a.values, a.indices, a.bias, y, a.m, a.n, a.k, a.keep, a.group, a.vector, a.stride, a.split,
+                 a.piece, a.smem_bytes, a.out_kind, a.pdl, stream);
+}
+
 // How many clusters of `split` CTAs (CTAs, for split = 1) of this kernel can be resident at once on the current
 // device with smem_bytes of dynamic shared memory; -(1000 + cudaError_t) on failure. A grid with more than this
 // runs in more than one wave.

@@ -1,0 +1,168 @@
+"""matmul's steady state: a launcher's ``steady`` repeat of a call is what later calls of that signature run, and
+anything that may replace or drop the layouts its launch points at sends the next call down the full path again."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cutlass_nm
+from cutlass_nm import dispatch
+from cutlass_nm.formats.weight import refresh_layouts
+from cutlass_nm.ops import clear_layout_cache
+
+
+class _Launcher:
+    """Stands in for a loaded kernel: computes y through the dense weight and counts full and repeated calls."""
+
+    def __init__(self, repeat: bool = True) -> None:
+        self.full = self.repeated = 0
+        self.repeat = repeat
+
+    def __call__(self, x, w, bias, y) -> None:
+        self.full += 1
+        y.copy_(x.float() @ w.to_dense().float().T)
+
+    def steady(self, x, w, bias, y):
+        if not self.repeat:
+            return self
+        fixed = w.to_dense().float().T.clone()
+
+        def go(x, w, bias, y) -> None:
+            self.repeated += 1
+            y.copy_(x.float() @ fixed)
+
+        return go
+
+
+@pytest.fixture
+def launcher(monkeypatch) -> _Launcher:
+    kernel = _Launcher()
+    monkeypatch.setattr(dispatch, "check_inputs", lambda *args, **kwargs: None)
+    monkeypatch.setattr(dispatch, "_resolve", lambda key: kernel)
+    monkeypatch.setattr(dispatch, "_RESOLVED", {})
+    return kernel
+
+
+def _weight() -> cutlass_nm.Sparse24Weight:
+    return cutlass_nm.prune(torch.randn(32, 64, dtype=torch.float16), "2:4")[0]
+
+
+def test_later_calls_run_the_launchers_repeat(launcher):
+    w, x = _weight(), torch.randn(3, 64, dtype=torch.float16)
+    first = cutlass_nm.matmul(x, w)
+    again = cutlass_nm.matmul(x, w)
+    assert (launcher.full, launcher.repeated) == (1, 1) and torch.equal(first, again)
+    cutlass_nm.matmul(torch.randn(2, 3, 64, dtype=torch.float16), w)  # another shape: full path, then remembered
+    cutlass_nm.matmul(torch.randn(2, 3, 64, dtype=torch.float16), w)
+    assert (launcher.full, launcher.repeated) == (2, 2)
+
+
+def test_a_launcher_without_a_repeat_is_called_itself(launcher):
+    launcher.repeat = False
+    w, x = _weight(), torch.randn(3, 64, dtype=torch.float16)
+    cutlass_nm.matmul(x, w)
+    cutlass_nm.matmul(x, w)
+    assert (launcher.full, launcher.repeated) == (2, 0)
+
+
+@pytest.mark.parametrize("drop", ["refresh", "clear", "selector"])
+def test_layouts_rebuilt_or_dropped_send_the_next_call_down_the_full_path(launcher, drop):
+    """A repeat holds the layouts it launches on: after refresh_layouts (a weight changed in place), clear_layout_cache
+    or a new selector, the next call resolves again and binds a new repeat (which sees the new values)."""
+    w, x = _weight(), torch.randn(3, 64, dtype=torch.float16)
+    cutlass_nm.matmul(x, w)
+    cutlass_nm.matmul(x, w)
+    w.values.mul_(2)
+    if drop == "refresh":
+        refresh_layouts(w)
+    elif drop == "clear":
+        clear_layout_cache()
+    else:
+        dispatch.set_selector(None)
+        dispatch._resolve = lambda key: launcher  # set_selector cleared nothing the fixture patched but this
+    y = cutlass_nm.matmul(x, w)
+    assert (launcher.full, launcher.repeated) == (2, 1)
+    assert torch.allclose(y.float(), x.float() @ w.to_dense().float().T, rtol=1e-2, atol=1e-2)
+    assert torch.allclose(cutlass_nm.matmul(x, w), y) and launcher.repeated == 2
+
+
+class _Entry:
+    """Stands in for one C entry of a compiled library: takes ctypes attributes, records its calls."""
+
+    def __init__(self, result: int) -> None:
+        self.result, self.calls = result, []
+
+    def __call__(self, *args) -> int:
+        self.calls.append(args)
+        return self.result
+
+
+@pytest.mark.parametrize("workspace", [0, 4096])
+def test_sptc24_sm90_repeat_launches_the_first_calls_plan(monkeypatch, workspace):
+    """The repeat passes the plan the first call built with only x's and y's addresses; a stream-K problem (it needs
+    a workspace, so no plan) is repeated by the launcher itself."""
+    import types
+
+    from cutlass_nm.families import KernelTypes
+    from cutlass_nm.families.launch import DeviceInfo
+    from cutlass_nm.families.sptc24_sm90 import family as fam
+
+    monkeypatch.setattr(fam, "gil_holding", lambda lib, name, *types: getattr(lib, name))
+    monkeypatch.setattr(fam, "device_info", lambda dev: DeviceInfo(132, (9, 0), "fake"))
+    monkeypatch.setattr(fam, "stream_of", lambda x: 0)
+    monkeypatch.setattr("cutlass_nm.families.launch._raw_stream", lambda index: 0)
+    lib = types.SimpleNamespace(
+        cnm_run=_Entry(0), cnm_workspace_size=_Entry(workspace), cnm_meta_atom_k=lambda: 64, cnm_plan_bytes=lambda: 64,
+        cnm_plan=_Entry(0), cnm_launch=_Entry(0))
+    launcher = fam._Launcher(lib, fam.Config(), KernelTypes("f16", "f16", False))
+    w, x, y = _weight(), torch.randn(3, 64, dtype=torch.float16), torch.empty(3, 32, dtype=torch.float16)
+    launcher(x, w, None, y)
+    go = launcher.steady(x, w, None, y)
+    if workspace:
+        assert go is launcher and not lib.cnm_launch.calls
+        return
+    x2, y2 = torch.randn(3, 64, dtype=torch.float16), torch.empty(3, 32, dtype=torch.float16)
+    go(x2, w, None, y2)
+    plan = lib.cnm_launch.calls[0][0]
+    assert len(lib.cnm_plan.calls) == 1 and lib.cnm_plan.calls[0][0] is plan
+    assert lib.cnm_launch.calls == [(plan, x.data_ptr(), y.data_ptr(), 0), (plan, x2.data_ptr(), y2.data_ptr(), 0)]
+    assert go.keep[0] is w.values
+
+
+GPU_CASES = [  # (pattern, vector, m, n, k, family the default path takes there)
+    ("2:4", 0, 1, 1000, 1024, "decode24"),
+    ("2:4", 0, 96, 512, 1024, "sptc24_sm90"),
+    ("128:2:8", 0, 1, 1024, 2048, "nm_decode"),
+    ("128:2:8", 0, 96, 512, 1024, "vnm_sm90"),
+    ("2:8", 32, 4, 512, 2048, "nm_decode"),
+    ("2:8", 8, 1, 520, 1000, "nm_decode_simt"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: f"{c[0]}-v{c[1]}-m{c[2]}-{c[5]}")
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+def test_gpu_repeats_match_the_reference_on_new_inputs(case, with_bias):
+    """The default path's repeat (each family that has one) on fresh x every call, 2-D and 3-D, against fp64; after
+    the weight's values change in place and its layouts are refreshed, the next calls see the new values."""
+    from cutlass_nm.nn import SparseLinear, refresh_module_layouts
+
+    pattern, vector, m, n, k, family = case
+    torch.manual_seed(m + n)
+    dense = torch.nn.Linear(k, n, bias=with_bias, device="cuda", dtype=torch.float16)
+    layer = SparseLinear.from_linear(dense, pattern, **({"vector": vector} if vector else {}))
+    for step in range(4):
+        if step == 2:
+            layer.values.mul_(-0.5)
+            refresh_module_layouts(layer)
+        ref_w = layer.weight_dense().double()
+        for shape in ((m, k), (1, m, k)):
+            x = torch.randn(*shape, device="cuda", dtype=torch.float16)
+            y = layer(x)
+            ref = x.double() @ ref_w.T + (layer.bias.double() if with_bias else 0)
+            torch.cuda.synchronize()
+            assert torch.isfinite(y).all() and y.shape == (*shape[:-1], n)
+            assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3, (step, shape)
+    ran = {r["family"] for r in dispatch.resolved() if (r["m"], r["n"], r["k"]) == (m, n, k)}
+    assert ran == {family}, ran
