@@ -100,7 +100,13 @@ def test_pdl_is_off_on_the_call_that_builds_the_layout(monkeypatch):
     x, y = torch.randn(2, 512, dtype=torch.float16), torch.empty(2, 256, dtype=torch.float16)
     monkeypatch.setattr(nm_decode, "gil_holding", lambda lib, name, *types: getattr(lib, name))
     for cfg in (Config(max_tokens=8, mode=2), Simt(max_tokens=2, warps=8)):
-        lib = pytypes.SimpleNamespace(cnm_launch=_Recorder(0), cnm_max_active_clusters=_Recorder(1),
+        launched = _Recorder(0)
+
+        def cnm_launch(address, *args, launched=launched):  # the packed arguments read during the call, as C does
+            return launched(nm_decode.RunArgs.from_buffer_copy(nm_decode.RunArgs.from_address(address)), address,
+                            *args)
+
+        lib = pytypes.SimpleNamespace(cnm_launch=cnm_launch, cnm_max_active_clusters=_Recorder(1),
                                       cnm_run_args_bytes=lambda: ctypes.sizeof(nm_decode.RunArgs))
         launch = nm_decode.Launcher(lib, cfg, KernelTypes("f16", "f16", False), "nm_decode")
         w = cutlass_nm.prune(torch.randn(256, 512, dtype=torch.float16), "2:8", vector=32)[0]
@@ -108,11 +114,12 @@ def test_pdl_is_off_on_the_call_that_builds_the_layout(monkeypatch):
         launch(x, w, None, y)
         go = launch.steady(x, w, None, y)
         go(x, w, None, y)
-        packed = [call[0] for call in lib.cnm_launch.calls]
+        packed = [call[0] for call in launched.calls]
+        assert launched.calls[2][1] == ctypes.addressof(go.keep[0])
         assert [a.pdl for a in packed] == [0, 1, 1]
         assert [(a.m, a.n, a.k, a.keep, a.group) for a in packed] == [(2, 256, 512, 2, 8)] * 3
-        assert [call[1:3] for call in lib.cnm_launch.calls] == [(x.data_ptr(), y.data_ptr())] * 3
-        assert packed[2].values == go.keep[0].data_ptr() and packed[2].indices == go.keep[1].data_ptr()
+        assert [call[2:4] for call in launched.calls] == [(x.data_ptr(), y.data_ptr())] * 3
+        assert packed[2].values == go.keep[1].data_ptr() and packed[2].indices == go.keep[2].data_ptr()
 
 
 def test_decode_launcher_refuses_a_kernel_with_another_args_layout(monkeypatch):

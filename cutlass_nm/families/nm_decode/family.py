@@ -374,14 +374,15 @@ class Launcher:
         # its writer
         pdl = int(w.has_layout(self.layout_key))
         args, _ = self._args(x, w, bias, pdl)
-        status = self.launch(args, x.data_ptr(), y.data_ptr(), stream_of(x))
+        status = self.launch(ctypes.addressof(args), x.data_ptr(), y.data_ptr(), stream_of(x))
         if status:
             check_status(status, self.family, (x.shape[0], w.out_features, x.shape[1]))
 
     def steady(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> Callable[..., None]:
         """This call's launch with its arguments packed once (after a first call: PDL on), for matmul to repeat."""
         args, keep = self._args(x, w, bias, 1)
-        return steady_call(self.launch, args, keep, self.family, (x.shape[0], w.out_features, x.shape[1]))
+        return steady_call(self.launch, ctypes.addressof(args), (args, *keep), self.family,
+                           (x.shape[0], w.out_features, x.shape[1]))
 
     def _args(self, x: torch.Tensor, w, bias: torch.Tensor | None, pdl: int) -> tuple[RunArgs, tuple]:
         """The packed arguments of a call on (x, w, bias) and the tensors they point into."""
