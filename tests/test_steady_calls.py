@@ -164,5 +164,5 @@ def test_gpu_repeats_match_the_reference_on_new_inputs(case, with_bias):
             torch.cuda.synchronize()
             assert torch.isfinite(y).all() and y.shape == (*shape[:-1], n)
             assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3, (step, shape)
-    ran = {r["family"] for r in dispatch.resolved() if (r["m"], r["n"], r["k"]) == (m, n, k)}
+    ran = {r["family"] for r in dispatch.resolved() if (r["m"], r["n"], r["k"], r["pattern"]) == (m, n, k, pattern)}
     assert ran == {family}, ran
