@@ -137,6 +137,8 @@ GPU_CASES = [  # (pattern, vector, m, n, k, family the default path takes there)
     ("128:2:8", 0, 96, 512, 1024, "vnm_sm90"),
     ("2:8", 32, 4, 512, 2048, "nm_decode"),
     ("2:8", 8, 1, 520, 1000, "nm_decode_simt"),
+    ("2:8", 8, 96, 520, 1000, "nm_simt"),
+    ("3:7", 32, 40, 256, 700, "nm_simt"),
 ]
 
 
@@ -166,3 +168,44 @@ def test_gpu_repeats_match_the_reference_on_new_inputs(case, with_bias):
             assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3, (step, shape)
     ran = {r["family"] for r in dispatch.resolved() if (r["m"], r["n"], r["k"], r["pattern"]) == (m, n, k, pattern)}
     assert ran == {family}, ran
+
+
+def test_nm_simt_repeat_packs_the_first_calls_arguments(monkeypatch):
+    """nm_simt's repeat passes its arguments packed (read here while the call lasts, as the kernel reads them): the
+    first call's, with the workspace it used held by the repeat."""
+    import ctypes
+    import types
+
+    from cutlass_nm.families import KernelTypes
+    from cutlass_nm.families.nm_simt import family as fam
+
+    seen = []
+
+    def cnm_launch(address, x, y, stream):
+        seen.append((fam.RunArgs.from_buffer_copy(fam.RunArgs.from_address(address)), x, y))
+        return 0
+
+    monkeypatch.setattr(fam, "gil_holding", lambda lib, name, *types: getattr(lib, name))
+    monkeypatch.setattr(fam, "stream_of", lambda x: 0)
+    monkeypatch.setattr("cutlass_nm.families.launch._raw_stream", lambda index: 0)
+    lib = types.SimpleNamespace(cnm_run=_Entry(0), cnm_workspace=_Entry(4096), cnm_launch=cnm_launch,
+                                cnm_run_args_bytes=lambda: ctypes.sizeof(fam.RunArgs))
+    launcher = fam._Launcher(lib, fam.FAMILY.heuristic(_nm_problem()), KernelTypes("f16", "f16", False))
+    w = cutlass_nm.prune(torch.randn(64, 96, dtype=torch.float16), "2:8", vector=8)[0]
+    x, y = torch.randn(20, 96, dtype=torch.float16), torch.empty(20, 64, dtype=torch.float16)
+    launcher(x, w, None, y)
+    first = lib.cnm_run.calls[0]
+    go = launcher.steady(x, w, None, y)
+    go(x, w, None, y)
+    packed, x_ptr, y_ptr = seen[0]
+    assert (x_ptr, y_ptr) == (x.data_ptr(), y.data_ptr())
+    assert (packed.wt, packed.cols, packed.bias, packed.workspace) == (first[1], first[2], first[3], first[5])
+    assert (packed.m, packed.n, packed.k, packed.keep, packed.group, packed.vector, packed.kgroups, packed.n_pad,
+            packed.nnz_pad, packed.out_kind) == first[6:16]
+    assert go.keep[4] is not None and go.keep[4].data_ptr() == packed.workspace
+
+
+def _nm_problem():
+    from cutlass_nm.families import KernelTypes, Problem
+
+    return Problem(20, 64, 96, KernelTypes("f16", "f16", False), "2:8", 8)

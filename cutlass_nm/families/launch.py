@@ -46,13 +46,20 @@ _WORKSPACES: dict[torch.device, torch.Tensor] = {}
 
 def workspace(device: torch.device, nbytes: int) -> int | None:
     """Pointer to a per-device scratch buffer of at least ``nbytes`` (None when none is needed)."""
+    buf = workspace_buffer(device, nbytes)
+    return None if buf is None else buf.data_ptr()
+
+
+def workspace_buffer(device: torch.device, nbytes: int) -> torch.Tensor | None:
+    """The per-device scratch buffer of at least ``nbytes`` (None when none is needed); a larger request replaces
+    it, so a launch that keeps its address keeps the tensor too."""
     if nbytes == 0:
         return None
     buf = _WORKSPACES.get(device)
     if buf is None or buf.numel() < nbytes:
         buf = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, device=device)
         _WORKSPACES[device] = buf
-    return buf.data_ptr()
+    return buf
 
 
 def _stream_by_object(index: int) -> int:

@@ -22,7 +22,7 @@ from ...errors import LaunchError
 from ...formats.nm import VECTORS, NMWeight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem
-from ..launch import check_status, stream_of, workspace
+from ..launch import check_status, gil_holding, steady_call, stream_of, workspace, workspace_buffer
 
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
 MAX_GROUP = 64  # the largest M the launcher accepts (substituted into the template)
@@ -327,11 +327,25 @@ class _SimtFamily(Family):
         return _Launcher(lib, cfg, types)
 
 
+class RunArgs(ctypes.Structure):
+    """The template's ``RunArgs``: ``cnm_run``'s arguments but x, y, x's alignment and the stream."""
+
+    _fields_ = [("wt", ctypes.c_void_p), ("cols", ctypes.c_void_p), ("bias", ctypes.c_void_p),
+                ("workspace", ctypes.c_void_p)] + [
+        (name, ctypes.c_int) for name in ("m", "n", "k", "keep", "group", "vector", "kgroups", "n_pad", "nnz_pad",
+                                          "out_kind")]
+
+
 class _Launcher:
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
         lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp] + [i32] * 11 + [vp]
         lib.cnm_run.restype = i32
+        lib.cnm_run_args_bytes.restype = ctypes.c_size_t
+        if lib.cnm_run_args_bytes() != ctypes.sizeof(RunArgs):
+            raise LaunchError(f"nm_simt: the kernel's RunArgs ({lib.cnm_run_args_bytes()} bytes) does not match "
+                              f"the launcher's ({ctypes.sizeof(RunArgs)}); rebuild the kernel cache")
+        self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp)
         lib.cnm_workspace.argtypes = [i32, i32, i32]
         lib.cnm_workspace.restype = ctypes.c_longlong
         self.run, self.workspace = lib.cnm_run, lib.cnm_workspace
@@ -359,6 +373,21 @@ class _Launcher:
             raise LaunchError(f"nm_simt: launcher refused the arguments (m, n, k) = ({m}, {n}, {k}), "
                               f"pattern {w.pattern}, vector {w.vector}")
         check_status(status, FAMILY.name, (m, n, k))
+
+    def steady(self, x: torch.Tensor, w: NMWeight, bias: torch.Tensor | None, y: torch.Tensor
+               ) -> Callable[..., None]:
+        """After a first call on (x, w, bias): its launch with every argument but x, y and the stream packed once
+        (x 16-byte aligned, as matmul's steady state checks), for matmul to repeat."""
+        m, k = x.shape
+        n = w.out_features
+        kg = kgroups_for(w.pattern.m, self.cfg.k_cols)
+        wt, cols, n_pad, nnz_pad = w.layout(("simt", kg), partial(simt_layout, kgroups=kg))
+        scratch = workspace_buffer(x.device, self.ws_bytes[(m, n, k)])
+        args = RunArgs(wt.data_ptr(), cols.data_ptr(), None if bias is None else bias.data_ptr(),
+                       None if scratch is None else scratch.data_ptr(), m, n, k, w.pattern.n, w.pattern.m, w.vector,
+                       kg, n_pad, nnz_pad, self.out_kind)
+        return steady_call(self.launch, ctypes.addressof(args), (args, wt, cols, bias, scratch), FAMILY.name,
+                           (m, n, k))
 
 
 FAMILY = _SimtFamily()
