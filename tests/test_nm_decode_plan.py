@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 
 import pytest
+from launch_helpers import Recorder, entries_by_name
 
 from cutlass_nm.arch import HOPPER
 from cutlass_nm.families.nm_decode.family import MAX_SPLIT, SMEM_BUDGET, Config, fixed_smem, plan
@@ -72,17 +73,6 @@ def test_fixed_split_is_used_while_chunks_allow():
     assert plan(Config(max_tokens=8, warps=8, ahead=2, mode=2, split=4), 8192, 2048, 2, 8, SMS, clusters=False)[0] == 1
 
 
-class _Recorder:
-    """Stands in for one C entry of a compiled library: takes ctypes attributes, records its calls."""
-
-    def __init__(self, result: int) -> None:
-        self.result, self.calls = result, []
-
-    def __call__(self, *args) -> int:
-        self.calls.append(args)
-        return self.result
-
-
 def test_pdl_is_off_on_the_call_that_builds_the_layout(monkeypatch):
     """Every launch overlaps the previous kernel by programmatic dependent launch, except a weight's first call:
     the kernel before it writes the layout that launch reads before its wait."""
@@ -98,15 +88,15 @@ def test_pdl_is_off_on_the_call_that_builds_the_layout(monkeypatch):
     monkeypatch.setattr(nm_decode, "device_info", lambda dev: DeviceInfo(SMS, (9, 0), "fake"))
     monkeypatch.setattr(nm_decode.torch.cuda, "current_stream", lambda dev: pytypes.SimpleNamespace(cuda_stream=0))
     x, y = torch.randn(2, 512, dtype=torch.float16), torch.empty(2, 256, dtype=torch.float16)
-    monkeypatch.setattr(nm_decode, "gil_holding", lambda lib, name, *types: getattr(lib, name))
+    entries_by_name(monkeypatch, nm_decode)
     for cfg in (Config(max_tokens=8, mode=2), Simt(max_tokens=2, warps=8)):
-        launched = _Recorder(0)
+        launched = Recorder(0)
 
         def cnm_launch(address, *args, launched=launched):  # the packed arguments read during the call, as C does
             return launched(nm_decode.RunArgs.from_buffer_copy(nm_decode.RunArgs.from_address(address)), address,
                             *args)
 
-        lib = pytypes.SimpleNamespace(cnm_launch=cnm_launch, cnm_max_active_clusters=_Recorder(1),
+        lib = pytypes.SimpleNamespace(cnm_launch=cnm_launch, cnm_max_active_clusters=Recorder(1),
                                       cnm_run_args_bytes=lambda: ctypes.sizeof(nm_decode.RunArgs))
         launch = nm_decode.Launcher(lib, cfg, KernelTypes("f16", "f16", False), "nm_decode")
         w = cutlass_nm.prune(torch.randn(256, 512, dtype=torch.float16), "2:8", vector=32)[0]
@@ -131,8 +121,8 @@ def test_decode_launcher_refuses_a_kernel_with_another_args_layout(monkeypatch):
     from cutlass_nm.families import KernelTypes
     from cutlass_nm.families.nm_decode import family as nm_decode
 
-    monkeypatch.setattr(nm_decode, "gil_holding", lambda lib, name, *types: getattr(lib, name))
-    lib = pytypes.SimpleNamespace(cnm_launch=_Recorder(0), cnm_run_args_bytes=lambda: 8)
+    entries_by_name(monkeypatch, nm_decode)
+    lib = pytypes.SimpleNamespace(cnm_launch=Recorder(0), cnm_run_args_bytes=lambda: 8)
     with pytest.raises(LaunchError, match="rebuild the kernel cache"):
         nm_decode.Launcher(lib, Config(max_tokens=8, mode=2), KernelTypes("f16", "f16", False), "nm_decode")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from launch_helpers import Recorder, entries_by_name
 
 import cutlass_nm
 from cutlass_nm import dispatch
@@ -87,17 +88,6 @@ def test_layouts_rebuilt_or_dropped_send_the_next_call_down_the_full_path(launch
     assert torch.allclose(cutlass_nm.matmul(x, w), y) and launcher.repeated == 2
 
 
-class _Entry:
-    """Stands in for one C entry of a compiled library: takes ctypes attributes, records its calls."""
-
-    def __init__(self, result: int) -> None:
-        self.result, self.calls = result, []
-
-    def __call__(self, *args) -> int:
-        self.calls.append(args)
-        return self.result
-
-
 @pytest.mark.parametrize("workspace", [0, 4096])
 def test_sptc24_sm90_repeat_launches_the_first_calls_plan(monkeypatch, workspace):
     """The repeat passes the plan the first call built with only x's and y's addresses; a stream-K problem (it needs
@@ -108,13 +98,13 @@ def test_sptc24_sm90_repeat_launches_the_first_calls_plan(monkeypatch, workspace
     from cutlass_nm.families.launch import DeviceInfo
     from cutlass_nm.families.sptc24_sm90 import family as fam
 
-    monkeypatch.setattr(fam, "gil_holding", lambda lib, name, *types: getattr(lib, name))
+    entries_by_name(monkeypatch, fam)
     monkeypatch.setattr(fam, "device_info", lambda dev: DeviceInfo(132, (9, 0), "fake"))
     monkeypatch.setattr(fam, "stream_of", lambda x: 0)
     monkeypatch.setattr("cutlass_nm.families.launch._raw_stream", lambda index: 0)
     lib = types.SimpleNamespace(
-        cnm_run=_Entry(0), cnm_workspace_size=_Entry(workspace), cnm_meta_atom_k=lambda: 64, cnm_plan_bytes=lambda: 64,
-        cnm_plan=_Entry(0), cnm_launch=_Entry(0))
+        cnm_run=Recorder(0), cnm_workspace_size=Recorder(workspace), cnm_meta_atom_k=lambda: 64,
+        cnm_plan_bytes=lambda: 64, cnm_plan=Recorder(0), cnm_launch=Recorder(0))
     launcher = fam._Launcher(lib, fam.Config(), KernelTypes("f16", "f16", False))
     w, x, y = _weight(), torch.randn(3, 64, dtype=torch.float16), torch.empty(3, 32, dtype=torch.float16)
     launcher(x, w, None, y)
@@ -185,10 +175,10 @@ def test_nm_simt_repeat_packs_the_first_calls_arguments(monkeypatch):
         seen.append((fam.RunArgs.from_buffer_copy(fam.RunArgs.from_address(address)), x, y))
         return 0
 
-    monkeypatch.setattr(fam, "gil_holding", lambda lib, name, *types: getattr(lib, name))
+    entries_by_name(monkeypatch, fam)
     monkeypatch.setattr(fam, "stream_of", lambda x: 0)
     monkeypatch.setattr("cutlass_nm.families.launch._raw_stream", lambda index: 0)
-    lib = types.SimpleNamespace(cnm_run=_Entry(0), cnm_workspace=_Entry(4096), cnm_launch=cnm_launch,
+    lib = types.SimpleNamespace(cnm_run=Recorder(0), cnm_workspace=Recorder(4096), cnm_launch=cnm_launch,
                                 cnm_run_args_bytes=lambda: ctypes.sizeof(fam.RunArgs))
     launcher = fam._Launcher(lib, fam.FAMILY.heuristic(_nm_problem()), KernelTypes("f16", "f16", False))
     w = cutlass_nm.prune(torch.randn(64, 96, dtype=torch.float16), "2:8", vector=8)[0]

@@ -76,6 +76,17 @@ def gil_holding(lib: ctypes.CDLL, name: str, restype: type, *argtypes: type) -> 
     return ctypes.PYFUNCTYPE(restype, *argtypes)((name, lib))
 
 
+def packed_launch(lib: ctypes.CDLL, args: type[ctypes.Structure], family: str) -> Callable[..., int]:
+    """``lib``'s ``cnm_launch(packed, x, y, stream)`` (GIL held), after checking that the kernel's ``RunArgs`` has
+    the size of ``args``, its ctypes mirror: a kernel built with another layout is refused, not misread."""
+    lib.cnm_run_args_bytes.restype = ctypes.c_size_t
+    if lib.cnm_run_args_bytes() != ctypes.sizeof(args):
+        raise LaunchError(f"{family}: the kernel's RunArgs ({lib.cnm_run_args_bytes()} bytes) does not match the "
+                          f"launcher's ({ctypes.sizeof(args)}); rebuild the kernel cache")
+    vp = ctypes.c_void_p
+    return gil_holding(lib, "cnm_launch", ctypes.c_int, vp, vp, vp, vp)
+
+
 class Plans(dict):
     """A kernel's launch plans by key (weight addresses and shape); all dropped past ``limit`` (a few hundred
     bytes each)."""

@@ -20,12 +20,12 @@ from typing import Any, ClassVar
 import torch
 
 from ...arch import HOPPER, target
-from ...errors import LaunchError, ShapeError
+from ...errors import ShapeError
 from ...formats.nm import NMWeight, decode_layout, decode_mma_layout
 from ...formats.vnm import VNMWeight, decode_vnm_layout
 from ...patterns import Pattern, parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file
-from ..launch import check_status, device_info, gil_holding, steady_call, stream_of
+from ..launch import check_status, device_info, packed_launch, steady_call, stream_of
 
 TEMPLATE = "families/nm_decode/kernel.cu"  # both decode families' kernel
 STREAM_LOADS = "codegen/stream_loads.cuh"  # the weight-stream loads it splices in (``${stream_loads}``)
@@ -333,12 +333,8 @@ class Launcher:
     """Either decode family's launcher: ``cnm_run`` over the weight's layout for the config's mode."""
 
     def __init__(self, lib: ctypes.CDLL, cfg: DecodeKernel, types: KernelTypes, family: str) -> None:
-        vp, i32 = ctypes.c_void_p, ctypes.c_int
-        lib.cnm_run_args_bytes.restype = ctypes.c_size_t
-        if lib.cnm_run_args_bytes() != ctypes.sizeof(RunArgs):
-            raise LaunchError(f"{family}: the kernel's RunArgs ({lib.cnm_run_args_bytes()} bytes) does not match "
-                              f"the launcher's ({ctypes.sizeof(RunArgs)}); rebuild the kernel cache")
-        self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp)
+        i32 = ctypes.c_int
+        self.launch = packed_launch(lib, RunArgs, family)
         lib.cnm_max_active_clusters.argtypes = [i32] * 3
         lib.cnm_max_active_clusters.restype = i32
         self.lib = lib

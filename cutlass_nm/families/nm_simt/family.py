@@ -22,7 +22,7 @@ from ...errors import LaunchError
 from ...formats.nm import VECTORS, NMWeight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem
-from ..launch import check_status, gil_holding, steady_call, stream_of, workspace, workspace_buffer
+from ..launch import check_status, packed_launch, steady_call, stream_of, workspace_buffer
 
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
 MAX_GROUP = 64  # the largest M the launcher accepts (substituted into the template)
@@ -341,11 +341,7 @@ class _Launcher:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
         lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp] + [i32] * 11 + [vp]
         lib.cnm_run.restype = i32
-        lib.cnm_run_args_bytes.restype = ctypes.c_size_t
-        if lib.cnm_run_args_bytes() != ctypes.sizeof(RunArgs):
-            raise LaunchError(f"nm_simt: the kernel's RunArgs ({lib.cnm_run_args_bytes()} bytes) does not match "
-                              f"the launcher's ({ctypes.sizeof(RunArgs)}); rebuild the kernel cache")
-        self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp)
+        self.launch = packed_launch(lib, RunArgs, "nm_simt")
         lib.cnm_workspace.argtypes = [i32, i32, i32]
         lib.cnm_workspace.restype = ctypes.c_longlong
         self.run, self.workspace = lib.cnm_run, lib.cnm_workspace
@@ -356,12 +352,8 @@ class _Launcher:
     def __call__(self, x: torch.Tensor, w: NMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         m, k = x.shape
         n = w.out_features
-        kg = kgroups_for(w.pattern.m, self.cfg.k_cols)
-        wt, cols, n_pad, nnz_pad = w.layout(("simt", kg), partial(simt_layout, kgroups=kg))
-        nbytes = self.ws_bytes.get((m, n, k))
-        if nbytes is None:
-            nbytes = self.ws_bytes[(m, n, k)] = int(self.workspace(m, n, k))
-        scratch = workspace(x.device, nbytes)
+        kg, (wt, cols, n_pad, nnz_pad), scratch = self._operands(x, w)
+        scratch = None if scratch is None else scratch.data_ptr()
         stream = stream_of(x)
         status = self.run(x.data_ptr(), wt.data_ptr(), cols.data_ptr(), None if bias is None else bias.data_ptr(),
                           y.data_ptr(), scratch, m, n, k, w.pattern.n, w.pattern.m, w.vector, kg, n_pad, nnz_pad,
@@ -380,14 +372,24 @@ class _Launcher:
         (x 16-byte aligned, as matmul's steady state checks), for matmul to repeat."""
         m, k = x.shape
         n = w.out_features
-        kg = kgroups_for(w.pattern.m, self.cfg.k_cols)
-        wt, cols, n_pad, nnz_pad = w.layout(("simt", kg), partial(simt_layout, kgroups=kg))
-        scratch = workspace_buffer(x.device, self.ws_bytes[(m, n, k)])
+        kg, (wt, cols, n_pad, nnz_pad), scratch = self._operands(x, w)
         args = RunArgs(wt.data_ptr(), cols.data_ptr(), None if bias is None else bias.data_ptr(),
                        None if scratch is None else scratch.data_ptr(), m, n, k, w.pattern.n, w.pattern.m, w.vector,
                        kg, n_pad, nnz_pad, self.out_kind)
         return steady_call(self.launch, ctypes.addressof(args), (args, wt, cols, bias, scratch), FAMILY.name,
                            (m, n, k))
+
+    def _operands(self, x: torch.Tensor, w: NMWeight) -> tuple[int, tuple, torch.Tensor | None]:
+        """A call's k-tile groups, the weight's layout for them (values, columns, padded n, padded nonzeros) and
+        the workspace (split-K scratch, its size asked once per (m, n, k))."""
+        m, k = x.shape
+        n = w.out_features
+        kg = kgroups_for(w.pattern.m, self.cfg.k_cols)
+        layout = w.layout(("simt", kg), partial(simt_layout, kgroups=kg))
+        nbytes = self.ws_bytes.get((m, n, k))
+        if nbytes is None:
+            nbytes = self.ws_bytes[(m, n, k)] = int(self.workspace(m, n, k))
+        return kg, layout, workspace_buffer(x.device, nbytes)
 
 
 FAMILY = _SimtFamily()

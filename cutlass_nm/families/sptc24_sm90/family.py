@@ -183,8 +183,7 @@ class _Launcher:
     def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
         m, k = x.shape
-        e = w.layout(self.layout_key, self.build_layout)
-        key = (w.values.data_ptr(), e.data_ptr(), 0 if bias is None else bias.data_ptr(), m, w.out_features, k)
+        key, _ = self._key(x, w, bias)
         plan = self.plans.get(key, _NO_PLAN)
         if plan is _NO_PLAN:
             plan = self._plan(key, x, y)
@@ -198,13 +197,19 @@ class _Launcher:
     def steady(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> Callable[..., None]:
         """After a first call on (x, w, bias): its plan's launch alone, for matmul to repeat (itself where the
         problem runs per call, with a stream-K workspace)."""
-        m, k = x.shape
-        e = w.layout(self.layout_key, self.build_layout)
-        plan = self.plans.get((w.values.data_ptr(), e.data_ptr(), 0 if bias is None else bias.data_ptr(), m,
-                               w.out_features, k))
+        key, e = self._key(x, w, bias)
+        plan = self.plans.get(key)
         if plan is None or type(plan) is int:
             return self
-        return steady_call(self.launch, plan, (w.values, e, bias), FAMILY.name, (m, w.out_features, k))
+        return steady_call(self.launch, plan, (w.values, e, bias), FAMILY.name,
+                           (x.shape[0], w.out_features, x.shape[1]))
+
+    def _key(self, x: torch.Tensor, w, bias: torch.Tensor | None) -> tuple[tuple[int, ...], torch.Tensor]:
+        """The plan key of a call on (x, w, bias) (weight, metadata and bias addresses, m, n, k) and the metadata
+        layout it launches on."""
+        e = w.layout(self.layout_key, self.build_layout)
+        return (w.values.data_ptr(), e.data_ptr(), 0 if bias is None else bias.data_ptr(), x.shape[0],
+                w.out_features, x.shape[1]), e
 
     def _plan(self, key: tuple[int, int, int, int, int, int], x: torch.Tensor, y: torch.Tensor
               ) -> ctypes.Array | int:

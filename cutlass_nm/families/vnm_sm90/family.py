@@ -249,7 +249,7 @@ class _Launcher:
                              f"{xt.dtype} {tuple(xt.shape)}")
         if not given:
             xt = torch.empty(w.padded_k, ldx, dtype=x.dtype, device=x.device)  # x transposed by the library
-        key = (values.data_ptr(), e.data_ptr(), gidx.data_ptr(), m, w.out_features, k, w.padded_k, gidx.shape[1], v)
+        key = self._key(m, w, values, e, gidx)
         plan = self.plans.get(key)
         if plan is None:
             plan = self.plans.keep(key, self._plan(key, ldx, xt))
@@ -265,8 +265,7 @@ class _Launcher:
             return self.twin.steady(x, w, bias, y) if self.twin is not None else self
         m, k = x.shape
         values, e, gidx = w.layout(self.layout_key, self.build_layout)
-        plan = self.plans.get((values.data_ptr(), e.data_ptr(), gidx.data_ptr(), m, w.out_features, k, w.padded_k,
-                               gidx.shape[1], w.pattern.v))
+        plan = self.plans.get(self._key(m, w, values, e, gidx))
         if plan is None:
             return self
         launch, xt_shape, dtype, mnk = self.launch, (w.padded_k, -(-m // 8) * 8), x.dtype, (m, w.out_features, k)
@@ -280,6 +279,12 @@ class _Launcher:
 
         go.keep = (values, e, gidx, bias)  # type: ignore[attr-defined]
         return go
+
+    @staticmethod
+    def _key(m: int, w: VNMWeight, values: torch.Tensor, e: torch.Tensor, gidx: torch.Tensor) -> tuple[int, ...]:
+        """The plan key of a call on m tokens of w through its layout (values, metadata, gather index)."""
+        return (values.data_ptr(), e.data_ptr(), gidx.data_ptr(), m, w.out_features, w.in_features, w.padded_k,
+                gidx.shape[1], w.pattern.v)
 
     def _plan(self, key: tuple[int, ...], ldx: int, xt: torch.Tensor) -> ctypes.Array:
         a, e, gidx, m, n, k, padded_k, kg, v = key
