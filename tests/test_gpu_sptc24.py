@@ -160,6 +160,38 @@ def test_pipelined_mainloop(fields, shape):
         assert rel_err(y, ref) < TOL[dtype], (cfg, dtype)
 
 
+@pytest.mark.parametrize("shape", [(1, 256, 2048), (16, 1024, 4096), (129, 544, 1088)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_streamk_plan_repeats_and_replays(shape):
+    """A stream-K plan (its workspace kept, its barriers cleared on each launch) gives the reference on every call
+    with fresh x, and as a CUDA graph replayed twice."""
+    if "sptc24_sm90" not in _families():
+        pytest.skip("needs an sm_90 GPU")
+    from cutlass_nm.families import KernelTypes, get_family
+    from cutlass_nm.kernels import get_kernel
+
+    fam = get_family("sptc24_sm90")
+    kern = get_kernel((fam.name, fam.Config(**PIPELINED[2], mma_pipe=1), KernelTypes("f16", "f16", True)))
+    m, n, k = shape
+    for seed in range(3):
+        x, w, bias, ref = _case(m, n, k, torch.float16, seed=70 + seed, with_bias=True)
+        for _ in range(2):
+            y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+            kern(x.clone(), w, bias, y)
+            torch.cuda.synchronize()
+            assert torch.isfinite(y).all() and rel_err(y, ref) < TOL[torch.float16]
+    assert all(plan.workspace is not None for plan in kern.plans.values()), "no stream-K split at this shape"
+    static_x, static_y = x.clone(), torch.empty(m, n, device="cuda", dtype=torch.float16)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kern(static_x, w, bias, static_y)
+    for _ in range(2):
+        static_y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.isfinite(static_y).all() and rel_err(static_y, ref) < TOL[torch.float16]
+
+
 def test_sm90_plan_follows_new_inputs_outputs_and_weights():
     """A cached plan (one per weight, bias and m) patches x's and y's addresses per call: fresh x and out tensors,
     a second weight of the same shape and a bias each give their own reference."""

@@ -90,8 +90,8 @@ def test_layouts_rebuilt_or_dropped_send_the_next_call_down_the_full_path(launch
 
 @pytest.mark.parametrize("workspace", [0, 4096])
 def test_sptc24_sm90_repeat_launches_the_first_calls_plan(monkeypatch, workspace):
-    """The repeat passes the plan the first call built with only x's and y's addresses; a stream-K problem (it needs
-    a workspace, so no plan) is repeated by the launcher itself."""
+    """The repeat passes the plan the first call built with only x's and y's addresses; a stream-K problem's plan is
+    built on the per-device workspace, which the plan and the repeat hold."""
     import types
 
     from cutlass_nm.families import KernelTypes
@@ -103,21 +103,23 @@ def test_sptc24_sm90_repeat_launches_the_first_calls_plan(monkeypatch, workspace
     monkeypatch.setattr(fam, "stream_of", lambda x: 0)
     monkeypatch.setattr("cutlass_nm.families.launch._raw_stream", lambda index: 0)
     lib = types.SimpleNamespace(
-        cnm_run=Recorder(0), cnm_workspace_size=Recorder(workspace), cnm_meta_atom_k=lambda: 64,
+        cnm_workspace_size=Recorder(workspace), cnm_meta_atom_k=lambda: 64,
         cnm_plan_bytes=lambda: 64, cnm_plan=Recorder(0), cnm_launch=Recorder(0))
     launcher = fam._Launcher(lib, fam.Config(), KernelTypes("f16", "f16", False))
     w, x, y = _weight(), torch.randn(3, 64, dtype=torch.float16), torch.empty(3, 32, dtype=torch.float16)
     launcher(x, w, None, y)
     go = launcher.steady(x, w, None, y)
-    if workspace:
-        assert go is launcher and not lib.cnm_launch.calls
-        return
     x2, y2 = torch.randn(3, 64, dtype=torch.float16), torch.empty(3, 32, dtype=torch.float16)
     go(x2, w, None, y2)
     plan = lib.cnm_launch.calls[0][0]
     assert len(lib.cnm_plan.calls) == 1 and lib.cnm_plan.calls[0][0] is plan
     assert lib.cnm_launch.calls == [(plan, x.data_ptr(), y.data_ptr(), 0), (plan, x2.data_ptr(), y2.data_ptr(), 0)]
     assert go.keep[0] is w.values
+    ws = plan.workspace
+    if workspace:
+        assert ws.numel() >= workspace and lib.cnm_plan.calls[0][-1] == ws.data_ptr() and go.keep[-1] is ws
+    else:
+        assert ws is None and lib.cnm_plan.calls[0][-1] is None
 
 
 GPU_CASES = [  # (pattern, vector, m, n, k, family the default path takes there)
@@ -160,6 +162,48 @@ def test_gpu_repeats_match_the_reference_on_new_inputs(case, with_bias):
     assert ran == {family}, ran
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [("128:2:8", 96, 512, 1024, "vnm_sm90"), ("2:4", 16, 1024, 4096, "sptc24_sm90")],
+                         ids=lambda c: c[-1])
+def test_gpu_repeats_on_two_streams_and_in_a_graph(case):
+    """Repeats issued on two side streams at once each give their own x's result (vnm_sm90's transpose scratch is
+    one per stream); a repeat captured in a CUDA graph keeps its own memory: eager calls after the capture do not
+    change what the graph replays."""
+    pattern, m, n, k, family = case
+    torch.manual_seed(n)
+    w = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern)[0]
+    ref_w = w.to_dense().double()
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.float16) for _ in range(4)]
+
+    def check(y: torch.Tensor, x: torch.Tensor) -> None:
+        ref = x.double() @ ref_w.T
+        assert torch.isfinite(y).all() and ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
+
+    for x in xs[:2]:  # the first call plans, the second repeats
+        check(cutlass_nm.matmul(x, w, family=family), x)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    torch.cuda.synchronize()
+    ys = []
+    for _ in range(3):
+        for stream, x in zip(streams, xs[2:], strict=True):
+            with torch.cuda.stream(stream):
+                ys.append((cutlass_nm.matmul(x, w, family=family), x))
+    torch.cuda.synchronize()
+    for y, x in ys:
+        check(y, x)
+    static_x = xs[0].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = cutlass_nm.matmul(static_x, w, family=family)
+    for x in xs[1:]:
+        eager = cutlass_nm.matmul(x, w, family=family)
+        static_y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(static_y, static_x)
+        check(eager, x)
+
+
 def test_nm_simt_repeat_packs_the_first_calls_arguments(monkeypatch):
     """nm_simt's repeat passes its arguments packed (read here while the call lasts, as the kernel reads them): the
     first call's, with the workspace it used held by the repeat."""
@@ -199,3 +243,38 @@ def _nm_problem():
     from cutlass_nm.families import KernelTypes, Problem
 
     return Problem(20, 64, 96, KernelTypes("f16", "f16", False), "2:8", 8)
+
+
+def test_workspace_is_one_per_stream_and_grows(monkeypatch):
+    """The workspace of a (device, stream) is reused by later calls there, grows for a larger request (at least
+    doubling) and is a separate tensor on another stream."""
+    from cutlass_nm.families import launch
+
+    stream = [7]
+    monkeypatch.setattr(launch, "_WORKSPACES", {})
+    monkeypatch.setattr(launch, "_raw_stream", lambda index: stream[0])
+    cpu = torch.device("cpu")
+    a = launch.workspace_buffer(cpu, 100)
+    assert a.numel() == 1 << 20 and launch.workspace_buffer(cpu, 5000) is a and launch.workspace_buffer(cpu, 0) is None
+    stream[0] = 8
+    b = launch.workspace_buffer(cpu, 100)
+    assert b is not a
+    stream[0] = 7
+    grown = launch.workspace_buffer(cpu, (1 << 20) + 1)
+    assert grown.numel() == 2 << 20 and launch.workspace_buffer(cpu, 10) is grown
+
+
+def test_a_repeat_holding_a_streams_workspace_runs_only_on_that_stream(monkeypatch):
+    """``steady_call(..., on=(stream, launcher))`` launches on that stream and hands a call on any other stream to
+    the launcher."""
+    from cutlass_nm.families import launch
+
+    stream = [5]
+    monkeypatch.setattr(launch, "_raw_stream", lambda index: stream[0])
+    fast, slow = Recorder(0), Recorder(None)
+    go = launch.steady_call(fast, "plan", (), "fake", (1, 2, 3), on=(5, slow))
+    x, y = torch.zeros(2), torch.zeros(2)
+    go(x, None, None, y)
+    stream[0] = 6
+    go(x, None, None, y)
+    assert fast.calls == [("plan", x.data_ptr(), y.data_ptr(), 5)] and slow.calls == [(x, None, None, y)]

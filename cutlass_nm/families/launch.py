@@ -41,25 +41,35 @@ def device_info(device: torch.device) -> DeviceInfo:
     return DeviceInfo(p.multi_processor_count, (p.major, p.minor), p.name)
 
 
-_WORKSPACES: dict[torch.device, torch.Tensor] = {}
+_WORKSPACES: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 
 def workspace(device: torch.device, nbytes: int) -> int | None:
-    """Pointer to a per-device scratch buffer of at least ``nbytes`` (None when none is needed)."""
+    """Pointer to the scratch buffer of torch's current stream on ``device``, at least ``nbytes`` (None when none is
+    needed)."""
     buf = workspace_buffer(device, nbytes)
     return None if buf is None else buf.data_ptr()
 
 
 def workspace_buffer(device: torch.device, nbytes: int) -> torch.Tensor | None:
-    """The per-device scratch buffer of at least ``nbytes`` (None when none is needed); a larger request replaces
-    it, so a launch that keeps its address keeps the tensor too."""
+    """The scratch buffer of torch's current stream on ``device``, at least ``nbytes`` (None when none is needed):
+    launches on one stream share it (stream order keeps them apart), each stream has its own. A larger request
+    replaces it (at least doubling); a launch that keeps its address holds the tensor, so it stays valid."""
     if nbytes == 0:
         return None
-    buf = _WORKSPACES.get(device)
-    if buf is None or buf.numel() < nbytes:
-        buf = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, device=device)
-        _WORKSPACES[device] = buf
+    key = (device, _raw_stream(device.index))
+    buf = _WORKSPACES.get(key)
+    if buf is None or buf.numel() < nbytes:  # the old one is freed on this same stream: stream-ordered reuse
+        buf = torch.empty(max(nbytes, 1 << 20, 0 if buf is None else 2 * buf.numel()), dtype=torch.uint8,
+                          device=device)
+        _WORKSPACES[key] = buf
     return buf
+
+
+def capturing() -> bool:
+    """Whether torch's current stream is capturing a CUDA graph (a scratch that no launch holds is then allocated
+    per call, in the graph's own pool)."""
+    return torch.cuda.is_current_stream_capturing()
 
 
 def _stream_by_object(index: int) -> int:
@@ -107,14 +117,20 @@ def stream_of(x: torch.Tensor) -> int:
     return _raw_stream(x.get_device())
 
 
-def steady_call(launch: Callable[..., int], first: Any, keep: tuple, family: str, mnk: tuple[int, int, int]
-                ) -> Callable[..., None]:
+def steady_call(launch: Callable[..., int], first: Any, keep: tuple, family: str, mnk: tuple[int, int, int],
+                on: tuple[int, Callable[..., None]] | None = None) -> Callable[..., None]:
     """A remembered call's launcher, ``go(x, w, bias, y)``: ``launch(first, x, y, stream)`` with ``first`` (a plan,
     or the call's other arguments packed) fixed for one (weight, bias, m). ``keep``: the tensors ``first`` points
-    into, held by ``go`` so that their memory outlives it."""
+    into, held by ``go`` so that their memory outlives it. ``on`` = (stream, launcher): ``first`` holds that stream's
+    workspace, so a call on another stream goes to the launcher instead."""
+    stream_only, other = on if on is not None else (None, None)
 
     def go(x: torch.Tensor, w: Any, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-        status = launch(first, x.data_ptr(), y.data_ptr(), _raw_stream(x.get_device()))
+        stream = _raw_stream(x.get_device())
+        if stream_only is not None and stream != stream_only:
+            other(x, w, bias, y)
+            return
+        status = launch(first, x.data_ptr(), y.data_ptr(), stream)
         if status:
             check_status(status, family, mnk)
 

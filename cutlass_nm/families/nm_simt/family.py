@@ -369,7 +369,8 @@ class _Launcher:
     def steady(self, x: torch.Tensor, w: NMWeight, bias: torch.Tensor | None, y: torch.Tensor
                ) -> Callable[..., None]:
         """After a first call on (x, w, bias): its launch with every argument but x, y and the stream packed once
-        (x 16-byte aligned, as matmul's steady state checks), for matmul to repeat."""
+        (x 16-byte aligned, as matmul's steady state checks), for matmul to repeat; where it packs a workspace,
+        only on that call's stream (whose workspace it is)."""
         m, k = x.shape
         n = w.out_features
         kg, (wt, cols, n_pad, nnz_pad), scratch = self._operands(x, w)
@@ -377,7 +378,7 @@ class _Launcher:
                        None if scratch is None else scratch.data_ptr(), m, n, k, w.pattern.n, w.pattern.m, w.vector,
                        kg, n_pad, nnz_pad, self.out_kind)
         return steady_call(self.launch, ctypes.addressof(args), (args, wt, cols, bias, scratch), FAMILY.name,
-                           (m, n, k))
+                           (m, n, k), on=None if scratch is None else (stream_of(x), self))
 
     def _operands(self, x: torch.Tensor, w: NMWeight) -> tuple[int, tuple, torch.Tensor | None]:
         """A call's k-tile groups, the weight's layout for them (values, columns, padded n, padded nonzeros) and

@@ -23,7 +23,7 @@ from ...formats import meta_sm90
 from ...formats.vnm import VNMWeight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
-from ..launch import Plans, check_status, gil_holding, stream_of
+from ..launch import Plans, capturing, check_status, gil_holding, stream_of, workspace_buffer
 
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per consumer thread before spilling
 K_ALIGN = 128  # gathered K is padded to this (a multiple of every tile_k), zero values / valid metadata
@@ -260,7 +260,8 @@ class _Launcher:
 
     def steady(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor
                ) -> Callable[..., None]:
-        """After a first call on (x, w, bias): its plan's launch with a fresh xt, for matmul to repeat."""
+        """After a first call on (x, w, bias): its plan's launch, x transposed into the stream's scratch, for matmul
+        to repeat."""
         if w.pattern.v % self.cfg.tile_m:
             return self.twin.steady(x, w, bias, y) if self.twin is not None else self
         m, k = x.shape
@@ -268,11 +269,14 @@ class _Launcher:
         plan = self.plans.get(self._key(m, w, values, e, gidx))
         if plan is None:
             return self
-        launch, xt_shape, dtype, mnk = self.launch, (w.padded_k, -(-m // 8) * 8), x.dtype, (m, w.out_features, k)
+        launch, mnk = self.launch, (m, w.out_features, k)
+        nbytes = w.padded_k * (-(-m // 8) * 8) * x.element_size()
         bias_ptr = None if bias is None else bias.data_ptr()
 
         def go(x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-            xt = torch.empty(xt_shape, dtype=dtype, device=x.device)
+            # x transposed into the stream's scratch; under graph capture into the graph's own memory
+            xt = torch.empty(nbytes, dtype=torch.uint8, device=x.device) if capturing() else workspace_buffer(
+                x.device, nbytes)
             status = launch(plan, x.data_ptr(), xt.data_ptr(), y.data_ptr(), bias_ptr, stream_of(x))
             if status:
                 check_status(status, FAMILY.name, mnk)
