@@ -72,6 +72,12 @@ GRID = {  # family -> candidate configs (fields not named take the Config defaul
         dict(tile_m=128, tile_n=256, tile_k=128, cluster_m=2, cluster_n=2),
         dict(tile_m=128, tile_n=256, tile_k=128, raster="n", swizzle=8),
     ],
+    "decode24": [  # one token (--tokens 1): warps x rows a warp x chunks in flight, and the split-K rule's rivals
+        *(dict(max_tokens=1, warps=w, rows=r, ahead=a) for w in (4, 8, 16) for r in (1, 2) for a in (1, 2)),
+        *(dict(max_tokens=1, warps=w, rows=r, ahead=1, split=s) for w, r in ((8, 1), (4, 2)) for s in (1, 2, 4)),
+        *(dict(max_tokens=1, warps=w, rows=r, ahead=1, transpose=1) for w, r in ((8, 1), (4, 2))),
+        dict(max_tokens=1, warps=8, rows=1, ahead=1, max_ctas=2),
+    ],
 }
 TOKENS = (16, 128, 512, 2048, 8192)  # the GEMM families' token counts (m = 1 runs on the decode path)
 
@@ -84,7 +90,7 @@ def candidates(family, m: int, all_tiles: bool = False, vary: dict[str, list] | 
     import itertools
 
     cfgs = [family.Config.from_record({**family.Config().to_record(), **c}) for c in GRID[family.name]]
-    if not all_tiles:
+    if not all_tiles and hasattr(family.Config, "tile_n"):  # a GEMM's token tiles
         cfgs = [c for c in cfgs if c.tile_n <= max(64, m) and not (m >= 2048 and c.tile_n < 128)]
     if vary:
         cfgs = [dataclasses.replace(c, **dict(zip(vary, values, strict=True)))
@@ -106,9 +112,10 @@ def problems(family, tokens: tuple[int, ...], pattern: str, dtype: str):
     return [Problem(m, n, k, kernel_types(dtype), pattern) for m, n, k in split_shapes("tune", tokens)]
 
 
-def inputs(p, copies: int, seed: int) -> tuple[list, object, list, list[tuple], object]:
-    """x copies, the weight, y copies, the launcher's arguments after y (FP8: x's per-token scales) and the fp32
-    reference of the first copy. FP8 operands are drawn in bf16 and quantized."""
+def inputs(p, copies: int, seed: int, weights: int = 1) -> tuple[list, list, list, list[tuple], object]:
+    """x copies, ``weights`` weights (each drawn anew), y copies, the launcher's arguments after
+    y (FP8: x's per-token scales) and the fp32 reference of the first x on the weight. FP8 operands are drawn in
+    bf16 and quantized."""
     import torch
 
     import cutlass_nm
@@ -117,8 +124,9 @@ def inputs(p, copies: int, seed: int) -> tuple[list, object, list, list[tuple], 
     fp8 = p.types.dtype == "e4m3"
     dt = torch.bfloat16 if fp8 else {"f16": torch.float16, "bf16": torch.bfloat16}[p.types.dtype]
     g = torch.Generator(device="cuda").manual_seed(seed)
-    w, _ = cutlass_nm.prune(torch.randn(p.n, p.k, device="cuda", dtype=dt, generator=g), p.pattern,
-                            dtype=torch.float8_e4m3fn if fp8 else None)
+    ws = [cutlass_nm.prune(torch.randn(p.n, p.k, device="cuda", dtype=dt, generator=g), p.pattern,
+                            dtype=torch.float8_e4m3fn if fp8 else None)[0] for _ in range(weights)]
+    w = ws[0]
     xs = [torch.randn(p.m, p.k, device="cuda", dtype=dt, generator=g) for _ in range(copies)]
     extra: list[tuple] = [() for _ in xs]
     if fp8:
@@ -127,7 +135,7 @@ def inputs(p, copies: int, seed: int) -> tuple[list, object, list, list[tuple], 
     out = torch.bfloat16 if fp8 else dt
     ys = [torch.empty(p.m, p.n, device="cuda", dtype=out) for _ in range(copies)]
     x0 = dequantize_rows(xs[0], extra[0][0]) if fp8 else xs[0].float()
-    return xs, w, ys, extra, x0 @ w.to_dense().float().T
+    return xs, ws, ys, extra, x0 @ w.to_dense().float().T
 
 
 def default_choice(family, p) -> tuple:
@@ -155,7 +163,10 @@ def measure(family, probs: list, reps: int, log, with_default: bool = False, gri
     for i, p in enumerate(probs):
         t0 = time.time()
         copies = copies_to_rotate((p.m * p.k + p.m * p.n) * 2)
-        xs, w, ys, extra, ref = inputs(p, copies, seed=i)
+        # a few tokens stream the weight: it rotates past L2 too (its compressed bytes, about half its dense ones)
+        weights = copies_to_rotate(p.n * p.k) if p.m <= 16 else 1
+        copies = max(copies, weights)
+        xs, ws, ys, extra, ref = inputs(p, copies, seed=i, weights=weights)
         runs = [(family, cfg, None) for cfg in candidates(family, p.m, **(grid or {}))]
         if with_default:
             fam, cfg, source = default_choice(family, p)
@@ -165,13 +176,13 @@ def measure(family, probs: list, reps: int, log, with_default: bool = False, gri
                 continue
             kern = get_kernel((fam.name, cfg, p.types))
             ys[0].fill_(float("nan"))
-            kern(xs[0], w, None, ys[0], *extra[0])
+            kern(xs[0], ws[0], None, ys[0], *extra[0])
             err = ((ys[0].float() - ref).norm() / ref.norm()).item()
             if not err < 1e-2:
                 log(f"  wrong result ({err}) for {cfg}; skipped")
                 continue
-            def run(j, kern=kern, xs=xs, w=w, ys=ys, extra=extra):
-                return kern(xs[j], w, None, ys[j], *extra[j])
+            def run(j, kern=kern, xs=xs, ws=ws, ys=ys, extra=extra):
+                return kern(xs[j], ws[j % len(ws)], None, ys[j], *extra[j])
 
             t = time_rotating(run, copies, reps=reps, warmup_ms=25)
             rows.append({"family": fam.name, "pattern": p.pattern, "dtype": p.types.dtype, "m": p.m, "n": p.n,
