@@ -52,6 +52,16 @@ def test_sm90_layout_roundtrip_and_bijective(shape, atom_bits, seed):
     off = meta_sm90.byte_offsets(rows_a, k_a, atom_k, bits=bits).flatten()
     assert torch.equal(off.sort().values, torch.arange(e.numel()))
 
+@pytest.mark.parametrize("bits", [16, 8])
+def test_sm90_layout_built_in_row_chunks_equals_one_pass(monkeypatch, bits):
+    """to_sm90 fills the buffer CHUNK_ROWS rows at a time (bounded temporaries): chunks of 64 rows, including a
+    partial last one, give the same bytes as one pass."""
+    w, _ = prune(torch.randn(300, 512, dtype=torch.float16), "2:4")
+    whole = meta_sm90.to_sm90(w, 128, bits)
+    monkeypatch.setattr(meta_sm90, "CHUNK_ROWS", 64)
+    assert torch.equal(meta_sm90.to_sm90(w, 128, bits), whole)
+
+
 
 @settings(max_examples=30, deadline=None)
 @given(shapes, st.integers(0, 2**31 - 1))

@@ -16,6 +16,7 @@ import torch
 from .sparse24 import PAD_NIBBLE, Sparse24Weight
 
 ROWS_ALIGN = 64
+CHUNK_ROWS = 1024  # rows converted at once (a multiple of ROWS_ALIGN): the index temporaries stay a few MB
 PAD_BYTE = PAD_NIBBLE * 0x11  # two padding nibbles
 
 
@@ -31,10 +32,12 @@ def padded_shape(rows: int, k: int, atom_k: int) -> tuple[int, int]:
     return -(-rows // ROWS_ALIGN) * ROWS_ALIGN, -(-k // atom_k) * atom_k
 
 
-def byte_offsets(rows_a: int, k_a: int, atom_k: int, device: torch.device | str = "cpu", bits: int = 16
-                 ) -> torch.Tensor:
-    """Byte offset of every (row, 8-column block) of a ``rows_a x k_a`` padded problem, for ``bits``-bit A."""
-    m = torch.arange(rows_a, device=device, dtype=torch.int64)[:, None]
+def byte_offsets(rows_a: int, k_a: int, atom_k: int, device: torch.device | str = "cpu", bits: int = 16,
+                 rows: tuple[int, int] | None = None) -> torch.Tensor:
+    """Byte offset of every (row, 8-column block) of a ``rows_a x k_a`` padded problem, for ``bits``-bit A; only
+    the rows of ``rows = (start, stop)`` when given."""
+    start, stop = rows or (0, rows_a)
+    m = torch.arange(start, stop, device=device, dtype=torch.int64)[:, None]
     k = torch.arange(0, k_a, 8, device=device, dtype=torch.int64)[None, :]
     mb, kk, kb = m // 64, k % atom_k, k // atom_k
     if bits == 8:
@@ -58,13 +61,15 @@ def _pairs(meta: torch.Tensor) -> torch.Tensor:
 
 def to_sm90(w: Sparse24Weight, atom_k: int, bits: int = 16) -> torch.Tensor:
     """Flat uint8 metadata buffer for the sm90 kernels whose tile K gives ``atom_k`` (``bits``: A's element width,
-    8 for FP8)."""
+    8 for FP8), filled ``CHUNK_ROWS`` rows at a time."""
     rows, k = w.shape
     rows_a, k_a = padded_shape(rows, k, atom_k)
     out = torch.full((rows_a * k_a // 8,), PAD_BYTE, dtype=torch.uint8, device=w.device)
-    b = _pairs(w.meta)
-    off = byte_offsets(rows_a, k_a, atom_k, w.device, bits)[:rows, : b.shape[1]]
-    out[off.reshape(-1)] = b.reshape(-1)
+    for start in range(0, rows, CHUNK_ROWS):
+        stop = min(rows, start + CHUNK_ROWS)
+        b = _pairs(w.meta[start:stop])
+        off = byte_offsets(rows_a, k_a, atom_k, w.device, bits, rows=(start, stop))[:, : b.shape[1]]
+        out[off.reshape(-1)] = b.reshape(-1)
     return out
 
 
