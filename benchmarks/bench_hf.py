@@ -11,7 +11,8 @@ and each pattern (the default path: ``sparsify_model`` decides per layer at ``to
 * ``prefill_ms``: one forward over batch x 2048 tokens (1 and 4 sequences; ``logits_to_keep=1``, as generate's
   prefill), CUDA events, median of repeats;
 * ``decode_tok_s``: ``generate()`` tokens per second at batch 1 and 16, greedy, eager and with a static cache +
-  ``torch.compile`` (CUDA graphs), from the difference of two generation lengths (the prefill cancels);
+  ``torch.compile`` (CUDA graphs), from the difference of two generation lengths (the prefill cancels), the median
+  of ``--decode-reps`` such pairs;
 * ``weight_gb`` (parameters and buffers, each storage once) and ``peak_gb`` (peak allocated during decode);
 * ``linear_ms``: one step's projections and MLPs alone (each layer's module once, weights cold, in a CUDA graph),
   per decode batch and per prefill; the compiled decode and prefill rows carry ``ceiling``, the speedup left if the
@@ -92,8 +93,10 @@ def prefill_ms(model: nn.Module, batch: int, tokens: int, device: str, reps: int
     return statistics.median(samples)
 
 
-def decode_tok_s(model: nn.Module, batch: int, device: str, compiled: bool, steps: tuple[int, int]) -> float:
-    """Greedy generate() tokens per second at ``batch``, from two generation lengths (prefill cancels out)."""
+def decode_tok_s(model: nn.Module, batch: int, device: str, compiled: bool, steps: tuple[int, int], reps: int = 3
+                 ) -> float:
+    """Greedy generate() tokens per second at ``batch``, from two generation lengths (prefill cancels out): the
+    median over ``reps`` pairs, after one warm-up pair (eager host time varies from pair to pair)."""
     import transformers
 
     ids = torch.randint(0, model.config.vocab_size, (batch, PROMPT), device=device)
@@ -101,16 +104,22 @@ def decode_tok_s(model: nn.Module, batch: int, device: str, compiled: bool, step
     if compiled:
         torch._dynamo.reset()
         kw.update(cache_implementation="static", compile_config=transformers.CompileConfig(fullgraph=True))
-    times = {}
-    for n in (*steps, *steps):  # the first pass warms up (and compiles)
+
+    def timed(n: int) -> float:
         _sync(device)
         t0 = time.perf_counter()
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
                              **kw)
         _sync(device)
         assert out.shape[1] == ids.shape[1] + n
-        times[n] = time.perf_counter() - t0
-    return batch * (steps[1] - steps[0]) / (times[steps[1]] - times[steps[0]])
+        return time.perf_counter() - t0
+
+    rates = []
+    for rep in range(reps + 1):  # the first pair warms up (and compiles)
+        times = {n: timed(n) for n in steps}
+        if rep:
+            rates.append(batch * (steps[1] - steps[0]) / (times[steps[1]] - times[steps[0]]))
+    return statistics.median(rates)
 
 
 PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp")
@@ -192,7 +201,7 @@ def measure(model: nn.Module, args: argparse.Namespace, label: str) -> dict[tupl
                 torch.cuda.reset_peak_memory_stats()
             try:
                 out[("decode_tok_s", batch, mode)] = decode_tok_s(model, batch, args.device, mode == "compiled",
-                                                                  args.steps)
+                                                                  args.steps, args.decode_reps)
             except Exception as exc:  # one failing mode leaves the model's other rows measured
                 FAILURES.append({"model": label, "metric": "decode_tok_s", "m": batch, "mode": mode,
                                  "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
@@ -306,6 +315,7 @@ def main() -> None:
     ap.add_argument("--steps", type=lambda s: tuple(int(v) for v in s.split(",")), default=(16, 80),
                     help="two generation lengths; tokens/s comes from their difference")
     ap.add_argument("--reps", type=int, default=5, help="timed prefill repeats (median)")
+    ap.add_argument("--decode-reps", type=int, default=3, help="timed pairs of generation lengths (median rate)")
     ap.add_argument("--no-compile", action="store_true", help="decode eager only (no static cache + torch.compile)")
     ap.add_argument("--modes", type=lambda s: s.split(","), default=None,
                     help="decode modes, eager,compiled (default: both; --no-compile: eager)")
