@@ -106,7 +106,7 @@ def test_sm90_source_is_cutlass_emitted_with_our_abi():
     assert "cutlass::arch::OpClassSparseTensorOp" in src
     assert "cute::Shape<cute::_256, cute::_128, cute::_128>" in src
     assert "LinCombPerRowBias<float, float, cutlass::bfloat16_t, void, float>" in src
-    assert 'extern "C"' in src and "int cnm_plan(" in src and "int cnm_launch(" in src
+    assert 'extern "C"' in src and "int cnm_run(" in src and "int cnm_launch(" in src
     assert "${" not in src
 
 

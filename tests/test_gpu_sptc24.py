@@ -162,9 +162,9 @@ def test_pipelined_mainloop(fields, shape):
 
 @pytest.mark.parametrize("shape", [(1, 256, 2048), (16, 1024, 4096), (129, 544, 1088)],
                          ids=lambda s: "x".join(map(str, s)))
-def test_streamk_plan_repeats_and_replays(shape):
-    """A stream-K plan (its workspace kept, its barriers cleared on each launch) gives the reference on every call
-    with fresh x, and as a CUDA graph replayed twice."""
+def test_streamk_repeats_and_replays(shape):
+    """A stream-K problem (its parameters and workspace set up on every call) gives the reference on every call with
+    fresh x, and as a CUDA graph replayed twice."""
     if "sptc24_sm90" not in _families():
         pytest.skip("needs an sm_90 GPU")
     from cutlass_nm.families import KernelTypes, get_family
@@ -180,7 +180,7 @@ def test_streamk_plan_repeats_and_replays(shape):
             kern(x.clone(), w, bias, y)
             torch.cuda.synchronize()
             assert torch.isfinite(y).all() and rel_err(y, ref) < TOL[torch.float16]
-    assert all(plan.workspace is not None for plan in kern.plans.values()), "no stream-K split at this shape"
+    assert all(type(nbytes) is int and nbytes > 0 for nbytes in kern.plans.values()), "no stream-K split here"
     static_x, static_y = x.clone(), torch.empty(m, n, device="cuda", dtype=torch.float16)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

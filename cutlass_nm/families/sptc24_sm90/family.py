@@ -13,11 +13,12 @@ import torch
 from ...arch import HOPPER, target
 from ...formats import Sparse24Weight, meta_sm90
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
-from ..launch import Plans, check_status, device_info, gil_holding, steady_call, stream_of, workspace_buffer
+from ..launch import Plans, check_status, device_info, gil_holding, steady_call, stream_of, workspace
 
 EPILOGUE_SMEM = 34 * 1024  # conservative TMA-epilogue carve-out
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread before spilling
 RASTER_ORDER = {"heuristic": 0, "m": 1, "n": 2}  # cutlass::gemm::kernel::detail::RasterOrderOptions
+_NO_PLAN = object()  # a plans lookup miss
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,20 +157,23 @@ class _Sm90Family(Family):
 class _Launcher:
     """A loaded sm90 2:4 kernel: ``launcher(x, w, bias, y)`` on torch's current stream.
 
-    Each (weight, bias, m, stream) runs from a plan: the kernel's parameters, built on its first call and launched
-    with only x's and y's addresses patched in. A stream-K problem's plan keeps its stream's workspace."""
+    A problem that needs no workspace runs from a plan: the kernel's parameters, built once per (weight, bias, m)
+    and launched with only x's and y's addresses patched in. Stream-K problems (a workspace) build them per call."""
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
+        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, vp, vp]
+        lib.cnm_run.restype = i32
         lib.cnm_workspace_size.argtypes = [i32, i32, i32, i32, i32, i32]
         lib.cnm_workspace_size.restype = ctypes.c_size_t
         lib.cnm_meta_atom_k.restype = i32
         lib.cnm_plan_bytes.restype = ctypes.c_size_t
-        lib.cnm_plan.argtypes = [vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, vp]
+        lib.cnm_plan.argtypes = [vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32]
         lib.cnm_plan.restype = i32
         self.lib = lib
         self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp)
         self.plan_bytes = lib.cnm_plan_bytes()
+        # a plan, or (stream-K) the workspace bytes its per-call path needs, asked once
         self.plans = Plans()
         self.swizzle, self.raster = cfg.swizzle, RASTER_ORDER[cfg.raster]
         atom = lib.cnm_meta_atom_k()
@@ -178,44 +182,56 @@ class _Launcher:
 
     def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
+        m, k = x.shape
         key, _ = self._key(x, w, bias)
-        plan = self.plans.get(key)
-        if plan is None:
+        plan = self.plans.get(key, _NO_PLAN)
+        if plan is _NO_PLAN:
             plan = self._plan(key, x, y)
-        status = self.launch(plan, x.data_ptr(), y.data_ptr(), key[-1])
+        if type(plan) is int:
+            self._run(key, x, y, plan)
+            return
+        status = self.launch(plan, x.data_ptr(), y.data_ptr(), stream_of(x))
         if status:
-            check_status(status, FAMILY.name, (x.shape[0], w.out_features, x.shape[1]))
+            check_status(status, FAMILY.name, (m, w.out_features, k))
 
     def steady(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> Callable[..., None]:
-        """After a first call on (x, w, bias): its plan's launch alone, for matmul to repeat (on that call's stream
-        where the plan holds that stream's workspace)."""
+        """After a first call on (x, w, bias): its plan's launch alone, for matmul to repeat (itself where the
+        problem runs per call, with a stream-K workspace)."""
         key, e = self._key(x, w, bias)
         plan = self.plans.get(key)
-        if plan is None:
+        if plan is None or type(plan) is int:
             return self
-        return steady_call(self.launch, plan, (w.values, e, bias, plan.workspace), FAMILY.name,
-                           (x.shape[0], w.out_features, x.shape[1]),
-                           on=None if plan.workspace is None else (key[-1], self))
+        return steady_call(self.launch, plan, (w.values, e, bias), FAMILY.name,
+                           (x.shape[0], w.out_features, x.shape[1]))
 
     def _key(self, x: torch.Tensor, w, bias: torch.Tensor | None) -> tuple[tuple[int, ...], torch.Tensor]:
-        """The plan key of a call on (x, w, bias) (weight, metadata and bias addresses, m, n, k, torch's current
-        stream) and the metadata layout it launches on."""
+        """The plan key of a call on (x, w, bias) (weight, metadata and bias addresses, m, n, k) and the metadata
+        layout it launches on."""
         e = w.layout(self.layout_key, self.build_layout)
         return (w.values.data_ptr(), e.data_ptr(), 0 if bias is None else bias.data_ptr(), x.shape[0],
-                w.out_features, x.shape[1], stream_of(x)), e
+                w.out_features, x.shape[1]), e
 
-    def _plan(self, key: tuple[int, ...], x: torch.Tensor, y: torch.Tensor) -> ctypes.Array:
-        """Build and keep the plan of ``key``, with its stream's workspace when the problem needs one (stream-K):
-        the plan holds that tensor, so a larger workspace that replaces it later leaves the plan's alive."""
-        a, e, bias, m, n, k, _ = key
+    def _plan(self, key: tuple[int, int, int, int, int, int], x: torch.Tensor, y: torch.Tensor
+              ) -> ctypes.Array | int:
+        """Build and keep the plan of ``key``, or, when the problem needs a workspace (stream-K), its size."""
+        a, e, bias, m, n, k = key
         sms = device_info(x.device).sm_count
-        ws = workspace_buffer(x.device, self.lib.cnm_workspace_size(n, m, k, sms, self.swizzle, self.raster))
-        plan = ctypes.create_string_buffer(self.plan_bytes)
-        status = self.lib.cnm_plan(plan, a, e, x.data_ptr(), y.data_ptr(), bias or None, n, m, k, sms,
-                                   self.swizzle, self.raster, None if ws is None else ws.data_ptr())
-        check_status(status, FAMILY.name, (m, n, k))
-        plan.workspace = ws
+        plan = self.lib.cnm_workspace_size(n, m, k, sms, self.swizzle, self.raster)
+        if plan == 0:
+            plan = ctypes.create_string_buffer(self.plan_bytes)
+            status = self.lib.cnm_plan(plan, a, e, x.data_ptr(), y.data_ptr(), bias or None, n, m, k, sms,
+                                       self.swizzle, self.raster)
+            check_status(status, FAMILY.name, (m, n, k))
         return self.plans.keep(key, plan)
+
+    def _run(self, key: tuple[int, int, int, int, int, int], x: torch.Tensor, y: torch.Tensor, nbytes: int) -> None:
+        """Build the parameters and launch in one call (a problem with a workspace of ``nbytes``)."""
+        a, e, bias, m, n, k = key
+        sms = device_info(x.device).sm_count
+        ws = workspace(x.device, nbytes)
+        status = self.lib.cnm_run(a, e, x.data_ptr(), y.data_ptr(), bias or None, n, m, k, sms, self.swizzle,
+                                  self.raster, ws, stream_of(x))
+        check_status(status, FAMILY.name, (m, n, k))
 
 
 FAMILY = _Sm90Family()

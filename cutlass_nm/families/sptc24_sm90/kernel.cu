@@ -3,7 +3,6 @@
 // cutlass_library's emitter. Computes D(M x N, col-major) = A(M x K, 2:4, compressed) * B(K x N, col-major)
 // [+ bias per row], i.e. y(m x n_out) = x(m x k) * W^T with M = n_out, N = m.
 #include <cstdint>
-#include <new>
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -70,13 +69,11 @@ typename Gemm::Arguments make_args(const void* a, const void* e, const void* b, 
   return args;
 }
 
-// A prepared launch for one (weight, bias, M, N, K, scheduler, workspace): the kernel's Params, built once.
-// Each call patches the addresses of B (x) and D (y) into their TMA descriptors when they changed, clears a stream-K
-// workspace's barriers, then launches: no descriptor encoding, no can_implement, no function attribute calls.
+// A prepared launch for one (weight, bias, M, N, K, scheduler) with no workspace: the kernel's Params, built once.
+// Each call patches the addresses of B (x) and D (y) into their TMA descriptors when they changed, then launches:
+// no descriptor encoding, no can_implement, no function attribute calls on the steady-state path.
 struct Plan {
   typename Kernel::Params params;
-  typename Gemm::Arguments args;  // what a stream-K workspace's clearing reads (its scheduler and problem)
-  void* workspace;                // nullptr: the problem needs none
   const void* b;
   void* d;
 };
@@ -113,7 +110,7 @@ bool replace_address(cute::TmaDescriptor const* desc, const void* ptr) {
 
 extern "C" {
 
-int cnm_abi_version() { return 4; }
+int cnm_abi_version() { return 3; }
 
 // Logical K columns of one metadata atom: the weight's sm90 layout must have been built for this.
 int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEAtom{})); }
@@ -124,17 +121,31 @@ size_t cnm_workspace_size(int M, int N, int K, int sm_count, int swizzle, int ra
       make_args(nullptr, nullptr, nullptr, nullptr, nullptr, M, N, K, sm_count, swizzle, raster));
 }
 
+// 0 on success; otherwise a cutlass::Status (< 1000) or 1000 + cudaError_t.
+int cnm_run(const void* a, const void* e, const void* b, void* d, const void* bias, int M, int N, int K,
+            int sm_count, int swizzle, int raster, void* workspace, cudaStream_t stream) {
+  auto args = make_args(a, e, b, d, bias, M, N, K, sm_count, swizzle, raster);
+  Gemm gemm;
+  cutlass::Status st = gemm.can_implement(args);
+  if (st != cutlass::Status::kSuccess) return int(st);
+  st = gemm.initialize(args, workspace, stream);
+  if (st != cutlass::Status::kSuccess) return int(st);
+  st = gemm.run(stream);
+  if (st != cutlass::Status::kSuccess) return int(st);
+  cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
 // Bytes of a caller-owned buffer that holds one Plan (any alignment).
 size_t cnm_plan_bytes() { return sizeof(Plan) + alignof(Plan); }
 
-// Fills the plan in buf for these operands and workspace (cnm_workspace_size bytes that the plan keeps using; null
-// when that is 0). 0 on success; otherwise a cutlass::Status (< 1000) or 1000 + cudaError_t.
+// Fills the plan in buf for these operands (the problem needs no workspace: cnm_workspace_size is 0).
+// 0 on success; otherwise a cutlass::Status (< 1000) or 1000 + cudaError_t.
 int cnm_plan(void* buf, const void* a, const void* e, const void* b, void* d, const void* bias, int M, int N, int K,
-             int sm_count, int swizzle, int raster, void* workspace) {
+             int sm_count, int swizzle, int raster) {
   if (replace_address_fn() == nullptr) return int(cutlass::Status::kErrorNotSupported);
   auto args = make_args(a, e, b, d, bias, M, N, K, sm_count, swizzle, raster);
-  const bool needs_workspace = Gemm::get_workspace_size(args) != 0;
-  if (needs_workspace && workspace == nullptr) return int(cutlass::Status::kErrorWorkspaceNull);
+  if (Gemm::get_workspace_size(args) != 0) return int(cutlass::Status::kErrorWorkspaceNull);
   cutlass::Status st = Gemm::can_implement(args);
   if (st != cutlass::Status::kSuccess) return int(st);
   if (Kernel::SharedStorageSize >= (48 << 10)) {  // a function attribute of the current device: set per plan
@@ -142,10 +153,8 @@ int cnm_plan(void* buf, const void* a, const void* e, const void* b, void* d, co
                                            int(Kernel::SharedStorageSize));
     if (err != cudaSuccess) return 1000 + int(err);
   }
-  Plan* plan = new (aligned_plan(buf)) Plan();
-  plan->workspace = needs_workspace ? workspace : nullptr;
-  plan->params = Kernel::to_underlying_arguments(args, plan->workspace);
-  plan->args = args;
+  Plan* plan = aligned_plan(buf);
+  plan->params = Kernel::to_underlying_arguments(args, nullptr);
   plan->b = b;
   plan->d = d;
   return 0;
@@ -154,10 +163,6 @@ int cnm_plan(void* buf, const void* a, const void* e, const void* b, void* d, co
 // Launches a plan on x (b) and y (d), patching their descriptors first when their addresses changed.
 int cnm_launch(void* buf, const void* b, void* d, cudaStream_t stream) {
   Plan* plan = aligned_plan(buf);
-  if (plan->workspace != nullptr) {  // stream-K: its barriers start cleared on every launch
-    cutlass::Status st = Kernel::initialize_workspace(plan->args, plan->workspace, stream);
-    if (st != cutlass::Status::kSuccess) return int(st);
-  }
   if (b != plan->b) {
     if (!replace_address(plan->params.mainloop.tma_load_b.get_tma_descriptor(), b)) return 1000 + 1;
     plan->b = b;
