@@ -245,7 +245,7 @@ def _nm_problem():
 
 def test_workspace_is_one_per_stream_and_grows(monkeypatch):
     """The workspace of a (device, stream) is reused by later calls there, grows for a larger request (at least
-    doubling) and is a separate tensor on another stream."""
+    doubling) and is a separate tensor on another stream; at most MAX_WORKSPACES streams keep one."""
     from cutlass_nm.families import launch
 
     stream = [7]
@@ -260,6 +260,9 @@ def test_workspace_is_one_per_stream_and_grows(monkeypatch):
     stream[0] = 7
     grown = launch.workspace_buffer(cpu, (1 << 20) + 1)
     assert grown.numel() == 2 << 20 and launch.workspace_buffer(cpu, 10) is grown
+    for stream[0] in range(100, 100 + 3 * launch.MAX_WORKSPACES):  # a stream per request: the oldest are dropped
+        launch.workspace_buffer(cpu, 100)
+    assert len(launch._WORKSPACES) == launch.MAX_WORKSPACES and (cpu, 7) not in launch._WORKSPACES
 
 
 def test_a_repeat_holding_a_streams_workspace_runs_only_on_that_stream(monkeypatch):

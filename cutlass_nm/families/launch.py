@@ -42,6 +42,7 @@ def device_info(device: torch.device) -> DeviceInfo:
 
 
 _WORKSPACES: dict[tuple[torch.device, int], torch.Tensor] = {}
+MAX_WORKSPACES = 16  # (device, stream) scratch buffers kept; the oldest goes first (a stream per request must not leak)
 
 
 def workspace(device: torch.device, nbytes: int) -> int | None:
@@ -53,8 +54,9 @@ def workspace(device: torch.device, nbytes: int) -> int | None:
 
 def workspace_buffer(device: torch.device, nbytes: int) -> torch.Tensor | None:
     """The scratch buffer of torch's current stream on ``device``, at least ``nbytes`` (None when none is needed):
-    launches on one stream share it (stream order keeps them apart), each stream has its own. A larger request
-    replaces it (at least doubling); a launch that keeps its address holds the tensor, so it stays valid."""
+    launches on one stream share it (stream order keeps them apart), each stream has its own (the last
+    ``MAX_WORKSPACES`` streams' are kept). A larger request replaces it (at least doubling); a launch that keeps its
+    address holds the tensor, so it stays valid."""
     if nbytes == 0:
         return None
     key = (device, _raw_stream(device.index))
@@ -62,6 +64,9 @@ def workspace_buffer(device: torch.device, nbytes: int) -> torch.Tensor | None:
     if buf is None or buf.numel() < nbytes:  # the old one is freed on this same stream: stream-ordered reuse
         buf = torch.empty(max(nbytes, 1 << 20, 0 if buf is None else 2 * buf.numel()), dtype=torch.uint8,
                           device=device)
+        _WORKSPACES.pop(key, None)
+        while len(_WORKSPACES) >= MAX_WORKSPACES:  # launches that kept an address hold their tensor
+            del _WORKSPACES[next(iter(_WORKSPACES))]
         _WORKSPACES[key] = buf
     return buf
 
