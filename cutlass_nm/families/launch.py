@@ -52,14 +52,15 @@ def workspace(device: torch.device, nbytes: int) -> int | None:
     return None if buf is None else buf.data_ptr()
 
 
-def workspace_buffer(device: torch.device, nbytes: int) -> torch.Tensor | None:
-    """The scratch buffer of torch's current stream on ``device``, at least ``nbytes`` (None when none is needed):
+def workspace_buffer(device: torch.device, nbytes: int, stream: int | None = None) -> torch.Tensor | None:
+    """The scratch buffer of torch's current stream on ``device`` (``stream``: its raw handle, when the caller has
+    it), at least ``nbytes`` (None when none is needed):
     launches on one stream share it (stream order keeps them apart), each stream has its own (the last
     ``MAX_WORKSPACES`` streams' are kept). A larger request replaces it (at least doubling); a launch that keeps its
     address holds the tensor, so it stays valid."""
     if nbytes == 0:
         return None
-    key = (device, _raw_stream(device.index))
+    key = (device, _raw_stream(device.index) if stream is None else stream)
     buf = _WORKSPACES.get(key)
     if buf is None or buf.numel() < nbytes:  # the old one is freed on this same stream: stream-ordered reuse
         buf = torch.empty(max(nbytes, 1 << 20, 0 if buf is None else 2 * buf.numel()), dtype=torch.uint8,
@@ -128,19 +129,25 @@ def steady_call(launch: Callable[..., int], first: Any, keep: tuple, family: str
     or the call's other arguments packed) fixed for one (weight, bias, m). ``keep``: the tensors ``first`` points
     into, held by ``go`` so that their memory outlives it. ``on`` = (stream, launcher): ``first`` holds that stream's
     workspace, so a call on another stream goes to the launcher instead."""
-    stream_only, other = on if on is not None else (None, None)
+    stream_only, other = on or (None, None)
 
     def go(x: torch.Tensor, w: Any, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+        status = launch(first, x.data_ptr(), y.data_ptr(), _raw_stream(x.get_device()))
+        if status:
+            check_status(status, family, mnk)
+
+    def go_on_its_stream(x: torch.Tensor, w: Any, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         stream = _raw_stream(x.get_device())
-        if stream_only is not None and stream != stream_only:
+        if stream != stream_only:
             other(x, w, bias, y)
             return
         status = launch(first, x.data_ptr(), y.data_ptr(), stream)
         if status:
             check_status(status, family, mnk)
 
-    go.keep = keep  # type: ignore[attr-defined]
-    return go
+    chosen = go if on is None else go_on_its_stream
+    chosen.keep = keep  # type: ignore[attr-defined]
+    return chosen
 
 
 def check_status(status: int, family: str, mnk: tuple[int, int, int]) -> None:

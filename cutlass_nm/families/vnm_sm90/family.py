@@ -275,9 +275,10 @@ class _Launcher:
 
         def go(x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
             # x transposed into the stream's scratch; under graph capture into the graph's own memory
+            stream = stream_of(x)
             xt = torch.empty(nbytes, dtype=torch.uint8, device=x.device) if capturing() else workspace_buffer(
-                x.device, nbytes)
-            status = launch(plan, x.data_ptr(), xt.data_ptr(), y.data_ptr(), bias_ptr, stream_of(x))
+                x.device, nbytes, stream)
+            status = launch(plan, x.data_ptr(), xt.data_ptr(), y.data_ptr(), bias_ptr, stream)
             if status:
                 check_status(status, FAMILY.name, mnk)
 
