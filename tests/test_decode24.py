@@ -1,6 +1,5 @@
-"""2:4 on the decode path (CPU): the decode24 family's rules, heuristic and plan, the template's 2:4 metadata read
-from the sm90 layout, the values read in place, and routing (decode24 at m <= DECODE24_MAX_M with k % 16 == 0, else
-sptc24)."""
+"""2:4 on the decode path (CPU): the decode24 family's rules, heuristic and plan, the template's 2:4 meta-byte index
+format, the weight read in place, and routing (decode24 at m <= DECODE24_MAX_M with k % 16 == 0, else sptc24)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from cutlass_nm.families import FAMILIES, KernelTypes, Problem, get_family
 from cutlass_nm.families.decode24.family import in_place_layout
 from cutlass_nm.families.launch import DeviceInfo
 from cutlass_nm.families.nm_decode.family import SMEM_BUDGET, fixed_smem, plan
-from cutlass_nm.formats import NMWeight, Sparse24Weight, VNMWeight, compress_24, meta_sm90
+from cutlass_nm.formats import NMWeight, Sparse24Weight, VNMWeight, compress_24
 from cutlass_nm.routing import DECODE24_MAX_M, decode_family, default_family
 
 F16 = KernelTypes("f16", "f16", False)
@@ -160,49 +159,21 @@ def test_plan_covers_the_swizzled_lines(tokens, warps, rows, n, k):
             assert fixed_smem(cfg) + (top + min(tokens, 8)) * 2 <= smem
 
 
-def test_values_in_place_and_metadata_shared_with_the_gemm():
-    """No decode copy of the values (k / 2 a row; a misaligned view is copied once); the metadata is the sm90 layout
-    of tile K 64, one tensor with sptc24_sm90's layout key; k % 16 != 0 is refused with the rule."""
+def test_weight_is_read_in_place():
+    """No decode copy: the launcher's operands alias the weight's own values and meta (k / 2 values a row); a
+    misaligned view is copied once; k % 16 != 0 is refused with the rule."""
     w = compress_24(torch.randn(40, 64), prune=True)
     values, meta, stride = in_place_layout(w)
-    assert (values.data_ptr(), stride) == (w.values.data_ptr(), 32) and values is not w.values
-    assert torch.equal(meta, meta_sm90.to_sm90(w, 64)) and meta is w.layout(("sm90", 64), pytest.fail)
+    assert (values.data_ptr(), meta.data_ptr(), stride) == (w.values.data_ptr(), w.meta.data_ptr(), 32)
+    assert meta is not w.meta  # an alias: the cached layout must not keep the weight's metadata tensor alive
     base = torch.zeros(40 * 32 + 1, dtype=w.values.dtype)
     shifted = base[1:].view(40, 32)  # 2 bytes past an aligned address
     shifted.copy_(w.values)
     view = Sparse24Weight(shifted, w.meta, w.shape)
-    values, _, _ = in_place_layout(view)
-    assert values.data_ptr() % 16 == 0 and torch.equal(values, w.values)
+    values, meta, _ = in_place_layout(view)
+    assert values.data_ptr() % 16 == 0 and torch.equal(values, w.values) and meta.data_ptr() == w.meta.data_ptr()
     with pytest.raises(ShapeError, match="k % 16 == 0"):
         in_place_layout(compress_24(torch.randn(8, 72), prune=True))
-
-
-def _kernel_chunk_nibbles(e: torch.Tensor, row: int, n: int, j0: int, atom: int) -> list[int]:
-    """The template's kMeta24 load_index, step by step: the chunk's 2 bytes in the sm90 layout, spread one nibble a
-    byte, returned as the 4 groups' nibbles."""
-    nk, col, m = atom // 32, 2 * j0, row % 64
-    kb, b = col // atom, col % atom // 16
-    inside = 2 * ((m >> 3) & 1) + 4 * (b >> 1) + 4 * nk * (m & 7) + 32 * nk * (b & 1) + 64 * nk * (m >> 4)
-    at = row // 64 * (8 * atom) + kb * ((n + 63) // 64 * 64) * (atom // 8) + inside
-    t = int(e[at]) | int(e[at + 1]) << 8
-    t = (t & 0xFF) | ((t & 0xFF00) << 8)
-    t = (t & 0x000F000F) | ((t & 0x00F000F0) << 4)
-    return [(t >> 8 * g) & 0xFF for g in range(4)]
-
-
-@pytest.mark.parametrize("atom", (64, 128))
-@pytest.mark.parametrize(("n", "k"), ((40, 64), (130, 336), (64, 1024)))
-def test_template_reads_each_chunks_metadata_from_the_sm90_layout(atom, n, k):
-    """Every chunk of 16 columns of every row, read as the kernel reads it from the sm90 layout (tails in n and k
-    past the 64-row and atom padding), holds the canonical nibbles of its 4 groups."""
-    torch.manual_seed(n + k)
-    w = compress_24(torch.randn(n, k), prune=True)
-    e = meta_sm90.to_sm90(w, atom)
-    for row in range(n):
-        got = [nib for j0 in range(0, k // 2, 8) for nib in _kernel_chunk_nibbles(e, row, n, j0, atom)]
-        assert got == w.meta[row].tolist()
-    src = FAM.source(FAM.Config(max_tokens=1, warps=8, rows=1), F16)
-    assert "constexpr int kMetaAtom = 64;" in src and "ld_stream2(indices + atom + inside)" in src
 
 
 def test_routing_sends_2_4_decode_to_decode24(monkeypatch):

@@ -433,7 +433,7 @@ def test_kernel_layouts_are_freed_with_their_module():
     layer = SparseLinear.from_linear(nn.Linear(64, 32).half())
     w = layer._view()
     layout = w.layout(("in_place",), in_place_layout)
-    assert layout[0].data_ptr() == layer.values.data_ptr() and layout[0] is not layer.values
+    assert layout[1].data_ptr() == layer.meta.data_ptr() and layout[1] is not layer.meta
     assert layer._view().layout(("in_place",), lambda _: pytest.fail("rebuilt")) is layout  # one cache per weight
     key = (layer.meta.untyped_storage().data_ptr(), tuple(layer.meta.shape))
     assert key in ops._LAYOUTS

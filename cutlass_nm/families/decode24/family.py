@@ -1,13 +1,11 @@
-"""2:4 decode (m <= 16 tokens) on CUDA cores: a ``Sparse24Weight``'s values read in place, its metadata in the
-layout the sm90 GEMM reads.
+"""2:4 decode (m <= 16 tokens) on CUDA cores: a ``Sparse24Weight``'s values and meta bytes read in place.
 
 The decode template's mode 0 (lanes along k, ``nm_decode_simt``'s kernel) with its index stream switched at compile
-time to 2:4 metadata (``kMeta24``): one nibble per group of 4, read from the sm90 layout of tile K 64 (the one
-``sptc24_sm90`` builds for its default tile), so a weight that runs both paths holds one metadata copy and a call
-streams 1.125 bytes per weight (0.5625x dense fp16). When k % 16 == 0 each row's k / 2 values are whole 16-byte
-chunks of 8 nonzeros: that is the family's one shape rule (the sptc24 GEMMs share it). At one token a lane loads its
-chunk's 16 x columns at once and picks each group's kept pair with one byte permute. The launch plan, source and
-launcher are nm_decode's (its module holds them).
+time to the 2:4 meta bytes (``kMeta24``): one byte per group of 4 instead of one per nonzero, so a call streams 1.25
+bytes per weight (0.625x dense fp16) and the weight needs no decode copy. When k % 16 == 0 each row's k / 2 values
+are whole 16-byte chunks of 8 nonzeros: that is the family's one shape rule (the sptc24 GEMMs share it). At
+one token a lane loads its chunk's 16 x columns at once and picks each group's kept pair with one byte permute.
+The launch plan, source and launcher are nm_decode's (its module holds them), over the weight's own tensors.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ import torch
 
 from ...arch import target
 from ...errors import ShapeError
-from ...formats import meta_sm90
 from ...formats.sparse24 import Sparse24Weight
 from ...patterns import Pattern
 from ..base import Family, KernelTypes, Problem
@@ -29,8 +26,6 @@ from ..nm_decode.family import MAX_ACCUMULATORS, SimtConfig
 
 K_MULTIPLE = 16  # k a multiple of this: a row's k / 2 values are whole chunks of 8 nonzeros, 16-byte aligned
 ONE_TOKEN_CTAS = {(4, 2): 10, (8, 2): 5, (8, 1): 6}  # (warps, rows): resident one-token CTAs per H100 SM (registers)
-META_ATOM = 64  # the sm90 metadata layout read: sptc24_sm90's for tile K 64 (its layout key), shared with it
-META_KEY = ("sm90", META_ATOM)
 MIN_TAIL = 0.35  # the thinnest last wave (a fraction of the resident CTAs) that still keeps HBM busy
 
 
@@ -61,18 +56,13 @@ def shape_rule(k: int) -> str | None:
     return None
 
 
-def sm90_meta(w: Sparse24Weight) -> torch.Tensor:
-    """The weight's metadata in the sm90 layout of atom ``META_ATOM`` (built once, shared with sptc24_sm90)."""
-    return w.layout(META_KEY, lambda w: meta_sm90.to_sm90(w, META_ATOM))
-
-
 def in_place_layout(w: Sparse24Weight) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(values, sm90 metadata, stride = k / 2): the weight's own values, no copy, when contiguous and 16-byte
-    aligned, as ``compress_24`` makes them (a strided or misaligned view is copied once), and :func:`sm90_meta`.
-    Raises ShapeError unless k % 16 == 0."""
+    """(values, meta, stride = k / 2): the weight's own tensors, no copy, when they are contiguous and 16-byte (values)
+    / 4-byte (meta) aligned, as ``compress_24`` makes them; a strided or misaligned view is copied once. Raises
+    ShapeError unless k % 16 == 0."""
     if (why := shape_rule(w.in_features)) is not None:
         raise ShapeError(why)
-    return _aligned(w.values, 16), sm90_meta(w), w.in_features // 2
+    return _aligned(w.values, 16), _aligned(w.meta, 4), w.in_features // 2
 
 
 def _aligned(t: torch.Tensor, alignment: int) -> torch.Tensor:
@@ -102,7 +92,7 @@ class _Decode24Family(Family):
         return None
 
     def source(self, cfg: Config, types: KernelTypes) -> str:
-        return decode.emit(self, cfg, types, meta_atom=META_ATOM)
+        return decode.emit(self, cfg, types, meta24=True)
 
     def heuristic(self, problem: Problem) -> Config:
         """The H100 sweeps' choice (warps x rows x ahead; one chunk in flight won at one token). One token: below 2^25
@@ -125,13 +115,13 @@ class _Decode24Family(Family):
         return Launcher(lib, cfg, types, self.name)
 
     def fingerprint_files(self) -> tuple[str, ...]:
-        """Its module, nm_decode's (the plan, source and launcher it uses), the metadata layout's and the template."""
-        modules = (m.__name__.removeprefix("cutlass_nm.").replace(".", "/") + ".py" for m in (decode, meta_sm90))
-        return (*super().fingerprint_files()[:1], *modules, *self.templates)
+        """Its module, nm_decode's (the plan, source and launcher it uses) and the template."""
+        module = decode.__name__.removeprefix("cutlass_nm.").replace(".", "/") + ".py"
+        return (*super().fingerprint_files()[:1], module, *self.templates)
 
 
 class Launcher(decode.Launcher):
-    """nm_decode's launcher over the weight's values and sm90 metadata (:func:`in_place_layout`)."""
+    """nm_decode's launcher over the weight's own values and meta (:func:`in_place_layout`)."""
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, family: str) -> None:
         super().__init__(lib, cfg, types, family)
@@ -140,4 +130,4 @@ class Launcher(decode.Launcher):
 
 
 FAMILY = _Decode24Family()
-"""2:4 decode on CUDA cores: m = 1-16 tokens, values and sm90-layout metadata streamed at memory speed."""
+"""2:4 decode on CUDA cores: m = 1-16 tokens, values and meta bytes streamed in place at memory speed."""

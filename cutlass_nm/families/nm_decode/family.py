@@ -222,13 +222,11 @@ def capped_smem(cfg: DecodeKernel) -> int:
     return target().smem_per_sm // (cfg.max_ctas + 1) - 1024 + 16 if cfg.max_ctas else 0
 
 
-def emit(family: Family, cfg: DecodeKernel, types: KernelTypes, meta_atom: int = 0) -> str:
+def emit(family: Family, cfg: DecodeKernel, types: KernelTypes, meta24: bool = False) -> str:
     """The translation unit of ``cfg`` for ``types``: the shared template with every constant substituted.
-    ``meta_atom`` (64 or 128; 0: none): the index stream is a 2:4 weight's metadata in the sm90 GEMM's layout of that
-    atom width (mode 0 only; the ``decode24`` family)."""
+    ``meta24``: the index stream is a 2:4 weight's meta bytes (mode 0 only; the ``decode24`` family)."""
     return family.template(TEMPLATE).substitute(
-        stream_loads=package_file(STREAM_LOADS).read_text(), meta24="true" if meta_atom else "false",
-        meta_atom=int(meta_atom or 64),
+        stream_loads=package_file(STREAM_LOADS).read_text(), meta24="true" if meta24 else "false",
         element=ELEMENTS[types.dtype], max_tokens=int(cfg.max_tokens), warps=int(cfg.warps), rows=int(cfg.rows),
         stage_x=int(cfg.staged), ahead=int(cfg.ahead), transpose="true" if cfg.transpose else "false",
         mode=int(cfg.mode), bulk=int(cfg.bulk), prefetch=int(cfg.prefetch), min_ctas=int(cfg.min_ctas),

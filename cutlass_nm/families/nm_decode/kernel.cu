@@ -4,15 +4,14 @@
 //   values  [n][stride]                 the kept weights of row r, group by group (N per group of M)
 //   indices [ceil(n / vector)][stride]  uint8 offset within the group, shared by `vector` consecutive rows
 //
-// or, with kMeta24 (mode 0 only), a 2:4 weight (formats/sparse24.py, k % 16 == 0):
-//   values  [n][k / 2]                  the two kept weights of every group of 4, ascending position (in place)
-//   indices                             its metadata in the sm90 GEMM's layout for tile K kMetaAtom
-//                                       (formats/meta_sm90.py): one nibble per group, the layout sptc24_sm90 reads
+// or, with kMeta24 (mode 0 only), a 2:4 weight read in place (formats/sparse24.py, k % 16 == 0):
+//   values  [n][k / 2]                  the two kept weights of every group of 4, ascending position
+//   indices [n][k / 4]                  the meta bytes: bits 0-1 first kept position, bits 2-3 second
 //
 // Grid (split, row blocks); a cluster of `split` CTAs shares one block of kBlockRows rows and splits its
 // nonzeros along k. Each CTA stages the x columns its k-range touches in shared memory (one token on CUDA cores:
 // x is read directly). mode = 0 (nm_decode_kernel): lane l of a warp streams chunks l, l + 32, ... of 8 nonzeros
-// of its kRows rows with 16-byte value loads (8-byte index loads, once for all rows when they share indices; 2-byte
+// of its kRows rows with 16-byte value loads (8-byte index loads, once for all rows when they share indices; 4-byte
 // meta loads with kMeta24; both bypass L1), kAhead chunks in flight in registers (issued before x is staged), and keeps kRows x kMaxTokens fp32
 // sums. Warp shuffles, then the cluster (distributed shared memory), reduce them; rank 0 adds the bias and writes
 // y. Modes 2 and 3 (nm_decode_mma_kernel): a warp's 32 rows on (sparse) tensor cores, below.
@@ -37,12 +36,9 @@ constexpr int kWsplit = ${wsplit};
 constexpr int kBlockRows = kMode ? kWarps * 32 / kWsplit : kWarps * kRows;
 constexpr int kAhead = ${ahead};  // chunks of 8 nonzeros each lane keeps in flight
 constexpr bool kTranspose = ${transpose};  // gather neighbouring nonzeros across lanes (see below)
-// kMeta24: the index stream is a 2:4 weight's metadata, one nibble per group of 4 (2 bytes per chunk of 8 nonzeros,
-// one row each: vector 1) in the sm90 sparse GEMM's layout of atom width kMetaAtom, instead of one uint8 offset per
-// nonzero; keep = 2 and group = 4 are then compile-time.
+// kMeta24: the index stream is a 2:4 weight's meta bytes (one per group of 4, 4 bytes per chunk of 8 nonzeros, one
+// row each: vector 1) instead of one uint8 offset per nonzero; keep = 2 and group = 4 are then compile-time.
 constexpr bool kMeta24 = ${meta24};
-constexpr int kMetaAtom = ${meta_atom};
-static_assert(kMetaAtom == 64 || kMetaAtom == 128, "the sm90 16-bit metadata atoms are 64 or 128 columns wide");
 static_assert(!kMeta24 || kMode == 0, "2:4 meta bytes are read by mode 0 (lanes along k) only");
 constexpr int kTransposeBytes = kTranspose ? kRows * 256 * (sizeof(${element}) + 1) : 0;  // per warp
 // reduction buffer, one slot per warp and row (kWsplit slots per block row), 16-byte aligned
@@ -200,27 +196,18 @@ __device__ __forceinline__ void stage_x(const Element* __restrict__ x, Element* 
 }
 
 ${stream_loads}
-// One chunk's index bytes: 8 uint8 offsets, or (kMeta24) its 4 groups' nibbles, one a byte (byte g: group g).
+// One chunk's index bytes as loaded: 8 uint8 offsets, or (kMeta24) the 4 meta bytes of its 4 groups of 4.
 using ChunkIndex = std::conditional_t<kMeta24, uint32_t, uint2>;
 
-// The index bytes of the chunk at position j0 of `row`: 8 offsets of the row's index row (row / vector), or the
-// 2 metadata bytes of a 2:4 row's columns 2 j0 .. 2 j0 + 15 in the sm90 layout: inside a 64-row atom, row
-// m = m0 + 8 m1 + 16 m2 and 16-column block b = k1 + 2 k2 sit at byte 2 m1 + 4 k2 + 4 nk m0 + 32 nk k1 + 64 nk m2
-// (nk = kMetaAtom / 32); atoms run along the (64-padded) rows first, then along k.
-__device__ __forceinline__ void load_index(uint2& i, const uint8_t* __restrict__ indices, int row, int, int vector,
+// The index bytes of the chunk at position j0 of `row`: 8 offsets of the row's index row (row / vector), or a row's
+// 2:4 meta (stride / 2 bytes, 4 per chunk).
+__device__ __forceinline__ void load_index(uint2& i, const uint8_t* __restrict__ indices, int row, int vector,
                                            int stride, int j0) {
   i = ld_stream8(indices + static_cast<int64_t>(row / vector) * stride + j0);
 }
-__device__ __forceinline__ void load_index(uint32_t& i, const uint8_t* __restrict__ indices, int row, int n, int, int,
+__device__ __forceinline__ void load_index(uint32_t& i, const uint8_t* __restrict__ indices, int row, int, int stride,
                                            int j0) {
-  constexpr int nk = kMetaAtom / 32;
-  const int col = 2 * j0, kb = col / kMetaAtom, b = col % kMetaAtom / 16, m = row % 64;
-  const int inside = 2 * ((m >> 3) & 1) + 4 * (b >> 1) + 4 * nk * (m & 7) + 32 * nk * (b & 1) + 64 * nk * (m >> 4);
-  const int64_t atom = static_cast<int64_t>(row / 64) * (8 * kMetaAtom) +
-                       static_cast<int64_t>(kb) * ((n + 63) / 64 * 64) * (kMetaAtom / 8);
-  uint32_t t = ld_stream2(indices + atom + inside);  // nibble g: group g of the chunk
-  t = (t & 0xffu) | ((t & 0xff00u) << 8);
-  i = (t & 0x000f000fu) | ((t & 0x00f000f0u) << 4);
+  i = ld_stream4(indices + static_cast<int64_t>(row) * (stride / 2) + j0 / 2);
 }
 
 // One lane's weights for one chunk of 8 nonzeros of its kRows rows.
@@ -245,7 +232,7 @@ __device__ __forceinline__ void load_chunk(Chunk& ch, const Element* __restrict_
     const int row = min(row0 + r, n - 1);  // rows past n compute garbage that is never stored
     ch.v[r] = ld_stream16(values + static_cast<int64_t>(row) * stride + j0);
     if (r == 0 || !shared_idx) {
-      load_index(ch.i[r], indices, row, n, vector, stride, j0);
+      load_index(ch.i[r], indices, row, vector, stride, j0);
     } else {
       ch.i[r] = ch.i[0];
     }
