@@ -188,14 +188,19 @@ def errors(model: nn.Module, twin: nn.Module, device: str) -> dict[str, float]:
     return {"rel_err": rel(got, same), "rel_err_vs_fp32": rel(got, ref), "dense_rel_err_vs_fp32": rel(same, ref)}
 
 
-def measure(model: nn.Module, args: argparse.Namespace, label: str) -> dict[tuple, float]:
-    """Every timing and memory metric of one model: {(metric, batch, mode): value}."""
-    out: dict[tuple, float] = {("weight_gb", 0, ""): weight_gb(model), ("linear_gb", 0, ""): linear_gb(model)}
-    for batch in args.prefill_batches:
-        out[("prefill_ms", batch, "eager")] = prefill_ms(model, batch, args.prefill_tokens, args.device, args.reps)
-        print(f"{label}: prefill {batch}x{args.prefill_tokens} {out[('prefill_ms', batch, 'eager')]:.1f} ms",
-              flush=True)
-    for mode in args.modes:
+def measure(model: nn.Module, args: argparse.Namespace, label: str, modes: list[str], static: bool = True
+            ) -> dict[tuple, float]:
+    """One model's metrics: {(metric, batch, mode): value}: decode in ``modes``, and with ``static`` its memory,
+    prefill and projection timings."""
+    out: dict[tuple, float] = {}
+    if static:
+        out.update({("weight_gb", 0, ""): weight_gb(model), ("linear_gb", 0, ""): linear_gb(model)})
+        for batch in args.prefill_batches:
+            out[("prefill_ms", batch, "eager")] = prefill_ms(model, batch, args.prefill_tokens, args.device,
+                                                             args.reps)
+            print(f"{label}: prefill {batch}x{args.prefill_tokens} {out[('prefill_ms', batch, 'eager')]:.1f} ms",
+                  flush=True)
+    for mode in modes:
         for batch in args.compiled_batches if mode == "compiled" else args.decode_batches:
             if args.device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
@@ -210,7 +215,7 @@ def measure(model: nn.Module, args: argparse.Namespace, label: str) -> dict[tupl
             if args.device == "cuda":
                 out[("peak_gb", batch, mode)] = torch.cuda.max_memory_allocated() / 1e9
             print(f"{label}: decode batch {batch} {mode} {out[('decode_tok_s', batch, mode)]:.1f} tok/s", flush=True)
-    if args.device == "cuda":
+    if static and args.device == "cuda":
         for batch in sorted({*args.decode_batches, *args.compiled_batches}):
             out[("linear_ms", batch, "graph")] = linear_ms(model, batch)
             print(f"{label}: projections at batch {batch}: {out[('linear_ms', batch, 'graph')]:.3f} ms", flush=True)
@@ -265,18 +270,21 @@ def token_counts(args: argparse.Namespace) -> list[int]:
 
 
 def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
-    """Every row; ``save`` gets the rows so far after each model (a long run keeps what it measured)."""
+    """Every row; ``save`` gets the rows so far after each pass (a long run keeps what it measured). Two passes
+    over the models, each kept on the CPU between them: everything eager first, then compiled decode (a compiled
+    generate() before them slowed the next model's eager decode)."""
     from cutlass_nm import precompile_model
     from cutlass_nm.hf import masked_dense_twin, sparsify_model
 
     shape = TINY if args.tiny else LLAMA3_8B
-    rows = []
+    eager_modes = [m for m in args.modes if m != "compiled"]
+    rows: list[dict] = []
     for dtype_name in args.dtypes:
         model = build(shape, DTYPES[dtype_name], args.device)
-        dense = measure(model, args, f"{dtype_name} dense")
-        rows += rows_for(dtype_name, "dense", dense, dense, {})
-        save(rows)
+        got = {"dense": measure(model, args, f"{dtype_name} dense", eager_modes)}
+        extra: dict[str, dict] = {"dense": {}}
         original = model.cpu()  # off the GPU: its peak memory is the measured model's alone
+        models = {"dense": original}
         model = None
         release(args.device)
         for pattern in args.patterns:
@@ -292,13 +300,27 @@ def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda ro
             print(f"{dtype_name} {pattern}: {sparse} layers sparse, {kept} kept dense, rel err {err['rel_err']:.2e} "
                   f"(vs fp32 {err['rel_err_vs_fp32']:.2e}; dense vs fp32 {err['dense_rel_err_vs_fp32']:.2e})",
                   flush=True)
-            got = measure(model, args, f"{dtype_name} {pattern}")
-            extra = {**err, "layers_sparse": sparse, "layers_kept_dense": kept}
-            rows += rows_for(dtype_name, pattern, got, dense, extra)
-            save(rows)
+            got[pattern] = measure(model, args, f"{dtype_name} {pattern}", eager_modes)
+            extra[pattern] = {**err, "layers_sparse": sparse, "layers_kept_dense": kept}
+            models[pattern] = model.cpu() if "compiled" in args.modes else None
             model = None
             release(args.device)
+        save(rows + _rows(dtype_name, got, extra))
+        if "compiled" in args.modes:
+            for name, held in models.items():
+                model = held.to(args.device)
+                got[name].update(measure(model, args, f"{dtype_name} {name}", ["compiled"], static=False))
+                models[name] = model = None
+                release(args.device)
+                save(rows + _rows(dtype_name, got, extra))
+        rows += _rows(dtype_name, got, extra)
     return rows
+
+
+def _rows(dtype_name: str, got: dict[str, dict], extra: dict[str, dict]) -> list[dict]:
+    """The rows of one dtype's models (``got``: metrics by model name, dense first)."""
+    return [row for name, metrics in got.items() for row in rows_for(dtype_name, name, metrics, got["dense"],
+                                                                      extra[name])]
 
 
 def main() -> None:
