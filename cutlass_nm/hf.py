@@ -5,7 +5,7 @@ Qwen2 and models built like them), in place::
     from cutlass_nm.hf import sparsify_model
 
     model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16).cuda()
-    sparsify_model(model, "128:2:8")        # gate/up fused per MLP; q/k/v/o, down sparse where sparse is faster
+    sparsify_model(model, "2:4")            # gate/up fused per MLP; q/k/v/o, down sparse where sparse is faster
     print(model.sparsify_summary.table())   # per-layer decisions (.fused: the fused MLPs; .notes: lm_head, ...)
     model.generate(input_ids, max_new_tokens=32)                       # eager
     model.generate(input_ids, max_new_tokens=32, cache_implementation="static",
@@ -26,9 +26,17 @@ import torch
 from torch import nn
 
 from .decisions import LayerDecision, decide
-from .errors import InputError
+from .errors import InputError, PatternError
 from .formats.glu import PAIR_V
-from .nn import SparseGatedMLP, SparseLinear, SparsifySummary, _skip_reason, sparsify, sparsify_gated_mlps
+from .nn import (
+    Sparse24GatedMLP,
+    SparseGatedMLP,
+    SparseLinear,
+    SparsifySummary,
+    _skip_reason,
+    sparsify,
+    sparsify_gated_mlps,
+)
 from .patterns import Pattern
 from .routing import check_runnable
 
@@ -38,7 +46,7 @@ SILU = ("silu", "swish")
 
 @dataclass
 class ModelSparsifySummary(SparsifySummary):
-    """``SparsifySummary`` plus the MLPs whose gate and up became one ``SparseGatedMLP`` (``fused``; their
+    """``SparsifySummary`` plus the MLPs whose gate and up became one kernel's weight (``fused``; their
     projections are also in ``replaced``), the MLPs not fused and why (``not_fused``), and ``notes`` (e.g. a tied
     ``lm_head`` kept dense)."""
 
@@ -53,8 +61,8 @@ def decoder_layers(model: nn.Module) -> list[str]:
             if all(isinstance(getattr(mod, child, None), nn.Module) for child in ("self_attn", "mlp"))]
 
 
-def _fuse_refusal(mlp: nn.Module, pattern: Pattern, act: str | None) -> str | None:
-    """Why ``mlp``'s gate and up cannot run as one ``SparseGatedMLP`` (None: they can)."""
+def _fuse_refusal(mlp: nn.Module, pattern: Pattern, act: str | None, fp8: bool = False) -> str | None:
+    """Why ``mlp``'s gate and up cannot run as one fused weight of ``pattern`` (None: they can)."""
     if act is None and type(getattr(mlp, "act_fn", None)).__name__ not in ("SiLU", "SiLUActivation"):
         return "the MLP's activation (act_fn) is not SiLU"
     if act is not None and act not in SILU:
@@ -67,9 +75,9 @@ def _fuse_refusal(mlp: nn.Module, pattern: Pattern, act: str | None) -> str | No
     gate, up, down = parts
     if not gate.out_features == up.out_features == down.in_features or gate.in_features != up.in_features:
         return "gate_proj, up_proj and down_proj do not form a gated MLP (their shapes differ)"
-    if gate.out_features % PAIR_V:
+    if pattern.is_vnm and gate.out_features % PAIR_V:
         return f"intermediate size {gate.out_features} is not a multiple of {PAIR_V}"
-    return next((why for p in parts if (why := _skip_reason(p, pattern)) is not None), None)
+    return next((why for p in parts if (why := _skip_reason(p, pattern, fp8)) is not None), None)
 
 
 def _tied(model: nn.Module, head: nn.Module) -> bool:
@@ -87,9 +95,10 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
     gate/up/down) becomes ``pattern``-sparse where sparse is faster (``cutlass_nm.sparsify``'s rule: timed on the
     GPU at ``tokens`` against ``min_speedup``, untimed off the GPU or with ``force``).
 
-    With ``fuse_gate_up`` and a ``128:2:M`` pattern, each SwiGLU MLP (``config.hidden_act == "silu"``, bias-free
-    ``gate_proj``/``up_proj``/``down_proj``, intermediate size a multiple of 128) becomes one ``SparseGatedMLP``
-    (gate and up pruned together, one kernel); on the GPU only where gate, up and down each win as sparse layers.
+    With ``fuse_gate_up`` and a ``2:4`` or ``128:2:M`` pattern, each SwiGLU MLP (``config.hidden_act == "silu"``,
+    bias-free ``gate_proj``/``up_proj``/``down_proj``; for ``128:2:M`` an intermediate size a multiple of 128)
+    becomes one ``Sparse24GatedMLP`` (gate and up stacked) or ``SparseGatedMLP`` (pruned together): one gate/up
+    kernel; on the GPU only where gate, up and down each win as sparse layers.
     The others are sparsified layer by layer. Embeddings stay dense; ``lm_head`` too, unless ``include_lm_head``
     and it is not tied to the input embedding. ``exclude``: fnmatch patterns over qualified names kept dense;
     ``vector`` and ``fp8`` (2:4 weights in e4m3 with per-channel scales, Hopper): as in ``sparsify``.
@@ -98,6 +107,8 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
     layer is found."""
     p = Pattern.parse(pattern)
     check_runnable(p)
+    if fp8 and not p.is_24:
+        raise PatternError(f"fp8=True takes the 2:4 pattern, got {p}")
     tokens, exclude = tuple(tokens), list(exclude)
     if not tokens or not all(isinstance(t, int) and t >= 1 for t in tokens) or not min_speedup > 0:
         raise InputError(f"tokens must be positive ints and min_speedup > 0, got {tokens!r} and {min_speedup!r}")
@@ -118,14 +129,14 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
     elif head_name is not None:
         notes.append(f"{head_name} kept dense (include_lm_head=False)")
 
-    if fuse_gate_up and (not p.is_vnm or p.v != PAIR_V):
-        notes.append(f"gate/up not fused: fusing takes {PAIR_V}:2:M patterns, got {p}")
+    if fuse_gate_up and not (p.is_24 or (p.is_vnm and p.v == PAIR_V)):
+        notes.append(f"gate/up not fused: fusing takes 2:4 and {PAIR_V}:2:M patterns, got {p}")
     elif fuse_gate_up:
         act = getattr(getattr(model, "config", None), "hidden_act", None)
         candidates = []
         for name in (f"{layer}.mlp" for layer in layers):
             excluded = any(fnmatch.fnmatch(x, q) for x in (name, *(f"{name}.{n}" for n in GATED)) for q in exclude)
-            why = "excluded" if excluded else _fuse_refusal(modules[name], p, act)
+            why = "excluded" if excluded else _fuse_refusal(modules[name], p, act, fp8)
             if why is None:
                 candidates.append(name)
             else:
@@ -135,7 +146,8 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
             decisions = [LayerDecision(q, (lin.out_features, lin.in_features), "sparse", {}, "forced")
                          for q, lin in parts]
         else:  # the fused MLP runs where its three projections each win as sparse layers
-            decisions = decide([(q, lin, SparseLinear.from_linear(lin, p)) for q, lin in parts], tokens, min_speedup)
+            decisions = decide([(q, lin, SparseLinear.from_linear(lin, p, fp8=fp8)) for q, lin in parts], tokens,
+                               min_speedup)
         for i, name in enumerate(candidates):
             mine = decisions[3 * i:3 * i + 3]
             if all(d.decision == "sparse" for d in mine):
@@ -146,7 +158,7 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
             else:
                 not_fused[name] = f"sparse gate/up/down not {min_speedup}x faster: {', '.join(d.row() for d in mine)}"
         if fused:
-            sparsify_gated_mlps(model, p, include=fused, names=GATED)
+            sparsify_gated_mlps(model, p, include=fused, names=GATED, fp8=fp8)
 
     sparsify(model, p, include, exclude, vector=vector, tokens=tokens, min_speedup=min_speedup, force=force, fp8=fp8)
     base = model.sparsify_summary
@@ -169,7 +181,7 @@ def masked_dense_twin(dense: nn.Module, sparse: nn.Module) -> nn.Module:
     for attr in COMPILED_CALL:
         ref.__dict__.pop(attr, None)
     mods = dict(ref.named_modules())
-    gated = {name for name, mod in sparse.named_modules() if isinstance(mod, SparseGatedMLP)}
+    gated = {name for name, mod in sparse.named_modules() if isinstance(mod, SparseGatedMLP | Sparse24GatedMLP)}
     with torch.no_grad():
         for name, mod in sparse.named_modules():
             if name in gated:

@@ -1,6 +1,6 @@
 """Modules: ``SparseLinear`` (an ``nn.Linear`` with a 2:4-, V:N:M- or general N:M-compressed weight),
-``SparseGatedMLP`` (a SwiGLU MLP whose gate and up are pruned together and run as one kernel), ``sparsify`` and
-``sparsify_gated_mlps``, and ``precompile_model``."""
+``SparseGatedMLP`` and ``Sparse24GatedMLP`` (SwiGLU MLPs whose gate and up run as one kernel: V:N:M and 2:4),
+``sparsify`` and ``sparsify_gated_mlps``, and ``precompile_model``."""
 
 from __future__ import annotations
 
@@ -371,13 +371,58 @@ class SparseGatedMLP(nn.Module):
         return f"in_features={self.in_features}, hidden={self.hidden}, pattern={self.pattern}"
 
 
+class Sparse24GatedMLP(nn.Module):
+    """``down(silu(gate(x)) * up(x))`` (the LLaMA / Mistral / Qwen MLP, no biases) with 2:4 weights: gate and up
+    stacked into one ``SparseLinear`` ``gate_up`` (2·hidden x in, gate's rows first: 2:4 runs along in_features,
+    so the stack is the two weights' own 2:4), one kernel where there were two; ``down_proj`` a ``SparseLinear``.
+    Inference only."""
+
+    def __init__(self, gate_up: SparseLinear, down_proj: SparseLinear) -> None:
+        super().__init__()
+        if not gate_up.pattern.is_24 or gate_up.out_features != 2 * down_proj.in_features:
+            raise PatternError(f"Sparse24GatedMLP takes a 2:4 gate_up of 2 x {down_proj.in_features} rows, got "
+                               f"{gate_up.pattern} with {gate_up.out_features}")
+        self.gate_up, self.down_proj = gate_up, down_proj
+        self.hidden = down_proj.in_features
+
+    @classmethod
+    def from_linears(cls, gate: nn.Linear, up: nn.Linear, down: nn.Linear, *, fp8: bool = False
+                     ) -> Sparse24GatedMLP:
+        """Prune gate, up and down to 2:4 (magnitude; ``fp8``: as ``SparseLinear.from_linear``'s) and stack gate
+        and up."""
+        if any(lin.bias is not None for lin in (gate, up, down)) or gate.weight.shape != up.weight.shape:
+            raise PatternError("Sparse24GatedMLP takes bias-free gate, up and down projections, gate and up alike")
+        w = gate.weight.detach()
+        stacked = nn.Linear(gate.in_features, 2 * gate.out_features, bias=False, device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            stacked.weight.copy_(torch.cat((w, up.weight.detach())))
+        return cls(SparseLinear.from_linear(stacked, "2:4", fp8=fp8), SparseLinear.from_linear(down, "2:4", fp8=fp8))
+
+    def dense_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The pruned dense (gate, up, down) weights, decompressed on demand."""
+        gate, up = self.gate_up.weight_dense().split(self.hidden)
+        return gate, up, self.down_proj.weight_dense()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x).split(self.hidden, dim=-1)
+        return self.down_proj(nn.functional.silu(gate) * up)
+
+
 def sparsify_gated_mlps(model: nn.Module, pattern: str | Pattern = "128:2:8", include: Iterable[str] = ("*mlp",),
-                        names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")) -> nn.Module:
+                        names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj"), *,
+                        fp8: bool = False) -> nn.Module:
     """Replace, in place, every module matching ``include`` (fnmatch over qualified names) whose children
-    ``names`` (gate, up, down) are bias-free ``nn.Linear`` layers by a ``SparseGatedMLP``. Its forward is
-    ``down(silu(gate(x)) * up(x))``: use it for models whose MLP computes exactly that (LLaMA, Mistral, Qwen).
-    Other ``nn.Linear`` layers are left to ``sparsify``. Returns the same model."""
+    ``names`` (gate, up, down) are bias-free ``nn.Linear`` layers by a ``SparseGatedMLP`` (``128:2:M``) or a
+    ``Sparse24GatedMLP`` (``2:4``; ``fp8``: e4m3 weights). Its forward is ``down(silu(gate(x)) * up(x))``: use it
+    for models whose MLP computes exactly that (LLaMA, Mistral, Qwen). Other ``nn.Linear`` layers are left to
+    ``sparsify``. Returns the same model."""
     include = list(include)
+    if Pattern.parse(pattern).is_24:
+        fuse = lambda gate, up, down: Sparse24GatedMLP.from_linears(gate, up, down, fp8=fp8)  # noqa: E731
+        rows = 1
+    else:
+        fuse = lambda gate, up, down: SparseGatedMLP.from_linears(gate, up, down, pattern)  # noqa: E731
+        rows = PAIR_V
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             qualified = f"{name}.{child_name}" if name else child_name
@@ -386,11 +431,11 @@ def sparsify_gated_mlps(model: nn.Module, pattern: str | Pattern = "128:2:8", in
             parts = [getattr(child, n, None) for n in names]
             if not all(type(p) is nn.Linear and p.bias is None for p in parts):
                 continue
-            if parts[0].out_features % PAIR_V:
+            if parts[0].out_features % rows:
                 log.info("sparsify_gated_mlps: skipping %s: hidden %d is not a multiple of %d", qualified,
-                         parts[0].out_features, PAIR_V)
+                         parts[0].out_features, rows)
                 continue
-            setattr(module, child_name, SparseGatedMLP.from_linears(*parts, pattern))
+            setattr(module, child_name, fuse(*parts))
     return model
 
 

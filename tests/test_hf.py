@@ -11,9 +11,9 @@ from torch import nn
 
 transformers = pytest.importorskip("transformers")
 
-from cutlass_nm import InputError  # noqa: E402
+from cutlass_nm import InputError, PatternError  # noqa: E402
 from cutlass_nm.hf import masked_dense_twin, sparsify_model  # noqa: E402
-from cutlass_nm.nn import SparseGatedMLP, SparseLinear  # noqa: E402
+from cutlass_nm.nn import Sparse24GatedMLP, SparseGatedMLP, SparseLinear  # noqa: E402
 
 ARCHS = ("llama", "mistral", "qwen2")
 PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
@@ -66,18 +66,19 @@ def test_sparsify_model_matches_masked_dense_and_generates(arch, pattern):
     dense = copy.deepcopy(model)
     assert sparsify_model(model, pattern) is model
     summary = model.sparsify_summary
-    fused = pattern == "128:2:8"
     for i in range(2):
         layer = model.model.layers[i]
         for proj in PROJ[:4]:
             assert isinstance(layer.get_submodule(proj), SparseLinear)
-        if fused:
+        if pattern == "128:2:8":
             assert isinstance(layer.mlp, SparseGatedMLP) and str(layer.mlp.pattern) == pattern
-        else:
-            assert all(isinstance(layer.get_submodule(p), SparseLinear) for p in PROJ[4:])
+        else:  # gate and up stacked into one 2:4 weight
+            mlp = layer.mlp
+            assert isinstance(mlp, Sparse24GatedMLP) and str(mlp.gate_up.pattern) == pattern
+            assert (mlp.gate_up.out_features, mlp.hidden) == (2 * mlp.down_proj.in_features, mlp.down_proj.in_features)
     assert type(model.model.embed_tokens) is nn.Embedding and type(model.lm_head) is nn.Linear
     assert summary.replaced == [f"model.layers.{i}.{p}" for i in range(2) for p in PROJ]
-    assert summary.fused == ([f"model.layers.{i}.mlp" for i in range(2)] if fused else [])
+    assert summary.fused == [f"model.layers.{i}.mlp" for i in range(2)]
     assert summary.excluded == ["lm_head"] and not summary.skipped
     assert any("lm_head kept dense" in n for n in summary.notes)
 
@@ -102,6 +103,27 @@ def test_lm_head_sparse_only_when_asked_and_untied():
     assert "lm_head is tied to the input embedding: kept dense" in qwen.sparsify_summary.notes
     with torch.no_grad():
         qwen(**_inputs())
+
+
+def test_2_4_gate_up_stack_keeps_each_weight_and_the_function():
+    """A 2:4 MLP's stacked gate/up holds gate's pruned rows then up's (each pruned on its own, as unfused), and the
+    fused MLP computes down(silu(gate x) * up x) with them; fp8=True stacks e4m3 weights; a bias is refused."""
+    model = _model("llama")
+    mlp = model.model.layers[0].mlp
+    fused = Sparse24GatedMLP.from_linears(mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+    gate, up, down = fused.dense_weights()
+    for got, lin in ((gate, mlp.gate_proj), (up, mlp.up_proj), (down, mlp.down_proj)):
+        assert torch.equal(got, SparseLinear.from_linear(lin, "2:4").weight_dense())
+    x = torch.randn(3, mlp.gate_proj.in_features, dtype=gate.dtype)
+    want = nn.functional.silu(x @ gate.T) * (x @ up.T) @ down.T
+    with torch.no_grad():
+        assert _rel(fused(x).float(), want.float()) < 1e-2
+    assert Sparse24GatedMLP.from_linears(mlp.gate_proj, mlp.up_proj, mlp.down_proj, fp8=True).gate_up.fp8
+    biased = nn.Linear(mlp.gate_proj.in_features, mlp.gate_proj.out_features, bias=True)
+    with pytest.raises(PatternError, match="bias-free"):
+        Sparse24GatedMLP.from_linears(biased, mlp.up_proj, mlp.down_proj)
+    with pytest.raises(PatternError, match="fp8=True takes the 2:4 pattern"):
+        sparsify_model(_model("llama"), "128:2:8", fp8=True)
 
 
 def test_gate_up_fused_only_where_the_mlp_allows():
@@ -263,14 +285,15 @@ def test_end_to_end_ceiling_keeps_the_rest_of_the_step():
 
 
 def test_fp8_llama_sparsifies_and_generates_on_the_cpu():
-    """sparsify_model(fp8=True): every projection an FP8 2:4 SparseLinear; generate() runs, and the logits stay
-    near the twin built from the dequantized weights (the gap is the activations' per-token e4m3 rounding, through
-    2 layers of 7 projections; each layer's exact reference is tests/test_fp8.py's)."""
+    """sparsify_model(fp8=True): every projection an FP8 2:4 SparseLinear (gate and up stacked in one);
+    generate() runs, and the logits stay near the twin built from the dequantized weights (the gap is the
+    activations' per-token e4m3 rounding, through 2 layers of 7 projections; each layer's exact reference is
+    tests/test_fp8.py's)."""
     model = _model("llama")
     dense = copy.deepcopy(model)
     sparsify_model(model, "2:4", fp8=True)
     layer = model.model.layers[0]
-    assert all(layer.get_submodule(p).fp8 for p in PROJ)
+    assert all(layer.get_submodule(p).fp8 for p in (*PROJ[:4], "mlp.gate_up", "mlp.down_proj"))
     with torch.no_grad():
         got = model(**_inputs()).logits
         want = masked_dense_twin(dense, model)(**_inputs()).logits
