@@ -29,6 +29,7 @@ from .decisions import LayerDecision, decide
 from .errors import InputError, PatternError
 from .formats.glu import PAIR_V
 from .nn import (
+    GATED_NAMES,
     Sparse24GatedMLP,
     SparseGatedMLP,
     SparseLinear,
@@ -40,7 +41,6 @@ from .nn import (
 from .patterns import Pattern
 from .routing import check_runnable
 
-GATED = ("gate_proj", "up_proj", "down_proj")
 SILU = ("silu", "swish")
 
 
@@ -67,9 +67,9 @@ def _fuse_refusal(mlp: nn.Module, pattern: Pattern, act: str | None, fp8: bool =
         return "the MLP's activation (act_fn) is not SiLU"
     if act is not None and act not in SILU:
         return f"config.hidden_act is {act!r}, not 'silu'"
-    parts = [getattr(mlp, n, None) for n in GATED]
+    parts = [getattr(mlp, n, None) for n in GATED_NAMES]
     if not all(type(p) is nn.Linear for p in parts):
-        return f"the MLP has no nn.Linear {'/'.join(GATED)}"
+        return f"the MLP has no nn.Linear {'/'.join(GATED_NAMES)}"
     if any(p.bias is not None for p in parts):
         return "the MLP has biases"
     gate, up, down = parts
@@ -135,13 +135,14 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
         act = getattr(getattr(model, "config", None), "hidden_act", None)
         candidates = []
         for name in (f"{layer}.mlp" for layer in layers):
-            excluded = any(fnmatch.fnmatch(x, q) for x in (name, *(f"{name}.{n}" for n in GATED)) for q in exclude)
+            own = (name, *(f"{name}.{n}" for n in GATED_NAMES))
+            excluded = any(fnmatch.fnmatch(x, q) for x in own for q in exclude)
             why = "excluded" if excluded else _fuse_refusal(modules[name], p, act, fp8)
             if why is None:
                 candidates.append(name)
             else:
                 not_fused[name] = why
-        parts = [(f"{name}.{n}", getattr(modules[name], n)) for name in candidates for n in GATED]
+        parts = [(f"{name}.{n}", getattr(modules[name], n)) for name in candidates for n in GATED_NAMES]
         if force:
             decisions = [LayerDecision(q, (lin.out_features, lin.in_features), "sparse", {}, "forced")
                          for q, lin in parts]
@@ -158,7 +159,7 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
             else:
                 not_fused[name] = f"sparse gate/up/down not {min_speedup}x faster: {', '.join(d.row() for d in mine)}"
         if fused:
-            sparsify_gated_mlps(model, p, include=fused, names=GATED, fp8=fp8)
+            sparsify_gated_mlps(model, p, include=fused, names=GATED_NAMES, fp8=fp8)
 
     sparsify(model, p, include, exclude, vector=vector, tokens=tokens, min_speedup=min_speedup, force=force, fp8=fp8)
     base = model.sparsify_summary
@@ -185,7 +186,7 @@ def masked_dense_twin(dense: nn.Module, sparse: nn.Module) -> nn.Module:
     with torch.no_grad():
         for name, mod in sparse.named_modules():
             if name in gated:
-                for proj, w in zip(GATED, mod.dense_weights(), strict=True):
+                for proj, w in zip(GATED_NAMES, mod.dense_weights(), strict=True):
                     getattr(mods[name], proj).weight.copy_(w)
             elif isinstance(mod, SparseLinear) and name.rpartition(".")[0] not in gated:
                 mods[name].weight.copy_(mod.weight_dense())

@@ -371,6 +371,9 @@ class SparseGatedMLP(nn.Module):
         return f"in_features={self.in_features}, hidden={self.hidden}, pattern={self.pattern}"
 
 
+GATED_NAMES = ("gate_proj", "up_proj", "down_proj")  # a SwiGLU MLP's projections (LLaMA, Mistral, Qwen)
+
+
 class Sparse24GatedMLP(nn.Module):
     """``down(silu(gate(x)) * up(x))`` (the LLaMA / Mistral / Qwen MLP, no biases) with 2:4 weights: gate and up
     stacked into one ``SparseLinear`` ``gate_up`` (2·hidden x in, gate's rows first: 2:4 runs along in_features,
@@ -409,8 +412,7 @@ class Sparse24GatedMLP(nn.Module):
 
 
 def sparsify_gated_mlps(model: nn.Module, pattern: str | Pattern = "128:2:8", include: Iterable[str] = ("*mlp",),
-                        names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj"), *,
-                        fp8: bool = False) -> nn.Module:
+                        names: tuple[str, str, str] = GATED_NAMES, *, fp8: bool = False) -> nn.Module:
     """Replace, in place, every module matching ``include`` (fnmatch over qualified names) whose children
     ``names`` (gate, up, down) are bias-free ``nn.Linear`` layers by a ``SparseGatedMLP`` (``128:2:M``) or a
     ``Sparse24GatedMLP`` (``2:4``; ``fp8``: e4m3 weights). Its forward is ``down(silu(gate(x)) * up(x))``: use it

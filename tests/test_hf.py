@@ -126,6 +126,27 @@ def test_2_4_gate_up_stack_keeps_each_weight_and_the_function():
         sparsify_model(_model("llama"), "128:2:8", fp8=True)
 
 
+@pytest.mark.parametrize("fp8", [False, True])
+def test_fused_2_4_checkpoint_loads_into_a_fresh_dense_model(tmp_path, fp8):
+    """save_sparse of a model whose 2:4 MLPs are fused, then load_sparse_into the dense model it came from: each
+    MLP becomes a Sparse24GatedMLP again and the logits are the saved model's, exactly; a stacked gate/up that does
+    not fit the model's MLP, or an MLP that is not SiLU, is refused."""
+    from cutlass_nm import CheckpointError, load_sparse_into, save_sparse
+
+    model, fresh = _model("llama"), _model("llama", intermediate=256)
+    sparsify_model(model, "2:4", fp8=fp8)
+    save_sparse(model, tmp_path / "m.safetensors")
+    assert load_sparse_into(fresh, tmp_path / "m.safetensors") is fresh
+    assert all(isinstance(layer.mlp, Sparse24GatedMLP) and layer.mlp.gate_up.fp8 == fp8
+               for layer in fresh.model.layers)
+    with torch.no_grad():
+        assert torch.equal(fresh(**_inputs()).logits, model(**_inputs()).logits)
+    with pytest.raises(CheckpointError, match="stacked 2:4 gate/up of 1024x128"):
+        load_sparse_into(_model("llama", intermediate=512), tmp_path / "m.safetensors")
+    with pytest.raises(CheckpointError, match="not SiLU"):
+        load_sparse_into(_model("llama", hidden_act="gelu"), tmp_path / "m.safetensors")
+
+
 def test_gate_up_fused_only_where_the_mlp_allows():
     gelu = sparsify_model(_model("llama", hidden_act="gelu"), "128:2:8")
     assert not gelu.sparsify_summary.fused and "'gelu'" in gelu.sparsify_summary.not_fused["model.layers.0.mlp"]

@@ -14,7 +14,7 @@ from torch import nn
 from ..errors import CheckpointError
 from ..formats import AnyWeight
 from ..formats.fp8 import Sparse24FP8Weight
-from ..nn import SparseLinear, refresh_module_layouts, weight_tensors
+from ..nn import GATED_NAMES, Sparse24GatedMLP, SparseLinear, refresh_module_layouts, weight_tensors
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float8_e4m3fn": torch.float8_e4m3fn}
@@ -49,11 +49,46 @@ def open_safetensors(path: Path, stack: ExitStack, device: str = "cpu") -> Any:
                               f"{exc}") from None
 
 
+def _gate_up_shells(model: nn.Module, layers: Mapping[str, AnyWeight], source: str) -> dict[str, Sparse24GatedMLP]:
+    """The empty ``Sparse24GatedMLP`` each SwiGLU MLP of ``model`` becomes, by qualified name, where ``layers`` hold
+    its stacked 2:4 gate/up (``<mlp>.gate_up``, with ``<mlp>.down_proj``) and the model still has its three
+    ``nn.Linear`` projections (``GATED_NAMES``); the layers' shapes and the MLP's SiLU are checked first."""
+    shells = {}
+    for name, w in layers.items():
+        mlp_name, _, leaf = name.rpartition(".")
+        down = layers.get(f"{mlp_name}.down_proj")
+        try:
+            mlp = model.get_submodule(mlp_name)
+        except AttributeError:
+            continue  # reported as a layer the model lacks
+        parts = [getattr(mlp, n, None) for n in GATED_NAMES]
+        if leaf != "gate_up" or down is None or not all(type(p) is nn.Linear for p in parts):
+            continue
+        gate = parts[0]
+        if not w.pattern.is_24 or w.shape != (2 * gate.out_features, gate.in_features):
+            raise CheckpointError(f"{source}: layer {name!r} is {w.pattern} {w.shape[0]}x{w.shape[1]} in the "
+                                  f"checkpoint; the model's MLP takes a stacked 2:4 gate/up of "
+                                  f"{2 * gate.out_features}x{gate.in_features}")
+        if type(getattr(mlp, "act_fn", None)).__name__ not in ("SiLU", "SiLUActivation"):
+            raise CheckpointError(f"{source}: layer {name!r} is a fused SwiGLU gate/up, but {mlp_name}'s activation "
+                                  "is not SiLU")
+        device = gate.weight.device if gate.weight.device.type != "meta" else torch.device("cpu")
+        halves = [SparseLinear(lin.in_features, rows, False, weight.pattern, device, lin.weight.dtype,
+                               vector=getattr(weight, "vector", 0) or 32, fp8=isinstance(weight, Sparse24FP8Weight))
+                  for lin, rows, weight in ((gate, 2 * gate.out_features, w), (parts[2], parts[2].out_features, down))]
+        shells[mlp_name] = Sparse24GatedMLP(*halves)
+    return shells
+
+
 def install(model: nn.Module, layers: Mapping[str, AnyWeight], tensors: Mapping[str, torch.Tensor], *,
              strict: bool, source: str) -> nn.Module:
     """Put ``layers`` into ``model`` (an ``nn.Linear`` is replaced by a SparseLinear of its dtype and device, a
-    SparseLinear is filled) and load ``tensors`` by name; returns the model (or the SparseLinear that replaced it)."""
+    SparseLinear is filled; a SwiGLU MLP whose stacked 2:4 gate/up the checkpoint holds becomes a
+    ``Sparse24GatedMLP``) and load ``tensors`` by name; returns the model (or the SparseLinear that replaced it)."""
     root = model
+    for mlp_name, shell in _gate_up_shells(model, layers, source).items():
+        parent, _, child = mlp_name.rpartition(".")
+        setattr(model.get_submodule(parent), child, shell)
     for name, w in layers.items():
         try:
             mod = model.get_submodule(name)
