@@ -141,10 +141,13 @@ def test_fused_2_4_checkpoint_loads_into_a_fresh_dense_model(tmp_path, fp8):
                for layer in fresh.model.layers)
     with torch.no_grad():
         assert torch.equal(fresh(**_inputs()).logits, model(**_inputs()).logits)
-    with pytest.raises(CheckpointError, match="stacked 2:4 gate/up of 1024x128"):
-        load_sparse_into(_model("llama", intermediate=512), tmp_path / "m.safetensors")
-    with pytest.raises(CheckpointError, match="not SiLU"):
-        load_sparse_into(_model("llama", hidden_act="gelu"), tmp_path / "m.safetensors")
+    refused = (({"intermediate": 512}, "stacked 2:4 gate/up of 1024x128"), ({"hidden_act": "gelu"}, "not SiLU"),
+               ({"head_dim": 64}, r"_proj' is \d+x128 \(out x in\) in the checkpoint"))
+    for cfg, why in refused:
+        other = _model("llama", **cfg)
+        with pytest.raises(CheckpointError, match=why):
+            load_sparse_into(other, tmp_path / "m.safetensors")
+        assert not any(isinstance(m, SparseLinear | Sparse24GatedMLP) for m in other.modules())  # left as it was
 
 
 def test_gate_up_fused_only_where_the_mlp_allows():

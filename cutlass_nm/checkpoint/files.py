@@ -80,41 +80,52 @@ def _gate_up_shells(model: nn.Module, layers: Mapping[str, AnyWeight], source: s
     return shells
 
 
+def _target(model: nn.Module, shells: Mapping[str, Sparse24GatedMLP], name: str, w: AnyWeight,
+            source: str) -> nn.Module:
+    """The module layer ``name`` goes into (an ``nn.Linear`` to replace or a SparseLinear to fill; inside a
+    ``shells`` MLP where it takes one), checked against ``w`` without changing the model."""
+    mlp_name, _, leaf = name.rpartition(".")
+    try:
+        mod = getattr(shells[mlp_name], leaf) if mlp_name in shells else model.get_submodule(name)
+    except (AttributeError, KeyError):
+        raise CheckpointError(f"{source}: layer {name!r} is not in the model") from None
+    if not isinstance(mod, nn.Linear | SparseLinear):
+        raise CheckpointError(f"{source}: layer {name!r} is a {type(mod).__name__} in the model, not an nn.Linear "
+                              "or SparseLinear")
+    if (mod.out_features, mod.in_features) != w.shape:
+        raise CheckpointError(f"{source}: layer {name!r} is {w.shape[0]}x{w.shape[1]} (out x in) in the "
+                              f"checkpoint, {mod.out_features}x{mod.in_features} in the model")
+    vector, fp8 = getattr(w, "vector", 0), isinstance(w, Sparse24FP8Weight)
+    if isinstance(mod, SparseLinear) and (mod.pattern, mod.vector, mod.fp8) != (w.pattern, vector, fp8):
+        raise CheckpointError(f"{source}: layer {name!r} is {w.pattern} (vector {vector}, fp8 {fp8}) in the "
+                              f"checkpoint, {mod.pattern} (vector {mod.vector}, fp8 {mod.fp8}) in the model")
+    return mod
+
+
 def install(model: nn.Module, layers: Mapping[str, AnyWeight], tensors: Mapping[str, torch.Tensor], *,
              strict: bool, source: str) -> nn.Module:
     """Put ``layers`` into ``model`` (an ``nn.Linear`` is replaced by a SparseLinear of its dtype and device, a
     SparseLinear is filled; a SwiGLU MLP whose stacked 2:4 gate/up the checkpoint holds becomes a
-    ``Sparse24GatedMLP``) and load ``tensors`` by name; returns the model (or the SparseLinear that replaced it)."""
-    root = model
-    for mlp_name, shell in _gate_up_shells(model, layers, source).items():
+    ``Sparse24GatedMLP``) and load ``tensors`` by name; returns the model (or the SparseLinear that replaced it).
+    Every layer is checked before the model changes."""
+    shells = _gate_up_shells(model, layers, source)
+    targets = {name: _target(model, shells, name, w, source) for name, w in layers.items()}  # all checked first
+    for mlp_name, shell in shells.items():
         parent, _, child = mlp_name.rpartition(".")
         setattr(model.get_submodule(parent), child, shell)
+    root = model
     for name, w in layers.items():
-        try:
-            mod = model.get_submodule(name)
-        except AttributeError:
-            raise CheckpointError(f"{source}: layer {name!r} is not in the model") from None
-        if not isinstance(mod, nn.Linear | SparseLinear):
-            raise CheckpointError(f"{source}: layer {name!r} is a {type(mod).__name__} in the model, not an nn.Linear "
-                                  "or SparseLinear")
-        if (mod.out_features, mod.in_features) != w.shape:
-            raise CheckpointError(f"{source}: layer {name!r} is {w.shape[0]}x{w.shape[1]} (out x in) in the "
-                                  f"checkpoint, {mod.out_features}x{mod.in_features} in the model")
-        vector, fp8 = getattr(w, "vector", 0), isinstance(w, Sparse24FP8Weight)
-        if isinstance(mod, SparseLinear):
-            if (mod.pattern, mod.vector, mod.fp8) != (w.pattern, vector, fp8):
-                raise CheckpointError(f"{source}: layer {name!r} is {w.pattern} (vector {vector}, fp8 {fp8}) in the "
-                                      f"checkpoint, {mod.pattern} (vector {mod.vector}, fp8 {mod.fp8}) in the model")
-        else:
+        mod = targets[name]
+        if not isinstance(mod, SparseLinear):  # an nn.Linear: replaced
             device = mod.weight.device if mod.weight.device.type != "meta" else torch.device("cpu")
-            sparse = SparseLinear(mod.in_features, mod.out_features, mod.bias is not None, w.pattern, device,
-                                  mod.weight.dtype, vector=vector or 32, fp8=fp8)
+            mod = SparseLinear(mod.in_features, mod.out_features, mod.bias is not None, w.pattern, device,
+                               mod.weight.dtype, vector=getattr(w, "vector", 0) or 32,
+                               fp8=isinstance(w, Sparse24FP8Weight))
             if not name:
-                root = sparse
+                root = mod
             else:
                 parent, _, child = name.rpartition(".")
-                setattr(model.get_submodule(parent), child, sparse)
-            mod = sparse
+                setattr(model.get_submodule(parent), child, mod)
         with torch.no_grad():
             for buf, t in weight_tensors(w).items():
                 mod._buffers[buf].copy_(t)
