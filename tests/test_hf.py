@@ -226,12 +226,14 @@ def test_refusals():
         sparsify_model(_model("llama"), tokens=())
 
 
-def test_static_cache_and_fullgraph_compile_on_cpu():
+@pytest.mark.parametrize("pattern", ["2:4", "128:2:8"])
+def test_static_cache_and_fullgraph_compile_on_cpu(pattern):
     """generate() with a static cache through transformers' own torch.compile (fullgraph, aot_eager: traces the
-    custom ops with their fake kernels; the GPU test below runs inductor + CUDA graphs)."""
+    custom ops with their fake kernels, the fused MLPs of both patterns; the GPU test below runs inductor + CUDA
+    graphs)."""
     model = _model("llama")
     dense = copy.deepcopy(model)
-    sparsify_model(model, "128:2:8")
+    sparsify_model(model, pattern)
     eager = model.generate(**_inputs(), max_new_tokens=4, do_sample=False, pad_token_id=0)
     config = transformers.CompileConfig(fullgraph=True, backend="aot_eager", mode=None)
     config._compile_all_devices = True  # transformers compiles only on accelerators unless told
