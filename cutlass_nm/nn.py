@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import logging
 import warnings
 from collections.abc import Callable, Iterable
@@ -418,13 +419,10 @@ def sparsify_gated_mlps(model: nn.Module, pattern: str | Pattern = "128:2:8", in
     ``Sparse24GatedMLP`` (``2:4``; ``fp8``: e4m3 weights). Its forward is ``down(silu(gate(x)) * up(x))``: use it
     for models whose MLP computes exactly that (LLaMA, Mistral, Qwen). Other ``nn.Linear`` layers are left to
     ``sparsify``. Returns the same model."""
-    include = list(include)
-    if Pattern.parse(pattern).is_24:
-        fuse = lambda gate, up, down: Sparse24GatedMLP.from_linears(gate, up, down, fp8=fp8)  # noqa: E731
-        rows = 1
-    else:
-        fuse = lambda gate, up, down: SparseGatedMLP.from_linears(gate, up, down, pattern)  # noqa: E731
-        rows = PAIR_V
+    include, is_24 = list(include), Pattern.parse(pattern).is_24
+    fuse = (functools.partial(Sparse24GatedMLP.from_linears, fp8=fp8) if is_24
+            else functools.partial(SparseGatedMLP.from_linears, pattern=pattern))
+    rows = 1 if is_24 else PAIR_V  # hidden a multiple of this
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             qualified = f"{name}.{child_name}" if name else child_name
