@@ -6,7 +6,8 @@
 
 The model is built from a ``LlamaConfig`` with random weights (no download): LLaMA-3-8B's shape (32 layers, hidden
 4096, MLP 14336, GQA 32/8 heads, vocab 128256), or a 2-layer one with ``--tiny``. For each dtype, the dense model
-and each pattern (the default path: ``sparsify_model`` decides per layer at ``tokens=(1, 2048)``) give rows of:
+and each pattern (the default path: ``sparsify_model`` decides per layer at ``tokens=(1, 2048)``) give rows of
+the list below, every model's eager rows before any model's compiled decode (the models wait on the CPU between):
 
 * ``prefill_ms``: one forward over batch x 2048 tokens (1 and 4 sequences; ``logits_to_keep=1``, as generate's
   prefill), CUDA events, median of repeats;
