@@ -35,6 +35,7 @@ from .nn import (
     SparseLinear,
     SparsifySummary,
     _skip_reason,
+    has_silu,
     sparsify,
     sparsify_gated_mlps,
 )
@@ -63,7 +64,7 @@ def decoder_layers(model: nn.Module) -> list[str]:
 
 def _fuse_refusal(mlp: nn.Module, pattern: Pattern, act: str | None, fp8: bool = False) -> str | None:
     """Why ``mlp``'s gate and up cannot run as one fused weight of ``pattern`` (None: they can)."""
-    if act is None and type(getattr(mlp, "act_fn", None)).__name__ not in ("SiLU", "SiLUActivation"):
+    if act is None and not has_silu(mlp):
         return "the MLP's activation (act_fn) is not SiLU"
     if act is not None and act not in SILU:
         return f"config.hidden_act is {act!r}, not 'silu'"

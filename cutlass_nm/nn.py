@@ -375,6 +375,11 @@ class SparseGatedMLP(nn.Module):
 GATED_NAMES = ("gate_proj", "up_proj", "down_proj")  # a SwiGLU MLP's projections (LLaMA, Mistral, Qwen)
 
 
+def has_silu(mlp: nn.Module) -> bool:
+    """Whether ``mlp``'s activation module (``act_fn``, as transformers names it) is SiLU."""
+    return type(getattr(mlp, "act_fn", None)).__name__ in ("SiLU", "SiLUActivation")
+
+
 class Sparse24GatedMLP(nn.Module):
     """``down(silu(gate(x)) * up(x))`` (the LLaMA / Mistral / Qwen MLP, no biases) with 2:4 weights: gate and up
     stacked into one ``SparseLinear`` ``gate_up`` (2·hidden x in, gate's rows first: 2:4 runs along in_features,
@@ -401,6 +406,22 @@ class Sparse24GatedMLP(nn.Module):
         with torch.no_grad():
             stacked.weight.copy_(torch.cat((w, up.weight.detach())))
         return cls(SparseLinear.from_linear(stacked, "2:4", fp8=fp8), SparseLinear.from_linear(down, "2:4", fp8=fp8))
+
+    @classmethod
+    def from_sparse(cls, gate: SparseLinear, up: SparseLinear, down: SparseLinear) -> Sparse24GatedMLP:
+        """Stack two bias-free 2:4 SparseLinear layers of one shape (and FP8 or not alike) as they are: their
+        compressed rows, nothing pruned again."""
+        if not all(isinstance(lin, SparseLinear) and lin.pattern.is_24 and lin.bias is None
+                   for lin in (gate, up, down)) or (gate.in_features, gate.out_features, gate.fp8) != (
+                up.in_features, up.out_features, up.fp8):
+            raise PatternError("Sparse24GatedMLP.from_sparse takes bias-free 2:4 SparseLinear layers, gate and up "
+                               "alike")
+        stacked = SparseLinear(gate.in_features, 2 * gate.out_features, False, "2:4", gate.values.device,
+                               gate.values.dtype if not gate.fp8 else None, fp8=gate.fp8)
+        with torch.no_grad():
+            for name, buf in stacked._buffers.items():  # values, meta (and an FP8 layer's scale): rows first
+                buf.copy_(torch.cat((gate._buffers[name], up._buffers[name])))
+        return cls(stacked, down)
 
     def dense_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The pruned dense (gate, up, down) weights, decompressed on demand."""
@@ -437,6 +458,25 @@ def sparsify_gated_mlps(model: nn.Module, pattern: str | Pattern = "128:2:8", in
                 continue
             setattr(module, child_name, fuse(*parts))
     return model
+
+
+def fuse_sparse_gated_mlps(model: nn.Module, names: tuple[str, str, str] = GATED_NAMES) -> list[str]:
+    """Replace, in place, every SiLU MLP whose children ``names`` (gate, up, down) are already bias-free 2:4
+    SparseLinear layers (e.g. loaded from a checkpoint) by a ``Sparse24GatedMLP`` stacking them as they are; returns
+    the qualified names of the MLPs fused."""
+    fused = []
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            parts = [getattr(child, n, None) for n in names]
+            if not has_silu(child) or not all(isinstance(p, SparseLinear) and p.pattern.is_24 and p.bias is None
+                                              for p in parts):
+                continue
+            gate, up = parts[0], parts[1]
+            if (gate.out_features, gate.in_features, gate.fp8) != (up.out_features, up.in_features, up.fp8):
+                continue
+            setattr(module, child_name, Sparse24GatedMLP.from_sparse(*parts))
+            fused.append(f"{name}.{child_name}" if name else child_name)
+    return fused
 
 
 def precompile_model(model: nn.Module, tokens: Iterable[int], progress: Callable | None = None) -> int:

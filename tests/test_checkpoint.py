@@ -141,6 +141,48 @@ def test_compressed_tensors_checkpoint_loads_exactly(tmp_path, layout):
         torch.testing.assert_close(model.mlp["up_proj"](x).float(), want, rtol=1.6e-2, atol=1e-2)
 
 
+class SwiGLU(nn.Module):
+    """A transformers-style SwiGLU MLP (gate_proj, up_proj, down_proj, act_fn)."""
+
+    def __init__(self, act: nn.Module) -> None:
+        super().__init__()
+        self.gate_proj, self.up_proj = nn.Linear(64, 128, bias=False), nn.Linear(64, 128, bias=False)
+        self.down_proj, self.act_fn = nn.Linear(128, 64, bias=False), act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+def test_compressed_tensors_swiglu_loads_with_gate_and_up_stacked(tmp_path):
+    """A SiLU MLP whose three projections load as 2:4 becomes one Sparse24GatedMLP (gate and up stacked as
+    loaded, the same function); fuse_gate_up=False keeps them apart; a GELU MLP is left as loaded."""
+    pytest.importorskip("compressed_tensors")
+    from cutlass_nm.nn import Sparse24GatedMLP
+
+    torch.manual_seed(3)
+    ref = nn.ModuleDict({"silu": SwiGLU(nn.SiLU()), "gelu": SwiGLU(nn.GELU())}).to(H)
+    targets = tuple(f"{m}.{p}" for m in ("silu", "gelu") for p in ("gate_proj", "up_proj", "down_proj"))
+    with torch.no_grad():
+        for name in targets:
+            w = ref.get_submodule(name).weight
+            w.mul_(cutlass_nm.prune(w)[1])
+    path = _write_ct(tmp_path, _ct_compress(ref.state_dict(), targets), "file")
+    model = nn.ModuleDict({"silu": SwiGLU(nn.SiLU()), "gelu": SwiGLU(nn.GELU())}).to(H)
+    load_compressed_tensors(path, model)
+    assert isinstance(model["silu"], Sparse24GatedMLP) and isinstance(model["gelu"].gate_proj, SparseLinear)
+    apart = nn.ModuleDict({"silu": SwiGLU(nn.SiLU()), "gelu": SwiGLU(nn.GELU())}).to(H)
+    load_compressed_tensors(path, apart, fuse_gate_up=False)
+    assert isinstance(apart["silu"].gate_proj, SparseLinear)
+    x = torch.randn(5, 64, dtype=H)
+    with torch.no_grad():
+        for name in ("silu", "gelu"):
+            torch.testing.assert_close(model[name](x).float(), ref[name](x).float(), rtol=1.6e-2, atol=1e-2)
+        torch.testing.assert_close(model["silu"](x), apart["silu"](x), rtol=1e-2, atol=1e-2)
+    for got, lin in zip(model["silu"].dense_weights(), (ref["silu"].gate_proj, ref["silu"].up_proj,
+                                                         ref["silu"].down_proj), strict=True):
+        assert torch.equal(got, lin.weight)  # exactly the loaded weights, nothing pruned again
+
+
 def test_bitmask_with_fewer_than_two_ones_pads_like_our_format(tmp_path, monkeypatch):
     """A bitmask of the nonzeros only (empty groups, single ones): kept ones, then the lowest free positions; converted
     a few rows at a time (a varying number of values per chunk)."""

@@ -122,6 +122,11 @@ def test_2_4_gate_up_stack_keeps_each_weight_and_the_function():
     biased = nn.Linear(mlp.gate_proj.in_features, mlp.gate_proj.out_features, bias=True)
     with pytest.raises(PatternError, match="bias-free"):
         Sparse24GatedMLP.from_linears(biased, mlp.up_proj, mlp.down_proj)
+    gate_s, up_s, down_s = (SparseLinear.from_linear(lin, "2:4") for lin in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))
+    assert all(torch.equal(a, b) for a, b in zip(Sparse24GatedMLP.from_sparse(gate_s, up_s, down_s).dense_weights(),
+                                                 (gate, up, down), strict=True))
+    with pytest.raises(PatternError, match="gate and up alike"):
+        Sparse24GatedMLP.from_sparse(gate_s, down_s, down_s)
     with pytest.raises(PatternError, match="fp8=True takes the 2:4 pattern"):
         sparsify_model(_model("llama"), "128:2:8", fp8=True)
 

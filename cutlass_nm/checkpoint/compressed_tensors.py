@@ -12,6 +12,7 @@ from torch import nn
 
 from ..errors import CheckpointError, SparsityError
 from ..formats import Sparse24Weight
+from ..nn import fuse_sparse_gated_mlps
 from .files import DTYPES, HF_EXTRA, PathLike, install, open_safetensors
 
 _CHUNK = 1 << 22  # dense elements converted at a time from a bitmask
@@ -125,15 +126,17 @@ def _from_bitmask(name: str, compressed: torch.Tensor, bitmask: torch.Tensor, sh
     return Sparse24Weight(values, meta, (rows, k))
 
 
-def load_compressed_tensors(path: PathLike, model: nn.Module | None = None, *,
-                            strict: bool = False) -> dict[str, Sparse24Weight]:
+def load_compressed_tensors(path: PathLike, model: nn.Module | None = None, *, strict: bool = False,
+                            fuse_gate_up: bool = True) -> dict[str, Sparse24Weight]:
     """Read a compressed-tensors ``sparse-24-bitmask`` checkpoint: a directory (config.json's
     ``quantization_config.sparsity_config.format`` checked; ``model.safetensors``, shards listed by
     ``model.safetensors.index.json``, or every ``*.safetensors``) or one ``.safetensors`` file. Every layer stored
     as ``<layer>.shape`` / ``.compressed`` / ``.bitmask`` becomes a CPU ``Sparse24Weight``, returned by layer name.
 
     With ``model``, also installs them as for :func:`load_sparse_into` (the ``nn.Linear`` named ``<layer>``
-    becomes a 2:4 SparseLinear) and loads every other tensor by name (``strict``: every model tensor must be there).
+    becomes a 2:4 SparseLinear) and loads every other tensor by name (``strict``: every model tensor must be there);
+    with ``fuse_gate_up``, each SiLU MLP whose gate, up and down all load as 2:4 layers then runs its gate and up as
+    one stacked weight (``nn.fuse_sparse_gated_mlps``).
     Needs compressed-tensors (``pip install cutlass-nm[hf]``). A group with more than 2 ones: SparsityError."""
     unpack, fmt = _compressed_tensors()
     path = Path(path)
@@ -157,4 +160,6 @@ def load_compressed_tensors(path: PathLike, model: nn.Module | None = None, *,
             held = {f"{n}.{p}" for n in names for p in ("compressed", "bitmask", "shape")}
             dense = {key: f.get_tensor(key) for key, f in where.items() if key not in held}
             install(model, weights, dense, strict=strict, source=str(path))
+            if fuse_gate_up:
+                fuse_sparse_gated_mlps(model)
     return weights

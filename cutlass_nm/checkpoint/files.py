@@ -14,7 +14,7 @@ from torch import nn
 from ..errors import CheckpointError
 from ..formats import AnyWeight
 from ..formats.fp8 import Sparse24FP8Weight
-from ..nn import GATED_NAMES, Sparse24GatedMLP, SparseLinear, refresh_module_layouts, weight_tensors
+from ..nn import GATED_NAMES, Sparse24GatedMLP, SparseLinear, has_silu, refresh_module_layouts, weight_tensors
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float8_e4m3fn": torch.float8_e4m3fn}
@@ -69,7 +69,7 @@ def _gate_up_shells(model: nn.Module, layers: Mapping[str, AnyWeight], source: s
             raise CheckpointError(f"{source}: layer {name!r} is {w.pattern} {w.shape[0]}x{w.shape[1]} in the "
                                   f"checkpoint; the model's MLP takes a stacked 2:4 gate/up of "
                                   f"{2 * gate.out_features}x{gate.in_features}")
-        if type(getattr(mlp, "act_fn", None)).__name__ not in ("SiLU", "SiLUActivation"):
+        if not has_silu(mlp):
             raise CheckpointError(f"{source}: layer {name!r} is a fused SwiGLU gate/up, but {mlp_name}'s activation "
                                   "is not SiLU")
         device = gate.weight.device if gate.weight.device.type != "meta" else torch.device("cpu")
