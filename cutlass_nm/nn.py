@@ -398,14 +398,10 @@ class Sparse24GatedMLP(nn.Module):
     def from_linears(cls, gate: nn.Linear, up: nn.Linear, down: nn.Linear, *, fp8: bool = False
                      ) -> Sparse24GatedMLP:
         """Prune gate, up and down to 2:4 (magnitude; ``fp8``: as ``SparseLinear.from_linear``'s) and stack gate
-        and up."""
+        and up (:meth:`from_sparse`: both prune and FP8 scales go row by row, so stacking after is the same)."""
         if any(lin.bias is not None for lin in (gate, up, down)) or gate.weight.shape != up.weight.shape:
             raise PatternError("Sparse24GatedMLP takes bias-free gate, up and down projections, gate and up alike")
-        w = gate.weight.detach()
-        stacked = nn.Linear(gate.in_features, 2 * gate.out_features, bias=False, device=w.device, dtype=w.dtype)
-        with torch.no_grad():
-            stacked.weight.copy_(torch.cat((w, up.weight.detach())))
-        return cls(SparseLinear.from_linear(stacked, "2:4", fp8=fp8), SparseLinear.from_linear(down, "2:4", fp8=fp8))
+        return cls.from_sparse(*(SparseLinear.from_linear(lin, "2:4", fp8=fp8) for lin in (gate, up, down)))
 
     @classmethod
     def from_sparse(cls, gate: SparseLinear, up: SparseLinear, down: SparseLinear) -> Sparse24GatedMLP:

@@ -72,12 +72,16 @@ def _gate_up_shells(model: nn.Module, layers: Mapping[str, AnyWeight], source: s
         if not has_silu(mlp):
             raise CheckpointError(f"{source}: layer {name!r} is a fused SwiGLU gate/up, but {mlp_name}'s activation "
                                   "is not SiLU")
-        device = gate.weight.device if gate.weight.device.type != "meta" else torch.device("cpu")
-        halves = [SparseLinear(lin.in_features, rows, False, weight.pattern, device, lin.weight.dtype,
-                               vector=getattr(weight, "vector", 0) or 32, fp8=isinstance(weight, Sparse24FP8Weight))
-                  for lin, rows, weight in ((gate, 2 * gate.out_features, w), (parts[2], parts[2].out_features, down))]
-        shells[mlp_name] = Sparse24GatedMLP(*halves)
+        shells[mlp_name] = Sparse24GatedMLP(_sparse_for(gate, w), _sparse_for(parts[2], down))
     return shells
+
+
+def _sparse_for(lin: nn.Linear, w: AnyWeight) -> SparseLinear:
+    """An empty SparseLinear that takes ``w`` in place of ``lin`` (its dtype, device and bias; ``w``'s shape,
+    pattern, vector and FP8)."""
+    device = lin.weight.device if lin.weight.device.type != "meta" else torch.device("cpu")
+    return SparseLinear(w.shape[1], w.shape[0], lin.bias is not None, w.pattern, device, lin.weight.dtype,
+                        vector=getattr(w, "vector", 0) or 32, fp8=isinstance(w, Sparse24FP8Weight))
 
 
 def _target(model: nn.Module, shells: Mapping[str, Sparse24GatedMLP], name: str, w: AnyWeight,
@@ -117,10 +121,7 @@ def install(model: nn.Module, layers: Mapping[str, AnyWeight], tensors: Mapping[
     for name, w in layers.items():
         mod = targets[name]
         if not isinstance(mod, SparseLinear):  # an nn.Linear: replaced
-            device = mod.weight.device if mod.weight.device.type != "meta" else torch.device("cpu")
-            mod = SparseLinear(mod.in_features, mod.out_features, mod.bias is not None, w.pattern, device,
-                               mod.weight.dtype, vector=getattr(w, "vector", 0) or 32,
-                               fp8=isinstance(w, Sparse24FP8Weight))
+            mod = _sparse_for(mod, w)
             if not name:
                 root = mod
             else:
