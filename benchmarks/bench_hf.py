@@ -311,6 +311,7 @@ def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda ro
             for name, held in models.items():
                 model = held.to(args.device)
                 got[name].update(measure(model, args, f"{dtype_name} {name}", ["compiled"], static=False))
+                model.cpu()  # back off the GPU (``original`` still holds dense): the next peak is its model's alone
                 models[name] = model = None
                 release(args.device)
                 save(rows + _rows(dtype_name, got, extra))

@@ -380,11 +380,18 @@ def has_silu(mlp: nn.Module) -> bool:
     return type(getattr(mlp, "act_fn", None)).__name__ in ("SiLU", "SiLUActivation")
 
 
+FUSED_ROWS = 16  # Sparse24GatedMLP: above this many rows, gate and up run as two GEMMs (contiguous outputs)
+
+
+def _refresh_after_load(module: Sparse24GatedMLP, incompatible: Any) -> None:
+    module.refresh_halves()
+
+
 class Sparse24GatedMLP(nn.Module):
     """``down(silu(gate(x)) * up(x))`` (the LLaMA / Mistral / Qwen MLP, no biases) with 2:4 weights: gate and up
     stacked into one ``SparseLinear`` ``gate_up`` (2·hidden x in, gate's rows first: 2:4 runs along in_features,
-    so the stack is the two weights' own 2:4), one kernel where there were two; ``down_proj`` a ``SparseLinear``.
-    Inference only."""
+    so the stack is the two weights' own 2:4), one kernel where there were two, up to ``FUSED_ROWS`` rows of x;
+    ``down_proj`` a ``SparseLinear``. Inference only."""
 
     def __init__(self, gate_up: SparseLinear, down_proj: SparseLinear) -> None:
         super().__init__()
@@ -393,6 +400,7 @@ class Sparse24GatedMLP(nn.Module):
                                f"{gate_up.pattern} with {gate_up.out_features}")
         self.gate_up, self.down_proj = gate_up, down_proj
         self.hidden = down_proj.in_features
+        self.register_load_state_dict_post_hook(_refresh_after_load)
 
     @classmethod
     def from_linears(cls, gate: nn.Linear, up: nn.Linear, down: nn.Linear, *, fp8: bool = False
@@ -424,8 +432,26 @@ class Sparse24GatedMLP(nn.Module):
         gate, up = self.gate_up.weight_dense().split(self.hidden)
         return gate, up, self.down_proj.weight_dense()
 
+    def halves(self) -> tuple[Any, Any]:
+        """gate's and up's rows of ``gate_up`` as two compressed weights over its buffers (built once; layouts of
+        their own)."""
+        g, h = self.gate_up, self.hidden
+        return cached_view(self, tuple(g._buffers.values()), lambda: tuple(
+            fp8_view(g.values[rows], g.meta[rows], g.scale[rows]) if g.fp8 else weight_view(g.values[rows],
+                                                                                            g.meta[rows])
+            for rows in (slice(0, h), slice(h, 2 * h))))
+
+    def refresh_halves(self) -> None:
+        """Rebuild the halves' layouts in place (``gate_up``'s tensors changed in place, e.g. ``load_state_dict``)."""
+        for w in self.halves():
+            refresh_layouts(w)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up(x).split(self.hidden, dim=-1)
+        if x.numel() > FUSED_ROWS * x.shape[-1] and direct_call(x):
+            x = x if x.is_contiguous() else x.contiguous()
+            gate, up = (matmul(x, w) for w in self.halves())
+        else:
+            gate, up = self.gate_up(x).split(self.hidden, dim=-1)
         return self.down_proj(nn.functional.silu(gate) * up)
 
 
@@ -482,12 +508,18 @@ def precompile_model(model: nn.Module, tokens: Iterable[int], progress: Callable
     ``cutlass_nm.kernels.precompile``'s. Returns how many kernels that is (compiled or already cached)."""
     tokens = tuple(tokens)
     kids: dict[tuple, None] = {}
-    inside = {id(mod.down_proj) for mod in model.modules() if isinstance(mod, SparseGatedMLP)}
+    inside = {id(mod.down_proj) for mod in model.modules() if isinstance(mod, SparseGatedMLP)} | {
+        id(mod.gate_up) for mod in model.modules() if isinstance(mod, Sparse24GatedMLP)}
     for mod in model.modules():
         if isinstance(mod, SparseGatedMLP) and mod.gate_up_values.is_cuda:
             gate_up, down = mod._gate_up_view(), mod.down_proj._view()
             for m in tokens:
                 kids.update(dict.fromkeys(gated_mlp_kernels(m, gate_up, down, mod.gate_up_values.dtype)))
+        elif isinstance(mod, Sparse24GatedMLP) and mod.gate_up.values.is_cuda:
+            dtype = torch.bfloat16 if mod.gate_up.fp8 else mod.gate_up.values.dtype
+            half = mod.halves()[0]
+            kids.update(dict.fromkeys(kernels_for([(m, mod.gate_up._view(), dtype, False) if m <= FUSED_ROWS
+                                                   else (m, half, dtype, False) for m in tokens])))
         elif isinstance(mod, SparseLinear) and mod.values.is_cuda and id(mod) not in inside:
             bias = mod.bias is not None
             dtype = (mod.bias.dtype if bias else torch.bfloat16) if mod.fp8 else mod.values.dtype
@@ -504,3 +536,5 @@ def refresh_module_layouts(model: nn.Module) -> None:
             refresh_layouts(mod._view())
         elif isinstance(mod, SparseGatedMLP):
             refresh_layouts(mod._gate_up_view())
+        if isinstance(mod, Sparse24GatedMLP):
+            mod.refresh_halves()

@@ -24,17 +24,18 @@ from .formats.vnm import VNMWeight
 from .formats.weight import Layouts, RememberedCalls
 from .patterns import Pattern
 
-# Kernel layouts per weight, keyed by its metadata tensor's storage. An entry lives as long as the metadata tensor
-# that made it (a module's buffer; a weak reference drops the entry, and the layouts with it, when the module is
-# freed), so a freed weight's layouts never outlive it and a reused address never finds them.
-_LAYOUTS: dict[tuple[int, tuple[int, ...]], tuple[weakref.ref, Layouts]] = {}
+# Kernel layouts per weight, keyed by its metadata tensor (storage, offset and shape: row slices of one stack apart).
+# An entry lives as long as the metadata tensor that made it (a module's buffer; a weak reference drops the entry,
+# and the layouts with it, when the module is freed), so a freed weight's layouts never outlive it and a reused
+# address never finds them.
+_LAYOUTS: dict[tuple[int, int, tuple[int, ...]], tuple[weakref.ref, Layouts]] = {}
 
 
 def _layout_cache(meta: torch.Tensor) -> Layouts:
     """The kernel-layout cache shared by every view of the weight whose metadata is ``meta``. Layouts must not
     hold ``meta`` itself (an alias of its storage is fine), or the entry would keep itself alive."""
     try:
-        key = (meta.untyped_storage().data_ptr(), tuple(meta.shape))
+        key = (meta.untyped_storage().data_ptr(), meta.storage_offset(), tuple(meta.shape))
     except RuntimeError:  # a wrapper tensor without real storage (e.g. under functionalization): no caching
         return Layouts()
     entry = _LAYOUTS.get(key)
@@ -45,7 +46,7 @@ def _layout_cache(meta: torch.Tensor) -> Layouts:
     return entry[1]
 
 
-def _forget(key: tuple[int, tuple[int, ...]], ref: weakref.ref) -> None:
+def _forget(key: tuple[int, int, tuple[int, ...]], ref: weakref.ref) -> None:
     """The metadata tensor behind ``ref`` was freed: drop its entry (unless a newer one took the key)."""
     entry = _LAYOUTS.get(key)
     if entry is not None and entry[0] is ref:

@@ -404,7 +404,8 @@ def test_gpu_precompile_model_leaves_nothing_to_compile_on_first_calls(monkeypat
     torch.manual_seed(0)
     lin = [nn.Linear(256, 512, bias=False).half().cuda() for _ in range(3)]
     mlp = SparseGatedMLP.from_linears(lin[0], lin[1], nn.Linear(512, 256, bias=False).half().cuda())
-    model = nn.Sequential(SparseLinear.from_linear(nn.Linear(256, 256).half().cuda(), "2:4"), mlp)
+    model = nn.Sequential(SparseLinear.from_linear(nn.Linear(256, 256).half().cuda(), "2:4"), mlp,
+                          _gated_24(2, device="cuda"))
     tokens = (1, 48)
     assert cutlass_nm.precompile_model(model, tokens) >= 4  # 2:4 decode + GEMM, fused gate/up + down, decode
     built, build = [], kernels.build
@@ -435,7 +436,7 @@ def test_kernel_layouts_are_freed_with_their_module():
     layout = w.layout(("in_place",), in_place_layout)
     assert layout[1].data_ptr() == layer.meta.data_ptr() and layout[1] is not layer.meta
     assert layer._view().layout(("in_place",), lambda _: pytest.fail("rebuilt")) is layout  # one cache per weight
-    key = (layer.meta.untyped_storage().data_ptr(), tuple(layer.meta.shape))
+    key = (layer.meta.untyped_storage().data_ptr(), 0, tuple(layer.meta.shape))
     assert key in ops._LAYOUTS
     del layer, w, layout
     gc.collect()
@@ -482,3 +483,45 @@ def test_a_module_that_ran_still_pickles():
     buf.seek(0)
     back = torch.load(buf, weights_only=False)
     assert torch.equal(back.meta, layer.meta)
+
+
+def _gated_24(seed: int, dim: int = 256, hidden: int = 384, device: str = "cpu"):
+    from cutlass_nm.nn import Sparse24GatedMLP
+
+    torch.manual_seed(seed)
+    lins = [nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False), nn.Linear(hidden, dim, bias=False)]
+    return Sparse24GatedMLP.from_linears(*(lin.half().to(device) for lin in lins))
+
+
+def test_sparse24_gated_mlp_halves_are_gate_and_up_and_follow_a_load():
+    """The halves (the two GEMMs a long x runs) are gate's and up's rows over the stacked buffers, each with its own
+    layout cache; built once, and still the module's weights after ``load_state_dict`` of other values."""
+    mlp = _gated_24(0)
+    halves = mlp.halves()
+    assert mlp.halves() is halves
+    assert halves[0]._layouts is not halves[1]._layouts
+    assert all(h.values.data_ptr() >= mlp.gate_up.values.data_ptr() for h in halves)  # views, no copies
+    mlp.load_state_dict(_gated_24(1).state_dict())
+    gate, up, _ = mlp.dense_weights()
+    assert torch.equal(mlp.halves()[0].to_dense(), gate) and torch.equal(mlp.halves()[1].to_dense(), up)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 16, 17, 300])
+def test_gpu_sparse24_gated_mlp_matches_fp64_fused_and_split(rows):
+    """One stacked kernel up to FUSED_ROWS rows, two GEMMs above; both match fp64, also after a weight reload (the
+    halves' layouts are rebuilt); NaN-poisoned allocations catch unwritten outputs."""
+    import torch.nn.functional as F
+
+    mlp = _gated_24(rows, device="cuda")
+    x = torch.randn(rows, 256, device="cuda", dtype=torch.half)
+    for reload in (False, True):
+        if reload:
+            mlp.load_state_dict(_gated_24(rows + 100, device="cuda").state_dict())
+        torch.empty(1 << 22, device="cuda", dtype=torch.half).fill_(float("nan"))  # poison the next allocations
+        gate, up, down = (w.double() for w in mlp.dense_weights())
+        ref = (F.silu(x.double() @ gate.T) * (x.double() @ up.T)) @ down.T
+        with torch.no_grad():
+            y = mlp(x)
+        assert torch.isfinite(y).all()
+        assert ((y.double() - ref).norm() / ref.norm()).item() < 3e-3
