@@ -13,8 +13,10 @@ the list below, every model's eager rows before any model's compiled decode (the
   prefill), CUDA events, median of repeats;
 * ``decode_tok_s``: ``generate()`` tokens per second at batch 1 and 16, greedy, eager and with a static cache +
   ``torch.compile`` (CUDA graphs), from the difference of two generation lengths (the prefill cancels), the median
-  of ``--decode-reps`` such pairs;
-* ``weight_gb`` (parameters and buffers, each storage once) and ``peak_gb`` (peak allocated during decode);
+  of ``--decode-reps`` such pairs. Eager decode is host-bound and the host's speed drifts, so the models take turns:
+  all of them sit on the GPU and each round times one pair of every model;
+* ``weight_gb`` (parameters and buffers, each storage once) and ``peak_gb`` (peak allocated during one decode of
+  the longer length, the model alone on the GPU);
 * ``linear_ms``: one step's projections and MLPs alone (each layer's module once, weights cold, in a CUDA graph),
   per decode batch and per prefill; the compiled decode and prefill rows carry ``ceiling``, the speedup left if the
   rest of the step stays as dense's and the projections reach the ideal (decode: dense's bandwidth over the
@@ -94,33 +96,46 @@ def prefill_ms(model: nn.Module, batch: int, tokens: int, device: str, reps: int
     return statistics.median(samples)
 
 
-def decode_tok_s(model: nn.Module, batch: int, device: str, compiled: bool, steps: tuple[int, int], reps: int = 3
-                 ) -> float:
-    """Greedy generate() tokens per second at ``batch``, from two generation lengths (prefill cancels out): the
-    median over ``reps`` pairs, after one warm-up pair (eager host time varies from pair to pair)."""
+def generate_s(model: nn.Module, batch: int, n: int, device: str, compiled: bool) -> float:
+    """Seconds of one greedy generate() of ``n`` new tokens after a PROMPT-token prompt, at ``batch``."""
     import transformers
 
     ids = torch.randint(0, model.config.vocab_size, (batch, PROMPT), device=device)
     kw: dict = {"do_sample": False, "pad_token_id": 0}
     if compiled:
-        torch._dynamo.reset()
         kw.update(cache_implementation="static", compile_config=transformers.CompileConfig(fullgraph=True))
+    _sync(device)
+    t0 = time.perf_counter()
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, **kw)
+    _sync(device)
+    assert out.shape[1] == ids.shape[1] + n
+    return time.perf_counter() - t0
 
-    def timed(n: int) -> float:
-        _sync(device)
-        t0 = time.perf_counter()
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                             **kw)
-        _sync(device)
-        assert out.shape[1] == ids.shape[1] + n
-        return time.perf_counter() - t0
 
-    rates = []
-    for rep in range(reps + 1):  # the first pair warms up (and compiles)
-        times = {n: timed(n) for n in steps}
-        if rep:
-            rates.append(batch * (steps[1] - steps[0]) / (times[steps[1]] - times[steps[0]]))
-    return statistics.median(rates)
+def decode_tok_s(models: dict[str, nn.Module], batch: int, device: str, compiled: bool, steps: tuple[int, int],
+                 reps: int = 3) -> dict[str, float]:
+    """Greedy generate() tokens per second of each model at ``batch``, from two generation lengths (prefill cancels
+    out): the median over ``reps`` rounds, after a warm-up round (which compiles); each round times one pair of
+    every model in turn. A model that raises is recorded in FAILURES and leaves the rotation."""
+    if compiled:
+        torch._dynamo.reset()
+    rates: dict[str, list[float]] = {name: [] for name in models}
+    for rep in range(reps + 1):
+        for name, model in models.items():
+            if name not in rates:
+                continue
+            try:
+                times = {n: generate_s(model, batch, n, device, compiled) for n in steps}
+            except Exception as exc:  # one failing model leaves the others measured
+                FAILURES.append({"model": name, "metric": "decode_tok_s", "m": batch,
+                                 "mode": "compiled" if compiled else "eager",
+                                 "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+                print(f"{name}: decode batch {batch} FAILED: {FAILURES[-1]['error']}", flush=True)
+                del rates[name]
+                continue
+            if rep:
+                rates[name].append(batch * (steps[1] - steps[0]) / (times[steps[1]] - times[steps[0]]))
+    return {name: statistics.median(r) for name, r in rates.items()}
 
 
 PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp")
@@ -191,8 +206,8 @@ def errors(model: nn.Module, twin: nn.Module, device: str) -> dict[str, float]:
 
 def measure(model: nn.Module, args: argparse.Namespace, label: str, modes: list[str], static: bool = True
             ) -> dict[tuple, float]:
-    """One model's metrics: {(metric, batch, mode): value}: decode in ``modes``, and with ``static`` its memory,
-    prefill and projection timings."""
+    """One model's metrics: {(metric, batch, mode): value}: compiled decode if in ``modes`` (an eager mode: its peak
+    memory only; ``eager_pass`` times it), and with ``static`` its memory, prefill and projection timings."""
     out: dict[tuple, float] = {}
     if static:
         out.update({("weight_gb", 0, ""): weight_gb(model), ("linear_gb", 0, ""): linear_gb(model)})
@@ -205,17 +220,16 @@ def measure(model: nn.Module, args: argparse.Namespace, label: str, modes: list[
         for batch in args.compiled_batches if mode == "compiled" else args.decode_batches:
             if args.device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
-            try:
-                out[("decode_tok_s", batch, mode)] = decode_tok_s(model, batch, args.device, mode == "compiled",
-                                                                  args.steps, args.decode_reps)
-            except Exception as exc:  # one failing mode leaves the model's other rows measured
-                FAILURES.append({"model": label, "metric": "decode_tok_s", "m": batch, "mode": mode,
-                                 "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
-                print(f"{label}: decode batch {batch} {mode} FAILED: {FAILURES[-1]['error']}", flush=True)
-                continue
+            if mode == "compiled":
+                rate = decode_tok_s({label: model}, batch, args.device, True, args.steps, args.decode_reps)
+                if not rate:
+                    continue
+                out[("decode_tok_s", batch, mode)] = rate[label]
+                print(f"{label}: decode batch {batch} {mode} {rate[label]:.1f} tok/s", flush=True)
+            elif args.device == "cuda":
+                generate_s(model, batch, args.steps[1], args.device, False)
             if args.device == "cuda":
                 out[("peak_gb", batch, mode)] = torch.cuda.max_memory_allocated() / 1e9
-            print(f"{label}: decode batch {batch} {mode} {out[('decode_tok_s', batch, mode)]:.1f} tok/s", flush=True)
     if static and args.device == "cuda":
         for batch in sorted({*args.decode_batches, *args.compiled_batches}):
             out[("linear_ms", batch, "graph")] = linear_ms(model, batch)
@@ -263,6 +277,19 @@ def release(device: str) -> None:
         torch.cuda.empty_cache()
 
 
+def eager_pass(models: dict[str, nn.Module], got: dict[str, dict], args: argparse.Namespace, label: str) -> None:
+    """Eager decode of every model in turns (see ``decode_tok_s``), all on the GPU at once, then back on the CPU."""
+    on = {name: held.to(args.device) for name, held in models.items()}
+    for batch in args.decode_batches:
+        for name, rate in decode_tok_s(on, batch, args.device, False, args.steps, args.decode_reps).items():
+            got[name][("decode_tok_s", batch, "eager")] = rate
+            print(f"{label} {name}: decode batch {batch} eager {rate:.1f} tok/s", flush=True)
+    for model in on.values():
+        model.cpu()
+    on = None
+    release(args.device)
+
+
 def token_counts(args: argparse.Namespace) -> list[int]:
     """Every count of rows a sparse layer sees in ``measure`` and ``rel_err``: prefills, generate's prompts
     (PROMPT tokens a sequence) and decode steps."""
@@ -271,9 +298,10 @@ def token_counts(args: argparse.Namespace) -> list[int]:
 
 
 def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
-    """Every row; ``save`` gets the rows so far after each pass (a long run keeps what it measured). Two passes
-    over the models, each kept on the CPU between them: everything eager first, then compiled decode (a compiled
-    generate() before them slowed the next model's eager decode)."""
+    """Every row; ``save`` gets the rows so far after each pass (a long run keeps what it measured). Three passes
+    over the models, each kept on the CPU between them: each model's static rows and eager peak memory, then eager
+    decode with the models taking turns, then compiled decode one model at a time (a compiled generate() before
+    them slowed the next model's eager decode)."""
     from cutlass_nm import precompile_model
     from cutlass_nm.hf import masked_dense_twin, sparsify_model
 
@@ -303,9 +331,11 @@ def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda ro
                   flush=True)
             got[pattern] = measure(model, args, f"{dtype_name} {pattern}", eager_modes)
             extra[pattern] = {**err, "layers_sparse": sparse, "layers_kept_dense": kept}
-            models[pattern] = model.cpu() if "compiled" in args.modes else None
+            models[pattern] = model.cpu()
             model = None
             release(args.device)
+        if "eager" in args.modes:
+            eager_pass(models, got, args, dtype_name)
         save(rows + _rows(dtype_name, got, extra))
         if "compiled" in args.modes:
             for name, held in models.items():
