@@ -485,25 +485,29 @@ def test_a_module_that_ran_still_pickles():
     assert torch.equal(back.meta, layer.meta)
 
 
-def _gated_24(seed: int, dim: int = 256, hidden: int = 384, device: str = "cpu"):
+def _gated_24(seed: int, dim: int = 256, hidden: int = 384, device: str = "cpu", fp8: bool = False):
     from cutlass_nm.nn import Sparse24GatedMLP
 
     torch.manual_seed(seed)
     lins = [nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False), nn.Linear(hidden, dim, bias=False)]
-    return Sparse24GatedMLP.from_linears(*(lin.half().to(device) for lin in lins))
+    return Sparse24GatedMLP.from_linears(*(lin.half().to(device) for lin in lins), fp8=fp8)
 
 
-def test_sparse24_gated_mlp_halves_are_gate_and_up_and_follow_a_load():
-    """The halves (the two GEMMs a long x runs) are gate's and up's rows over the stacked buffers, each with its own
-    layout cache; built once, and still the module's weights after ``load_state_dict`` of other values."""
-    mlp = _gated_24(0)
+@pytest.mark.parametrize("fp8", [False, True])
+def test_sparse24_gated_mlp_halves_are_gate_and_up_and_follow_a_load(fp8):
+    """The halves (the two GEMMs a long x runs) are gate's and up's rows over the stacked buffers (FP8: with their
+    scales), each with its own layout cache; built once, and still the module's weights after ``load_state_dict``
+    of other values."""
+    mlp = _gated_24(0, fp8=fp8)
     halves = mlp.halves()
     assert mlp.halves() is halves
     assert halves[0]._layouts is not halves[1]._layouts
-    assert all(h.values.data_ptr() >= mlp.gate_up.values.data_ptr() for h in halves)  # views, no copies
-    mlp.load_state_dict(_gated_24(1).state_dict())
+    assert halves[1].values.data_ptr() > halves[0].values.data_ptr() == mlp.gate_up.values.data_ptr()  # views
+    mlp.load_state_dict(_gated_24(1, fp8=fp8).state_dict())
     gate, up, _ = mlp.dense_weights()
-    assert torch.equal(mlp.halves()[0].to_dense(), gate) and torch.equal(mlp.halves()[1].to_dense(), up)
+    halves = mlp.halves()
+    assert torch.equal(halves[0].to_dense().to(gate.dtype), gate) and torch.equal(halves[1].to_dense().to(up.dtype),
+                                                                                 up)
 
 
 @pytest.mark.gpu
