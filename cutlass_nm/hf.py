@@ -5,7 +5,7 @@ Qwen2 and models built like them), in place::
     from cutlass_nm.hf import sparsify_model
 
     model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16).cuda()
-    sparsify_model(model, "2:4")            # gate/up fused per MLP; q/k/v/o, down sparse where sparse is faster
+    sparsify_model(model, "2:4")            # gate/up fused per MLP, q/k/v stacked; o, down sparse where faster
     print(model.sparsify_summary.table())   # per-layer decisions (.fused: the fused MLPs; .notes: lm_head, ...)
     model.generate(input_ids, max_new_tokens=32)                       # eager
     model.generate(input_ids, max_new_tokens=32, cache_implementation="static",
@@ -30,14 +30,18 @@ from .errors import InputError, PatternError
 from .formats.glu import PAIR_V
 from .nn import (
     GATED_NAMES,
+    QKV_NAMES,
+    STACKED_QKV,
     Sparse24GatedMLP,
     SparseGatedMLP,
     SparseLinear,
     SparsifySummary,
+    StackedPart,
     _skip_reason,
     has_silu,
     sparsify,
     sparsify_gated_mlps,
+    stack_sparse_linears,
 )
 from .patterns import Pattern
 from .routing import check_runnable
@@ -53,6 +57,7 @@ class ModelSparsifySummary(SparsifySummary):
 
     fused: list[str] = field(default_factory=list)
     not_fused: dict[str, str] = field(default_factory=dict)
+    stacked: list[str] = field(default_factory=list)  # attentions whose q/k/v became one 2:4 weight
     notes: list[str] = field(default_factory=list)
 
 
@@ -90,8 +95,8 @@ def _tied(model: nn.Module, head: nn.Module) -> bool:
 
 def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: Iterable[int] = (1, 2048),
                    min_speedup: float = 1.0, force: bool = False, include_lm_head: bool = False,
-                   fuse_gate_up: bool = True, exclude: Iterable[str] = (), vector: int = 32,
-                   fp8: bool = False) -> nn.Module:
+                   fuse_gate_up: bool = True, stack_qkv: bool = True, exclude: Iterable[str] = (),
+                   vector: int = 32, fp8: bool = False) -> nn.Module:
     """Sparsify a decoder-only LM in place: every ``nn.Linear`` of its decoder layers (attention q/k/v/o, MLP
     gate/up/down) becomes ``pattern``-sparse where sparse is faster (``cutlass_nm.sparsify``'s rule: timed on the
     GPU at ``tokens`` against ``min_speedup``, untimed off the GPU or with ``force``).
@@ -100,9 +105,12 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
     bias-free ``gate_proj``/``up_proj``/``down_proj``; for ``128:2:M`` an intermediate size a multiple of 128)
     becomes one ``Sparse24GatedMLP`` (gate and up stacked) or ``SparseGatedMLP`` (pruned together): one gate/up
     kernel; on the GPU only where gate, up and down each win as sparse layers.
-    The others are sparsified layer by layer. Embeddings stay dense; ``lm_head`` too, unless ``include_lm_head``
-    and it is not tied to the input embedding. ``exclude``: fnmatch patterns over qualified names kept dense;
-    ``vector`` and ``fp8`` (2:4 weights in e4m3 with per-channel scales, Hopper): as in ``sparsify``.
+    The others are sparsified layer by layer. With ``stack_qkv`` and ``2:4``, an attention whose ``q_proj``,
+    ``k_proj`` and ``v_proj`` all became sparse runs them as one ``StackedSparseLinear`` ``qkv_proj`` (one kernel
+    where there were three; ``StackedPart`` modules keep their names). Embeddings stay dense; ``lm_head`` too,
+    unless ``include_lm_head`` and it is not tied to the input embedding. ``exclude``: fnmatch patterns over
+    qualified names kept dense; ``vector`` and ``fp8`` (2:4 weights in e4m3 with per-channel scales, Hopper): as in
+    ``sparsify``.
 
     Returns ``model`` with ``model.sparsify_summary``, a :class:`ModelSparsifySummary`. InputError if no decoder
     layer is found."""
@@ -163,8 +171,10 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
             sparsify_gated_mlps(model, p, include=fused, names=GATED_NAMES, fp8=fp8)
 
     sparsify(model, p, include, exclude, vector=vector, tokens=tokens, min_speedup=min_speedup, force=force, fp8=fp8)
+    stacked = [f"{layer}.self_attn" for layer in layers if stack_qkv and p.is_24 and
+               stack_sparse_linears(modules[f"{layer}.self_attn"], QKV_NAMES, STACKED_QKV) is not None]
     base = model.sparsify_summary
-    summary = ModelSparsifySummary(**vars(base), fused=fused, not_fused=not_fused, notes=notes)
+    summary = ModelSparsifySummary(**vars(base), fused=fused, not_fused=not_fused, stacked=stacked, notes=notes)
     order = {name: i for i, name in enumerate(modules)}  # module order, from before the fusion
     summary.replaced = sorted([d.name for d in fused_decisions] + summary.replaced, key=order.__getitem__)
     summary.decisions = sorted(fused_decisions + summary.decisions, key=lambda d: order[d.name])
@@ -189,6 +199,7 @@ def masked_dense_twin(dense: nn.Module, sparse: nn.Module) -> nn.Module:
             if name in gated:
                 for proj, w in zip(GATED_NAMES, mod.dense_weights(), strict=True):
                     getattr(mods[name], proj).weight.copy_(w)
-            elif isinstance(mod, SparseLinear) and name.rpartition(".")[0] not in gated:
+            elif isinstance(mod, StackedPart) or (isinstance(mod, SparseLinear) and name in mods and
+                                                  name.rpartition(".")[0] not in gated):
                 mods[name].weight.copy_(mod.weight_dense())
     return ref

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import itertools
 import logging
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,13 +63,15 @@ def weight_tensors(w: Any) -> dict[str, torch.Tensor]:
     return out
 
 
-def cached_view(module: nn.Module, buffers: tuple[torch.Tensor, ...], build: Callable[[], Any]) -> Any:
-    """``build()``, kept on ``module`` while ``buffers`` are the same tensor objects (``.to()``, ``.half()`` or a
-    buffer reassignment rebuild it; the view holds the tensors, so their ids cannot be reused meanwhile)."""
+def cached_view(module: nn.Module, buffers: tuple[torch.Tensor, ...], build: Callable[[], Any],
+                slot: str = "_cached_view") -> Any:
+    """``build()``, kept on ``module`` (in ``slot``) while ``buffers`` are the same tensor objects (``.to()``,
+    ``.half()`` or a buffer reassignment rebuild it; the view holds the tensors, so their ids cannot be reused
+    meanwhile)."""
     ids = tuple(map(id, buffers))
-    cached = module.__dict__.get("_cached_view")
+    cached = module.__dict__.get(slot)
     if cached is None or cached[0] != ids:
-        cached = module.__dict__["_cached_view"] = (ids, build())
+        cached = module.__dict__[slot] = (ids, build())
     return cached[1]
 
 
@@ -373,6 +376,8 @@ class SparseGatedMLP(nn.Module):
 
 
 GATED_NAMES = ("gate_proj", "up_proj", "down_proj")  # a SwiGLU MLP's projections (LLaMA, Mistral, Qwen)
+QKV_NAMES = ("q_proj", "k_proj", "v_proj")  # an attention's projections of one input (LLaMA, Mistral, Qwen2)
+STACKED_QKV = "qkv_proj"  # the StackedSparseLinear they become at 2:4
 
 
 def has_silu(mlp: nn.Module) -> bool:
@@ -380,27 +385,143 @@ def has_silu(mlp: nn.Module) -> bool:
     return type(getattr(mlp, "act_fn", None)).__name__ in ("SiLU", "SiLUActivation")
 
 
-FUSED_ROWS = 16  # Sparse24GatedMLP: above this many rows, gate and up run as two GEMMs (contiguous outputs)
+FUSED_ROWS = 16  # a StackedSparseLinear's layers run as one kernel up to this many rows of x, above it one GEMM each
 
 
-def _refresh_after_load(module: Sparse24GatedMLP, incompatible: Any) -> None:
-    module.refresh_halves()
+class StackedSparseLinear(SparseLinear):
+    """2:4 layers of one input stacked by rows (and their biases, all or none), ``sizes`` their out_features in order
+    (2:4 runs along in_features, so the stack is each layer's own 2:4). ``forward`` is the stacked layer.
+    ``split(x)`` gives each layer's output: one kernel up to ``FUSED_ROWS`` rows of x (and under ``torch.compile``);
+    above that, on the GPU, one GEMM a layer on row views of the stack (``parts()``: contiguous outputs, no strided
+    halves for what follows).
+    ``part(x, i)`` is ``split(x)[i]``, one split shared by the parts taken of one x (``StackedPart``'s forward)."""
+
+    def __init__(self, in_features: int, sizes: Sequence[int], bias: bool = False,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
+                 fp8: bool = False) -> None:
+        super().__init__(in_features, sum(sizes), bias, "2:4", device, dtype, fp8=fp8)
+        self.sizes = tuple(int(n) for n in sizes)
+        self._pending: tuple | None = None  # the last split: (x, x's version, outputs, parts not yet taken)
+
+    @classmethod
+    def stack(cls, layers: Sequence[SparseLinear]) -> StackedSparseLinear:
+        """Stack 2:4 SparseLinear layers of one in_features (biased or not, FP8 or not, alike) as they are: their
+        compressed rows (FP8 scales, biases), nothing pruned again."""
+        first = layers[0]
+        biased = first.bias is not None
+        if not all(isinstance(lin, SparseLinear) and lin.pattern.is_24 and (lin.bias is not None) == biased and
+                   (lin.in_features, lin.fp8) == (first.in_features, first.fp8) for lin in layers):
+            raise PatternError("StackedSparseLinear.stack takes 2:4 SparseLinear layers of one in_features, biased "
+                               "or not and FP8 or not alike")
+        stacked = cls(first.in_features, [lin.out_features for lin in layers], biased, first.values.device,
+                      first.bias.dtype if biased else None if first.fp8 else first.values.dtype, fp8=first.fp8)
+        with torch.no_grad():
+            for name, t in (*stacked._buffers.items(), *stacked._parameters.items()):
+                t.copy_(torch.cat([getattr(lin, name) for lin in layers]))
+        return stacked
+
+    def parts(self) -> tuple[Any, ...]:
+        """Each stacked layer's rows as a compressed weight over this module's buffers (built once; kernel layouts of
+        their own)."""
+        return self._parts()[0]
+
+    def _parts(self) -> tuple[tuple[Any, ...], tuple[torch.Tensor | None, ...]]:
+        """(``parts()``, each layer's bias: views of the stacked bias, or None), kept while the tensors are these."""
+        def build() -> tuple[tuple[Any, ...], tuple[torch.Tensor | None, ...]]:
+            rows = [slice(a, b) for a, b in itertools.pairwise([0, *itertools.accumulate(self.sizes)])]
+            if self.fp8:
+                weights = tuple(fp8_view(self.values[r], self.meta[r], self.scale[r]) for r in rows)
+            else:
+                weights = tuple(weight_view(self.values[r], self.meta[r]) for r in rows)
+            return weights, tuple(None if self.bias is None else self.bias[r] for r in rows)
+
+        tensors = (*self._buffers.values(), *self._parameters.values())
+        return cached_view(self, tensors, build, slot="_cached_parts")
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        """SparseLinear's, then the parts' layouts are rebuilt in place too."""
+        super()._load_from_state_dict(*args, **kwargs)
+        self.refresh_parts()
+
+    def refresh_parts(self) -> None:
+        """Rebuild the parts' kernel layouts in place (the buffers changed in place)."""
+        for w in self.parts():
+            refresh_layouts(w)
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if x.numel() > FUSED_ROWS * x.shape[-1] and direct_call(x, self.bias):
+            x = x if x.is_contiguous() else x.contiguous()
+            return tuple(matmul(x, w, b) for w, b in zip(*self._parts(), strict=True))
+        return self(x).split(self.sizes, dim=-1)
+
+    def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
+        """``split(x)[index]``: the first part taken of ``x`` splits it, the others take their outputs from that
+        split until each part was taken once (``x`` the same tensor, unchanged: its version counter, where it has
+        one; inference-mode tensors and traced code have none)."""
+        pending = self._pending
+        version = None if torch.compiler.is_compiling() or x.is_inference() else x._version
+        if pending is None or pending[0] is not x or pending[1] != version or index not in pending[3]:
+            pending = (x, version, self.split(x), set(range(len(self.sizes))))
+        taken = pending[3] - {index}
+        self._pending = (*pending[:3], taken) if taken else None
+        return pending[2][index]
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, sizes={self.sizes}"
+
+
+class StackedPart(nn.Module):
+    """Layer ``index`` of a ``StackedSparseLinear`` where a model calls it by its own name (e.g. an attention's
+    ``q_proj``): ``forward(x)`` is ``stack.part(x, index)``. It holds no weights: the stack is a child of the
+    module it serves, and only referenced here."""
+
+    def __init__(self, stack: StackedSparseLinear, index: int) -> None:
+        super().__init__()
+        self.__dict__["stack"] = stack  # not a child: its buffers belong to the parent's state_dict once
+        self.index = index
+        self.in_features, self.out_features = stack.in_features, stack.sizes[index]
+
+    def weight_dense(self) -> torch.Tensor:
+        """This layer's (pruned) dense weight, decompressed on demand."""
+        start = sum(self.stack.sizes[:self.index])
+        return self.stack.weight_dense()[start:start + self.out_features]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.stack.part(x, self.index)
+
+    def extra_repr(self) -> str:
+        return f"index={self.index}, in_features={self.in_features}, out_features={self.out_features}"
+
+
+def stack_sparse_linears(module: nn.Module, names: Sequence[str], stacked_name: str) -> StackedSparseLinear | None:
+    """Replace, in place, ``module``'s children ``names`` (bias-free 2:4 SparseLinear layers of one input, FP8 or
+    not alike) by a ``StackedSparseLinear`` child ``stacked_name`` and a ``StackedPart`` under each name; returns the
+    stack, or None where the children do not qualify (left as they are)."""
+    layers = [getattr(module, n, None) for n in names]
+    if not all(type(lin) is SparseLinear for lin in layers):
+        return None
+    try:
+        stack = StackedSparseLinear.stack(layers)
+    except PatternError:
+        return None
+    setattr(module, stacked_name, stack)
+    for i, name in enumerate(names):
+        setattr(module, name, StackedPart(stack, i))
+    return stack
 
 
 class Sparse24GatedMLP(nn.Module):
     """``down(silu(gate(x)) * up(x))`` (the LLaMA / Mistral / Qwen MLP, no biases) with 2:4 weights: gate and up
-    stacked into one ``SparseLinear`` ``gate_up`` (2·hidden x in, gate's rows first: 2:4 runs along in_features,
-    so the stack is the two weights' own 2:4), one kernel where there were two, up to ``FUSED_ROWS`` rows of x;
-    ``down_proj`` a ``SparseLinear``. Inference only."""
+    stacked into one ``StackedSparseLinear`` ``gate_up`` (gate's rows first), one kernel where there were two up to
+    ``FUSED_ROWS`` rows of x; ``down_proj`` a ``SparseLinear``. Inference only."""
 
-    def __init__(self, gate_up: SparseLinear, down_proj: SparseLinear) -> None:
+    def __init__(self, gate_up: StackedSparseLinear, down_proj: SparseLinear) -> None:
         super().__init__()
-        if not gate_up.pattern.is_24 or gate_up.out_features != 2 * down_proj.in_features:
-            raise PatternError(f"Sparse24GatedMLP takes a 2:4 gate_up of 2 x {down_proj.in_features} rows, got "
-                               f"{gate_up.pattern} with {gate_up.out_features}")
+        if not isinstance(gate_up, StackedSparseLinear) or gate_up.sizes != (down_proj.in_features,) * 2:
+            raise PatternError(f"Sparse24GatedMLP takes a StackedSparseLinear gate_up of 2 x {down_proj.in_features} "
+                               f"rows, got {type(gate_up).__name__} with {gate_up.out_features}")
         self.gate_up, self.down_proj = gate_up, down_proj
         self.hidden = down_proj.in_features
-        self.register_load_state_dict_post_hook(_refresh_after_load)
 
     @classmethod
     def from_linears(cls, gate: nn.Linear, up: nn.Linear, down: nn.Linear, *, fp8: bool = False
@@ -415,43 +536,19 @@ class Sparse24GatedMLP(nn.Module):
     def from_sparse(cls, gate: SparseLinear, up: SparseLinear, down: SparseLinear) -> Sparse24GatedMLP:
         """Stack two bias-free 2:4 SparseLinear layers of one shape (and FP8 or not alike) as they are: their
         compressed rows, nothing pruned again."""
-        if not all(isinstance(lin, SparseLinear) and lin.pattern.is_24 and lin.bias is None
-                   for lin in (gate, up, down)) or (gate.in_features, gate.out_features, gate.fp8) != (
-                up.in_features, up.out_features, up.fp8):
+        if not (isinstance(down, SparseLinear) and down.pattern.is_24 and down.bias is None) or (
+                gate.in_features, gate.out_features) != (up.in_features, up.out_features):
             raise PatternError("Sparse24GatedMLP.from_sparse takes bias-free 2:4 SparseLinear layers, gate and up "
                                "alike")
-        stacked = SparseLinear(gate.in_features, 2 * gate.out_features, False, "2:4", gate.values.device,
-                               gate.values.dtype if not gate.fp8 else None, fp8=gate.fp8)
-        with torch.no_grad():
-            for name, buf in stacked._buffers.items():  # values, meta (and an FP8 layer's scale): rows first
-                buf.copy_(torch.cat((gate._buffers[name], up._buffers[name])))
-        return cls(stacked, down)
+        return cls(StackedSparseLinear.stack([gate, up]), down)
 
     def dense_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The pruned dense (gate, up, down) weights, decompressed on demand."""
         gate, up = self.gate_up.weight_dense().split(self.hidden)
         return gate, up, self.down_proj.weight_dense()
 
-    def halves(self) -> tuple[Any, Any]:
-        """gate's and up's rows of ``gate_up`` as two compressed weights over its buffers (built once; layouts of
-        their own)."""
-        g, h = self.gate_up, self.hidden
-        return cached_view(self, tuple(g._buffers.values()), lambda: tuple(
-            fp8_view(g.values[rows], g.meta[rows], g.scale[rows]) if g.fp8 else weight_view(g.values[rows],
-                                                                                            g.meta[rows])
-            for rows in (slice(0, h), slice(h, 2 * h))))
-
-    def refresh_halves(self) -> None:
-        """Rebuild the halves' layouts in place (``gate_up``'s tensors changed in place, e.g. ``load_state_dict``)."""
-        for w in self.halves():
-            refresh_layouts(w)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() > FUSED_ROWS * x.shape[-1] and direct_call(x):
-            x = x if x.is_contiguous() else x.contiguous()
-            gate, up = (matmul(x, w) for w in self.halves())
-        else:
-            gate, up = self.gate_up(x).split(self.hidden, dim=-1)
+        gate, up = self.gate_up.split(x)
         return self.down_proj(nn.functional.silu(gate) * up)
 
 
@@ -508,22 +605,18 @@ def precompile_model(model: nn.Module, tokens: Iterable[int], progress: Callable
     ``cutlass_nm.kernels.precompile``'s. Returns how many kernels that is (compiled or already cached)."""
     tokens = tuple(tokens)
     kids: dict[tuple, None] = {}
-    inside = {id(mod.down_proj) for mod in model.modules() if isinstance(mod, SparseGatedMLP)} | {
-        id(mod.gate_up) for mod in model.modules() if isinstance(mod, Sparse24GatedMLP)}
+    inside = {id(mod.down_proj) for mod in model.modules() if isinstance(mod, SparseGatedMLP)}
     for mod in model.modules():
         if isinstance(mod, SparseGatedMLP) and mod.gate_up_values.is_cuda:
             gate_up, down = mod._gate_up_view(), mod.down_proj._view()
             for m in tokens:
                 kids.update(dict.fromkeys(gated_mlp_kernels(m, gate_up, down, mod.gate_up_values.dtype)))
-        elif isinstance(mod, Sparse24GatedMLP) and mod.gate_up.values.is_cuda:
-            dtype = torch.bfloat16 if mod.gate_up.fp8 else mod.gate_up.values.dtype
-            half = mod.halves()[0]
-            kids.update(dict.fromkeys(kernels_for([(m, mod.gate_up._view(), dtype, False) if m <= FUSED_ROWS
-                                                   else (m, half, dtype, False) for m in tokens])))
         elif isinstance(mod, SparseLinear) and mod.values.is_cuda and id(mod) not in inside:
             bias = mod.bias is not None
             dtype = (mod.bias.dtype if bias else torch.bfloat16) if mod.fp8 else mod.values.dtype
-            kids.update(dict.fromkeys(kernels_for([(m, mod._view(), dtype, bias) for m in tokens])))
+            stacked = isinstance(mod, StackedSparseLinear)  # as its split(x) runs: parts above FUSED_ROWS
+            kids.update(dict.fromkeys(kernels_for([(m, w, dtype, bias) for m in tokens for w in (
+                mod.parts() if stacked and m > FUSED_ROWS else (mod._view(),))])))
     precompile_ids(list(kids), progress)
     return len(kids)
 
@@ -536,5 +629,5 @@ def refresh_module_layouts(model: nn.Module) -> None:
             refresh_layouts(mod._view())
         elif isinstance(mod, SparseGatedMLP):
             refresh_layouts(mod._gate_up_view())
-        if isinstance(mod, Sparse24GatedMLP):
-            mod.refresh_halves()
+        if isinstance(mod, StackedSparseLinear):
+            mod.refresh_parts()

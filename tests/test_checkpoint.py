@@ -215,6 +215,46 @@ def test_bitmask_group_with_three_ones_names_the_layer(tmp_path):
         load_compressed_tensors(tmp_path / "w.safetensors")
 
 
+class QKV(nn.Module):
+    """An attention's q/k/v projections of one input (GQA: k and v narrower), biased as Qwen2's."""
+
+    def __init__(self, bias: bool) -> None:
+        super().__init__()
+        self.q_proj = nn.Linear(64, 128, bias=bias)
+        self.k_proj, self.v_proj = nn.Linear(64, 32, bias=bias), nn.Linear(64, 32, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), -1)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_compressed_tensors_qkv_load_stacked(tmp_path, bias):
+    """q/k/v that all load as 2:4 run as one StackedSparseLinear (parts under their names, the loaded weights
+    exactly); stack_qkv=False keeps them apart; both compute what the masked dense layers compute."""
+    pytest.importorskip("compressed_tensors")
+    from cutlass_nm.nn import StackedPart, StackedSparseLinear
+
+    torch.manual_seed(4)
+    ref = QKV(bias).to(H)
+    targets = ("q_proj", "k_proj", "v_proj")
+    with torch.no_grad():
+        for name in targets:
+            w = ref.get_submodule(name).weight
+            w.mul_(cutlass_nm.prune(w)[1])
+    path = _write_ct(tmp_path, _ct_compress(ref.state_dict(), targets), "file")
+    model, apart = QKV(bias).to(H), QKV(bias).to(H)
+    load_compressed_tensors(path, model)
+    load_compressed_tensors(path, apart, stack_qkv=False)
+    assert isinstance(model.qkv_proj, StackedSparseLinear) and isinstance(model.k_proj, StackedPart)
+    assert type(apart.k_proj) is SparseLinear and not hasattr(apart, "qkv_proj")
+    for name in targets:
+        assert torch.equal(model.get_submodule(name).weight_dense(), ref.get_submodule(name).weight)
+    x = torch.randn(5, 64, dtype=H)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).float(), ref(x).float(), rtol=1.6e-2, atol=1e-2)
+        torch.testing.assert_close(model(x), apart(x), rtol=1e-2, atol=1e-2)
+
+
 def test_compressed_tensors_refusals(tmp_path, monkeypatch):
     pytest.importorskip("compressed_tensors")
     ref = _pruned_tiny()

@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 
 from cutlass_nm import InputError, PatternError  # noqa: E402
 from cutlass_nm.hf import masked_dense_twin, sparsify_model  # noqa: E402
-from cutlass_nm.nn import Sparse24GatedMLP, SparseGatedMLP, SparseLinear  # noqa: E402
+from cutlass_nm.nn import Sparse24GatedMLP, SparseGatedMLP, SparseLinear, StackedSparseLinear  # noqa: E402
 
 ARCHS = ("llama", "mistral", "qwen2")
 PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
@@ -68,8 +68,14 @@ def test_sparsify_model_matches_masked_dense_and_generates(arch, pattern):
     summary = model.sparsify_summary
     for i in range(2):
         layer = model.model.layers[i]
-        for proj in PROJ[:4]:
-            assert isinstance(layer.get_submodule(proj), SparseLinear)
+        if pattern == "128:2:8":
+            assert all(isinstance(layer.get_submodule(proj), SparseLinear) for proj in PROJ[:4])
+        else:  # q, k and v stacked into one 2:4 weight, each a part of it under its own name
+            attn = layer.self_attn
+            assert isinstance(attn.qkv_proj, StackedSparseLinear) and isinstance(attn.o_proj, SparseLinear)
+            assert [(p.stack, p.index) for p in (attn.q_proj, attn.k_proj, attn.v_proj)] == [(attn.qkv_proj, i)
+                                                                                             for i in range(3)]
+            assert attn.qkv_proj.sizes == tuple(getattr(attn, p).out_features for p in ("q_proj", "k_proj", "v_proj"))
         if pattern == "128:2:8":
             assert isinstance(layer.mlp, SparseGatedMLP) and str(layer.mlp.pattern) == pattern
         else:  # gate and up stacked into one 2:4 weight
@@ -79,6 +85,7 @@ def test_sparsify_model_matches_masked_dense_and_generates(arch, pattern):
     assert type(model.model.embed_tokens) is nn.Embedding and type(model.lm_head) is nn.Linear
     assert summary.replaced == [f"model.layers.{i}.{p}" for i in range(2) for p in PROJ]
     assert summary.fused == [f"model.layers.{i}.mlp" for i in range(2)]
+    assert summary.stacked == ([f"model.layers.{i}.self_attn" for i in range(2)] if pattern == "2:4" else [])
     assert summary.excluded == ["lm_head"] and not summary.skipped
     assert any("lm_head kept dense" in n for n in summary.notes)
 
@@ -133,21 +140,22 @@ def test_2_4_gate_up_stack_keeps_each_weight_and_the_function():
 
 @pytest.mark.parametrize("fp8", [False, True])
 def test_fused_2_4_checkpoint_loads_into_a_fresh_dense_model(tmp_path, fp8):
-    """save_sparse of a model whose 2:4 MLPs are fused, then load_sparse_into the dense model it came from: each
-    MLP becomes a Sparse24GatedMLP again and the logits are the saved model's, exactly; a stacked gate/up that does
-    not fit the model's MLP, or an MLP that is not SiLU, is refused."""
+    """save_sparse of a model whose 2:4 MLPs and q/k/v are stacked, then load_sparse_into the dense model it came
+    from: each MLP becomes a Sparse24GatedMLP and each attention gets its stacked q/k/v again, and the logits are the
+    saved model's, exactly; a stack that does not fit the model, or an MLP that is not SiLU, is refused."""
     from cutlass_nm import CheckpointError, load_sparse_into, save_sparse
 
     model, fresh = _model("llama"), _model("llama", intermediate=256)
     sparsify_model(model, "2:4", fp8=fp8)
     save_sparse(model, tmp_path / "m.safetensors")
     assert load_sparse_into(fresh, tmp_path / "m.safetensors") is fresh
-    assert all(isinstance(layer.mlp, Sparse24GatedMLP) and layer.mlp.gate_up.fp8 == fp8
+    assert all(isinstance(layer.mlp, Sparse24GatedMLP) and layer.mlp.gate_up.fp8 == fp8 and
+               isinstance(layer.self_attn.qkv_proj, StackedSparseLinear) and layer.self_attn.v_proj.index == 2
                for layer in fresh.model.layers)
     with torch.no_grad():
         assert torch.equal(fresh(**_inputs()).logits, model(**_inputs()).logits)
     refused = (({"intermediate": 512}, "stacked 2:4 gate/up of 1024x128"), ({"hidden_act": "gelu"}, "not SiLU"),
-               ({"head_dim": 64}, r"_proj' is \d+x128 \(out x in\) in the checkpoint"))
+               ({"head_dim": 64}, r"qkv_proj' is 2:4 \d+x128 in the checkpoint; .* stacked 2:4 q/k/v of \d+x128"))
     for cfg, why in refused:
         other = _model("llama", **cfg)
         with pytest.raises(CheckpointError, match=why):
@@ -316,7 +324,7 @@ def test_end_to_end_ceiling_keeps_the_rest_of_the_step():
 
 
 def test_fp8_llama_sparsifies_and_generates_on_the_cpu():
-    """sparsify_model(fp8=True): every projection an FP8 2:4 SparseLinear (gate and up stacked in one);
+    """sparsify_model(fp8=True): every projection an FP8 2:4 SparseLinear (q/k/v and gate/up stacked);
     generate() runs, and the logits stay near the twin built from the dequantized weights (the gap is the
     activations' per-token e4m3 rounding, through 2 layers of 7 projections; each layer's exact reference is
     tests/test_fp8.py's)."""
@@ -324,7 +332,8 @@ def test_fp8_llama_sparsifies_and_generates_on_the_cpu():
     dense = copy.deepcopy(model)
     sparsify_model(model, "2:4", fp8=True)
     layer = model.model.layers[0]
-    assert all(layer.get_submodule(p).fp8 for p in (*PROJ[:4], "mlp.gate_up", "mlp.down_proj"))
+    assert all(layer.get_submodule(p).fp8 for p in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up",
+                                                     "mlp.down_proj"))
     with torch.no_grad():
         got = model(**_inputs()).logits
         want = masked_dense_twin(dense, model)(**_inputs()).logits

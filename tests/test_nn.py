@@ -494,27 +494,51 @@ def _gated_24(seed: int, dim: int = 256, hidden: int = 384, device: str = "cpu",
 
 
 @pytest.mark.parametrize("fp8", [False, True])
-def test_sparse24_gated_mlp_halves_are_gate_and_up_and_follow_a_load(fp8):
-    """The halves (the two GEMMs a long x runs) are gate's and up's rows over the stacked buffers (FP8: with their
-    scales), each with its own layout cache; built once, and still the module's weights after ``load_state_dict``
+def test_stacked_parts_are_the_layers_and_follow_a_load(fp8):
+    """A stack's parts (the GEMMs a long x runs, one a layer) are each layer's rows over the stacked buffers (FP8:
+    with their scales), each with its own layout cache; built once, and still the layers after ``load_state_dict``
     of other values."""
     mlp = _gated_24(0, fp8=fp8)
-    halves = mlp.halves()
-    assert mlp.halves() is halves
-    assert halves[0]._layouts is not halves[1]._layouts
-    assert halves[1].values.data_ptr() > halves[0].values.data_ptr() == mlp.gate_up.values.data_ptr()  # views
+    parts = mlp.gate_up.parts()
+    assert mlp.gate_up.parts() is parts and mlp.gate_up._view() is mlp.gate_up._view()  # two caches, no eviction
+    assert parts[0]._layouts is not parts[1]._layouts
+    assert parts[1].values.data_ptr() > parts[0].values.data_ptr() == mlp.gate_up.values.data_ptr()  # views
     mlp.load_state_dict(_gated_24(1, fp8=fp8).state_dict())
     gate, up, _ = mlp.dense_weights()
-    halves = mlp.halves()
-    assert torch.equal(halves[0].to_dense().to(gate.dtype), gate) and torch.equal(halves[1].to_dense().to(up.dtype),
-                                                                                 up)
+    parts = mlp.gate_up.parts()
+    assert torch.equal(parts[0].to_dense().to(gate.dtype), gate) and torch.equal(parts[1].to_dense().to(up.dtype), up)
 
 
+def test_stacked_part_takes_its_output_of_one_split_per_input(monkeypatch):
+    """Parts taken of one x share one split (one kernel); a part taken again, a new x or an x changed in place
+    splits again; the pending outputs go once every part was taken."""
+    from cutlass_nm.nn import StackedPart, StackedSparseLinear
+
+    torch.manual_seed(0)
+    lins = [SparseLinear.from_linear(nn.Linear(64, n, bias=False).half(), "2:4") for n in (32, 16, 16)]
+    stack = StackedSparseLinear.stack(lins)
+    q, k, v = (StackedPart(stack, i) for i in range(3))
+    splits = []
+    split = stack.split
+    monkeypatch.setattr(stack, "split", lambda x: splits.append(1) or split(x))
+    x = torch.randn(3, 64).half()
+    with torch.no_grad():
+        want = [lin(x) for lin in lins]
+        got = [q(x), k(x), v(x)]
+        assert len(splits) == 1 and stack._pending is None
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+        q(x), q(x)  # q again before k and v: a new split
+        assert len(splits) == 3
+        x.mul_(2)  # changed in place: k splits again and sees it
+        assert torch.equal(k(x), lins[1](x)) and len(splits) == 4
+    with torch.inference_mode():  # no version counter there: one split for the three parts all the same
+        x = torch.randn(3, 64).half()
+        assert all(torch.equal(p(x), lin(x)) for p, lin in zip((q, k, v), lins, strict=True)) and len(splits) == 5
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 16, 17, 300])
 def test_gpu_sparse24_gated_mlp_matches_fp64_fused_and_split(rows):
     """One stacked kernel up to FUSED_ROWS rows, two GEMMs above; both match fp64, also after a weight reload (the
-    halves' layouts are rebuilt); NaN-poisoned allocations catch unwritten outputs."""
+    parts' layouts are rebuilt); NaN-poisoned allocations catch unwritten outputs."""
     import torch.nn.functional as F
 
     mlp = _gated_24(rows, device="cuda")

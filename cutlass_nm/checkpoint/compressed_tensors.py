@@ -12,7 +12,7 @@ from torch import nn
 
 from ..errors import CheckpointError, SparsityError
 from ..formats import Sparse24Weight
-from ..nn import fuse_sparse_gated_mlps
+from ..nn import QKV_NAMES, STACKED_QKV, fuse_sparse_gated_mlps, stack_sparse_linears
 from .files import DTYPES, HF_EXTRA, PathLike, install, open_safetensors
 
 _CHUNK = 1 << 22  # dense elements converted at a time from a bitmask
@@ -127,7 +127,7 @@ def _from_bitmask(name: str, compressed: torch.Tensor, bitmask: torch.Tensor, sh
 
 
 def load_compressed_tensors(path: PathLike, model: nn.Module | None = None, *, strict: bool = False,
-                            fuse_gate_up: bool = True) -> dict[str, Sparse24Weight]:
+                            fuse_gate_up: bool = True, stack_qkv: bool = True) -> dict[str, Sparse24Weight]:
     """Read a compressed-tensors ``sparse-24-bitmask`` checkpoint: a directory (config.json's
     ``quantization_config.sparsity_config.format`` checked; ``model.safetensors``, shards listed by
     ``model.safetensors.index.json``, or every ``*.safetensors``) or one ``.safetensors`` file. Every layer stored
@@ -136,7 +136,8 @@ def load_compressed_tensors(path: PathLike, model: nn.Module | None = None, *, s
     With ``model``, also installs them as for :func:`load_sparse_into` (the ``nn.Linear`` named ``<layer>``
     becomes a 2:4 SparseLinear) and loads every other tensor by name (``strict``: every model tensor must be there);
     with ``fuse_gate_up``, each SiLU MLP whose gate, up and down all load as 2:4 layers then runs its gate and up as
-    one stacked weight (``nn.fuse_sparse_gated_mlps``).
+    one stacked weight (``nn.fuse_sparse_gated_mlps``); with ``stack_qkv``, each module whose ``q_proj``, ``k_proj``
+    and ``v_proj`` all load as 2:4 layers runs them as one (``nn.stack_sparse_linears``, as ``sparsify_model``).
     Needs compressed-tensors (``pip install cutlass-nm[hf]``). A group with more than 2 ones: SparsityError."""
     unpack, fmt = _compressed_tensors()
     path = Path(path)
@@ -162,4 +163,7 @@ def load_compressed_tensors(path: PathLike, model: nn.Module | None = None, *, s
             install(model, weights, dense, strict=strict, source=str(path))
             if fuse_gate_up:
                 fuse_sparse_gated_mlps(model)
+            if stack_qkv:
+                for attn in list(model.modules()):
+                    stack_sparse_linears(attn, QKV_NAMES, STACKED_QKV)
     return weights

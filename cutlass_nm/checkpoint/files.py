@@ -14,7 +14,18 @@ from torch import nn
 from ..errors import CheckpointError
 from ..formats import AnyWeight
 from ..formats.fp8 import Sparse24FP8Weight
-from ..nn import GATED_NAMES, Sparse24GatedMLP, SparseLinear, has_silu, refresh_module_layouts, weight_tensors
+from ..nn import (
+    GATED_NAMES,
+    QKV_NAMES,
+    STACKED_QKV,
+    Sparse24GatedMLP,
+    SparseLinear,
+    StackedPart,
+    StackedSparseLinear,
+    has_silu,
+    refresh_module_layouts,
+    weight_tensors,
+)
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float8_e4m3fn": torch.float8_e4m3fn}
@@ -49,49 +60,70 @@ def open_safetensors(path: Path, stack: ExitStack, device: str = "cpu") -> Any:
                               f"{exc}") from None
 
 
-def _gate_up_shells(model: nn.Module, layers: Mapping[str, AnyWeight], source: str) -> dict[str, Sparse24GatedMLP]:
-    """The empty ``Sparse24GatedMLP`` each SwiGLU MLP of ``model`` becomes, by qualified name, where ``layers`` hold
-    its stacked 2:4 gate/up (``<mlp>.gate_up``, with ``<mlp>.down_proj``) and the model still has its three
-    ``nn.Linear`` projections (``GATED_NAMES``); the layers' shapes and the MLP's SiLU are checked first."""
-    shells = {}
+def _stack_shells(model: nn.Module, layers: Mapping[str, AnyWeight], source: str
+                  ) -> tuple[dict[str, nn.Module], dict[str, SparseLinear]]:
+    """(modules to set at qualified names, the empty SparseLinear each of those layers fills) for the stacked layers
+    ``layers`` hold where ``model`` still has the ``nn.Linear`` layers they stack: a SwiGLU MLP's 2:4 gate/up
+    (``<mlp>.gate_up``, with ``<mlp>.down_proj``; the MLP becomes a ``Sparse24GatedMLP``, SiLU checked) and an
+    attention's 2:4 q/k/v (``<attn>.qkv_proj``; it gets the stack and a ``StackedPart`` per projection). Shapes are
+    checked first."""
+    installs: dict[str, nn.Module] = {}
+    fills: dict[str, SparseLinear] = {}
     for name, w in layers.items():
-        mlp_name, _, leaf = name.rpartition(".")
-        down = layers.get(f"{mlp_name}.down_proj")
+        owner_name, _, leaf = name.rpartition(".")
+        names = {"gate_up": GATED_NAMES[:2], STACKED_QKV: QKV_NAMES}.get(leaf)
         try:
-            mlp = model.get_submodule(mlp_name)
+            owner = model.get_submodule(owner_name) if names else None
         except AttributeError:
             continue  # reported as a layer the model lacks
-        parts = [getattr(mlp, n, None) for n in GATED_NAMES]
-        if leaf != "gate_up" or down is None or not all(type(p) is nn.Linear for p in parts):
+        lins = [getattr(owner, n, None) for n in names or ()]
+        if not lins or not all(type(lin) is nn.Linear for lin in lins):
             continue
-        gate = parts[0]
-        if not w.pattern.is_24 or w.shape != (2 * gate.out_features, gate.in_features):
+        rows = sum(lin.out_features for lin in lins)
+        if not w.pattern.is_24 or w.shape != (rows, lins[0].in_features) or len({
+                (lin.in_features, lin.bias is not None) for lin in lins}) != 1:
+            kind = "gate/up" if leaf == "gate_up" else "q/k/v"
             raise CheckpointError(f"{source}: layer {name!r} is {w.pattern} {w.shape[0]}x{w.shape[1]} in the "
-                                  f"checkpoint; the model's MLP takes a stacked 2:4 gate/up of "
-                                  f"{2 * gate.out_features}x{gate.in_features}")
-        if not has_silu(mlp):
-            raise CheckpointError(f"{source}: layer {name!r} is a fused SwiGLU gate/up, but {mlp_name}'s activation "
-                                  "is not SiLU")
-        shells[mlp_name] = Sparse24GatedMLP(_sparse_for(gate, w), _sparse_for(parts[2], down))
-    return shells
+                                  f"checkpoint; the model's {owner_name} takes a stacked 2:4 {kind} of "
+                                  f"{rows}x{lins[0].in_features} (one input, biased alike)")
+        stack = StackedSparseLinear(w.shape[1], [lin.out_features for lin in lins], lins[0].bias is not None,
+                                    *_placement(lins[0]), fp8=isinstance(w, Sparse24FP8Weight))
+        fills[name] = stack
+        if leaf == STACKED_QKV:
+            installs[name] = stack
+            installs.update({f"{owner_name}.{n}": StackedPart(stack, i) for i, n in enumerate(names)})
+            continue
+        down, down_lin = layers.get(f"{owner_name}.down_proj"), getattr(owner, GATED_NAMES[2], None)
+        if down is None or type(down_lin) is not nn.Linear:
+            raise CheckpointError(f"{source}: layer {name!r} is a stacked gate/up, but the checkpoint or the model "
+                                  f"has no {owner_name}.down_proj to go with it")
+        if not has_silu(owner):
+            raise CheckpointError(f"{source}: layer {name!r} is a fused SwiGLU gate/up, but {owner_name}'s "
+                                  "activation is not SiLU")
+        installs[owner_name] = mlp = Sparse24GatedMLP(stack, _sparse_for(down_lin, down))
+        fills[f"{owner_name}.down_proj"] = mlp.down_proj
+    return installs, fills
+
+
+def _placement(lin: nn.Linear) -> tuple[torch.device, torch.dtype]:
+    """Where a SparseLinear that replaces ``lin`` lives: its device (the CPU for a meta one) and dtype."""
+    return (lin.weight.device if lin.weight.device.type != "meta" else torch.device("cpu")), lin.weight.dtype
 
 
 def _sparse_for(lin: nn.Linear, w: AnyWeight) -> SparseLinear:
     """An empty SparseLinear that takes ``w`` in place of ``lin`` (its dtype, device and bias; ``w``'s shape,
     pattern, vector and FP8)."""
-    device = lin.weight.device if lin.weight.device.type != "meta" else torch.device("cpu")
-    return SparseLinear(w.shape[1], w.shape[0], lin.bias is not None, w.pattern, device, lin.weight.dtype,
+    return SparseLinear(w.shape[1], w.shape[0], lin.bias is not None, w.pattern, *_placement(lin),
                         vector=getattr(w, "vector", 0) or 32, fp8=isinstance(w, Sparse24FP8Weight))
 
 
-def _target(model: nn.Module, shells: Mapping[str, Sparse24GatedMLP], name: str, w: AnyWeight,
+def _target(model: nn.Module, fills: Mapping[str, SparseLinear], name: str, w: AnyWeight,
             source: str) -> nn.Module:
-    """The module layer ``name`` goes into (an ``nn.Linear`` to replace or a SparseLinear to fill; inside a
-    ``shells`` MLP where it takes one), checked against ``w`` without changing the model."""
-    mlp_name, _, leaf = name.rpartition(".")
+    """The module layer ``name`` goes into (an ``nn.Linear`` to replace or a SparseLinear to fill; ``fills``' own
+    where it has one), checked against ``w`` without changing the model."""
     try:
-        mod = getattr(shells[mlp_name], leaf) if mlp_name in shells else model.get_submodule(name)
-    except (AttributeError, KeyError):
+        mod = fills[name] if name in fills else model.get_submodule(name)
+    except AttributeError:
         raise CheckpointError(f"{source}: layer {name!r} is not in the model") from None
     if not isinstance(mod, nn.Linear | SparseLinear):
         raise CheckpointError(f"{source}: layer {name!r} is a {type(mod).__name__} in the model, not an nn.Linear "
@@ -109,14 +141,14 @@ def _target(model: nn.Module, shells: Mapping[str, Sparse24GatedMLP], name: str,
 def install(model: nn.Module, layers: Mapping[str, AnyWeight], tensors: Mapping[str, torch.Tensor], *,
              strict: bool, source: str) -> nn.Module:
     """Put ``layers`` into ``model`` (an ``nn.Linear`` is replaced by a SparseLinear of its dtype and device, a
-    SparseLinear is filled; a SwiGLU MLP whose stacked 2:4 gate/up the checkpoint holds becomes a
-    ``Sparse24GatedMLP``) and load ``tensors`` by name; returns the model (or the SparseLinear that replaced it).
+    SparseLinear is filled; where the checkpoint holds a stacked 2:4 gate/up or q/k/v, the model's MLP or attention
+    takes the stack) and load ``tensors`` by name; returns the model (or the SparseLinear that replaced it).
     Every layer is checked before the model changes."""
-    shells = _gate_up_shells(model, layers, source)
-    targets = {name: _target(model, shells, name, w, source) for name, w in layers.items()}  # all checked first
-    for mlp_name, shell in shells.items():
-        parent, _, child = mlp_name.rpartition(".")
-        setattr(model.get_submodule(parent), child, shell)
+    installs, fills = _stack_shells(model, layers, source)
+    targets = {name: _target(model, fills, name, w, source) for name, w in layers.items()}  # all checked first
+    for qualified, module in installs.items():
+        parent, _, child = qualified.rpartition(".")
+        setattr(model.get_submodule(parent), child, module)
     root = model
     for name, w in layers.items():
         mod = targets[name]
