@@ -153,7 +153,8 @@ def projections(model: nn.Module) -> dict[str, list[nn.Module]]:
 
 def linear_ms(model: nn.Module, batch: int, seq: int = 1) -> float:
     """Device time of one step's projections over batch x seq tokens: every layer's module called once in a CUDA
-    graph (each weight read cold, as in the step), summed over the kinds of ``projections``."""
+    graph (each weight read cold, as in the step; a stacked q/k/v through ``split``, as its parts run it), summed
+    over the kinds of ``projections``."""
     from cutlass_nm.timing import time_rotating
 
     total = 0.0
@@ -162,7 +163,8 @@ def linear_ms(model: nn.Module, batch: int, seq: int = 1) -> float:
             dtype = next(t.dtype for t in (*mods[0].parameters(), *mods[0].buffers()) if t.is_floating_point())
             width = getattr(mods[0], "in_features", model.config.hidden_size)
             x = torch.randn(batch, seq, width, device="cuda").to(dtype if dtype.itemsize == 2 else torch.bfloat16)
-            total += time_rotating(lambda i, mods=mods, x=x: mods[i](x), len(mods), reps=50).p50_ms * len(mods)
+            calls = [getattr(mod, "split", mod) for mod in mods]  # a stack: as its parts run it (split)
+            total += time_rotating(lambda i, calls=calls, x=x: calls[i](x), len(mods), reps=50).p50_ms * len(mods)
     return total
 
 
