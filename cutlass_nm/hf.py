@@ -37,12 +37,12 @@ from .nn import (
     SparseLinear,
     SparsifySummary,
     StackedPart,
-    _skip_reason,
     has_silu,
     sparsify,
     sparsify_gated_mlps,
     stack_sparse_linears,
 )
+from .nn.linear import _skip_reason
 from .patterns import Pattern
 from .routing import check_runnable
 

@@ -1,0 +1,304 @@
+"""``SparseLinear`` (an ``nn.Linear`` with a 2:4-, V:N:M- or general N:M-compressed weight) and ``sparsify``
+(replace a model's ``nn.Linear`` layers where sparse is faster)."""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..decisions import LayerDecision, decide
+from ..dispatch import matmul
+from ..errors import CutlassNMError, InputError, PatternError, ShapeError
+from ..families.sptc24_fp8_sm90.family import K_MULTIPLE as FP8_K_MULTIPLE
+from ..formats import compress_as
+from ..formats.fp8 import Sparse24FP8Weight, quantize
+from ..formats.nm import VECTORS
+from ..formats.weight import refresh_layouts
+from ..ops import (
+    fp8_view,
+    nm_linear,
+    nm_view,
+    sparse24_fp8_linear,
+    sparse24_linear,
+    vnm_linear,
+    vnm_view,
+    weight_view,
+)
+from ..patterns import Pattern
+from ..routing import check_runnable, unrunnable
+
+log = logging.getLogger("cutlass_nm.nn")
+
+
+def direct_call(x: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    """Whether a module's forward may launch the kernels itself rather than through its custom op (same result,
+    a fraction of the host time): a plain CUDA tensor, outside ``torch.compile``, with no gradient to record."""
+    if type(x) is not torch.Tensor or not x.is_cuda or torch.compiler.is_compiling():
+        return False
+    return not (torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)))
+
+
+def weight_tensors(w: Any) -> dict[str, torch.Tensor]:
+    """The SparseLinear buffers that hold the compressed weight ``w``, by name: 2:4 values and meta; V:N:M values,
+    columns and meta; N:M values and indices; an FP8 weight's values as their uint8 bytes (what the module stores)
+    plus its scale."""
+    p = w.pattern
+    names = ("values", "meta") if p.is_24 else ("values", "columns", "meta") if p.is_vnm else ("values", "indices")
+    out = {b: getattr(w, b) for b in names}
+    if isinstance(w, Sparse24FP8Weight):
+        out.update(values=w.values.view(torch.uint8), scale=w.scale)
+    return out
+
+
+def cached_view(module: nn.Module, buffers: tuple[torch.Tensor, ...], build: Callable[[], Any],
+                slot: str = "_cached_view") -> Any:
+    """``build()``, kept on ``module`` (in ``slot``) while ``buffers`` are the same tensor objects (``.to()``,
+    ``.half()`` or a buffer reassignment rebuild it; the view holds the tensors, so their ids cannot be reused
+    meanwhile)."""
+    ids = tuple(map(id, buffers))
+    cached = module.__dict__.get(slot)
+    if cached is None or cached[0] != ids:
+        cached = module.__dict__[slot] = (ids, build())
+    return cached[1]
+
+
+class SparseLinear(nn.Module):
+    """``y = x Wᵀ + b`` with W stored compressed; no dense copy is kept, ``state_dict`` holds the compressed
+    buffers. 2:4: ``values`` (out x in/2) and ``meta`` (out x in/4, uint8). V:N:M (``"128:2:8"``): ``values``
+    (out x 2G), ``columns`` (ceil(out/V) x G x 4, uint8) and ``meta`` (out x G, uint8), G = ceil(in/M). General
+    N:M (``"3:7"``): ``values`` (out x G·N) and ``indices`` (ceil(out/vector) x G·N, uint8: the kept positions,
+    shared by ``vector`` consecutive rows; see formats/nm.py).
+
+    Takes every pattern ``cutlass_nm.prune`` takes (PatternError, naming the rule, for the others). The module may
+    be built in any float dtype and cast later (``.half()``); its forward takes x in the weight's dtype, under
+    ``matmul``'s input rules on every device (2:4 and V:N:M: fp16/bf16; general N:M also fp32)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, pattern: str | Pattern = "2:4",
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
+                 vector: int = 32, fp8: bool = False) -> None:
+        super().__init__()
+        self.pattern = Pattern.parse(pattern)
+        check_runnable(self.pattern)
+        if fp8 and (not self.pattern.is_24 or in_features % FP8_K_MULTIPLE):
+            raise PatternError(f"FP8 SparseLinear is 2:4 with in_features % {FP8_K_MULTIPLE} == 0, got "
+                               f"{self.pattern} and in_features = {in_features}")
+        self.fp8 = fp8
+        if self.pattern.is_24 and in_features % 4:
+            raise PatternError(f"2:4 needs in_features % 4 == 0, got {in_features}")
+        if in_features < 1 or out_features < 1:
+            raise ShapeError(f"SparseLinear needs in_features and out_features >= 1, got {in_features} and "
+                               f"{out_features}")
+        if not self.pattern.is_24 and not self.pattern.is_vnm and vector not in VECTORS:
+            raise InputError(f"vector must be one of {VECTORS}, got {vector}")
+        self.in_features, self.out_features = in_features, out_features
+        self.vector = vector if not (self.pattern.is_24 or self.pattern.is_vnm) else 0
+        dtype = dtype or torch.get_default_dtype()
+        p = self.pattern
+        if p.is_24:
+            groups, kept = in_features // 4, in_features // 2
+        elif p.is_vnm:
+            groups = -(-in_features // p.m)
+            kept = 2 * groups
+            blocks = -(-out_features // p.v)
+            cols = torch.arange(4, device=device, dtype=torch.uint8).expand(blocks, groups, 4).contiguous()
+            self.register_buffer("columns", cols)
+        else:
+            groups = -(-in_features // p.m)
+            kept = p.n * groups
+            blocks = -(-out_features // vector)
+            idx = torch.arange(p.n, device=device, dtype=torch.uint8).repeat(groups).expand(blocks, kept)
+            self.register_buffer("indices", idx.contiguous())
+        # FP8: the e4m3 bytes as uint8 (module casts such as .half() leave them alone) and a float32 scale per row
+        values_dtype = torch.uint8 if fp8 else dtype
+        self.register_buffer("values", torch.zeros(out_features, kept, device=device, dtype=values_dtype))
+        if fp8:
+            self.register_buffer("scale", torch.ones(out_features, device=device, dtype=torch.float32))
+        if p.is_24 or p.is_vnm:
+            self.register_buffer("meta", torch.full((out_features, groups), 0x4, device=device, dtype=torch.uint8))
+        self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, pattern: str | Pattern = "2:4", *, prune: bool = True,
+                    vector: int = 32, fp8: bool = False) -> SparseLinear:
+        """Compress ``linear``'s weight (magnitude-pruned to the pattern unless ``prune=False``; ``fp8``: its kept
+        values in e4m3 with per-output-channel scales, 2:4 only, Hopper); refused as ``cutlass_nm.prune`` refuses
+        (pattern, dtype, NaN/Inf, shape), naming the rule."""
+        w = linear.weight.detach()
+        mod = cls(linear.in_features, linear.out_features, linear.bias is not None, pattern, w.device, w.dtype,
+                  vector=vector, fp8=fp8)
+        check_runnable(mod.pattern, w.dtype)
+        c = compress_as(w, mod.pattern, prune=prune, vector=vector)
+        for name, t in weight_tensors(quantize(c) if fp8 else c).items():
+            mod._buffers[name].copy_(t)
+        if linear.bias is not None:
+            mod.bias.data.copy_(linear.bias.detach())
+        return mod
+
+    def compressed(self):
+        """The weight as a compressed-weight view over this module's buffers (shares their storage)."""
+        p = self.pattern
+        if self.fp8:
+            return fp8_view(self.values, self.meta, self.scale)
+        if p.is_24:
+            return weight_view(self.values, self.meta)
+        if p.is_vnm:
+            return vnm_view(self.values, self.columns, self.meta, p.v, p.m, self.in_features)
+        return nm_view(self.values, self.indices, p.n, p.m, self.in_features, self.vector)
+
+    def _view(self):
+        """``compressed()``, kept while this module's buffers are the same tensors (eager calls build it once)."""
+        return cached_view(self, tuple(self._buffers.values()), self.compressed)
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        """``nn.Module``'s, then the kernel layouts already built from the old weight are rebuilt in place."""
+        super()._load_from_state_dict(*args, **kwargs)
+        refresh_layouts(self._view())
+
+    def weight_dense(self) -> torch.Tensor:
+        """The (pruned) dense weight, decompressed on demand."""
+        return self.compressed().to_dense()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = self._parameters.get("bias")
+        if direct_call(x, bias):
+            return matmul(x if x.is_contiguous() else x.contiguous(), self._view(), bias)
+        p = self.pattern
+        if self.fp8:
+            return sparse24_fp8_linear(x, self.values, self.meta, self.scale, self.bias)
+        if p.is_24:
+            return sparse24_linear(x, self.values, self.meta, self.bias)
+        if p.is_vnm:
+            return vnm_linear(x, self.values, self.columns, self.meta, p.v, p.m, self.in_features, self.bias)
+        return nm_linear(x, self.values, self.indices, p.n, p.m, self.in_features, self.vector, self.bias)
+
+    def extra_repr(self) -> str:
+        vector = f", vector={self.vector}" if self.vector else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, " \
+               f"pattern={self.pattern}{vector}{', fp8=True' if self.fp8 else ''}"
+
+
+@dataclass
+class SparsifySummary:
+    """What ``sparsify`` did: the layers it replaced, those it left dense with the reason, and those
+    ``include``/``exclude`` left out (qualified module names; ``""`` is a bare ``nn.Linear`` passed as the model)."""
+
+    pattern: str
+    replaced: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    excluded: list[str] = field(default_factory=list)
+    decisions: list[LayerDecision] = field(default_factory=list)  # per runnable layer: sparse or kept dense, why
+
+    @property
+    def kept_dense(self) -> list[str]:
+        """Layers that could run the pattern but stay dense: sparse was not faster by ``min_speedup``."""
+        return [d.name for d in self.decisions if d.decision == "dense"]
+
+    def table(self) -> str:
+        """One line per decided layer: name, shape, decision, dense/sparse speedup per token count, how."""
+        return "\n".join(d.row() for d in self.decisions)
+
+    def skipped_text(self) -> str:
+        """The skipped layers grouped by reason: ``reason: name, name; reason: name``."""
+        by_reason: dict[str, list[str]] = {}
+        for name, reason in self.skipped.items():
+            by_reason.setdefault(reason, []).append(repr(name))
+        return "; ".join(f"{', '.join(names)}: {reason}" for reason, names in by_reason.items())
+
+
+def _skip_reason(linear: nn.Linear, pattern: Pattern, fp8: bool = False) -> str | None:
+    """Why ``linear`` cannot become a ``pattern`` SparseLinear that runs (None: it can)."""
+    if (why := unrunnable(pattern, linear.weight.dtype)) is not None:
+        return why
+    if fp8 and (linear.in_features % FP8_K_MULTIPLE or linear.out_features % 8):
+        return f"FP8 2:4 needs in_features % {FP8_K_MULTIPLE} == 0 and out_features % 8 == 0"
+    if not pattern.is_24 and not pattern.is_vnm:
+        return None  # general N:M: the CUDA-core and decode kernels take any shape
+    if linear.in_features % 16 or linear.out_features % 8:
+        return ("in_features % 16 != 0 or out_features % 8 != 0: the Sparse Tensor Core kernels (2:4, V:N:M) need "
+                "both; general N:M patterns (e.g. '2:8') take any shape")
+    return None
+
+
+def sparsify(model: nn.Module, pattern: str | Pattern = "2:4", include: Iterable[str] | None = None,
+             exclude: Iterable[str] | None = None, *, vector: int = 32, tokens: Iterable[int] = (1, 2048),
+             min_speedup: float = 1.0, force: bool = False, fp8: bool = False) -> nn.Module:
+    """Replace ``nn.Linear`` layers in place by ``SparseLinear`` (magnitude-pruned to ``pattern``: 2:4, V:N:M or
+    general N:M, every pattern ``cutlass_nm.prune`` takes; ``vector``: the general N:M format's rows sharing
+    positions) where sparse is faster.
+
+    A layer on a CUDA GPU becomes sparse only if its sparse forward is at least ``min_speedup`` x faster than the
+    dense one at every token count (rows of x) in ``tokens``, timed on this GPU (``cutlass_nm.decisions``; each
+    distinct shape once, kernels compiled first); otherwise it stays dense. ``force=True`` replaces every layer
+    that can run the pattern, untimed. Layers not on a GPU are replaced untimed.
+
+    ``include``/``exclude`` are fnmatch patterns over qualified module names (e.g. ``"*.mlp.*"``). Layers that
+    cannot run the pattern (dtype, shape, NaN/Inf weights) stay dense: one warning lists them with the reason. The
+    returned module is ``model`` itself, or, for a bare ``nn.Linear`` passed as ``model``, its ``SparseLinear``
+    (include/exclude do not apply to it). Its attribute ``sparsify_summary`` (a :class:`SparsifySummary`) says
+    what was replaced, skipped (and why), kept dense and excluded, and ``sparsify_summary.table()`` the per-layer
+    decisions with their measured speedups. A pattern no family runs raises PatternError. ``fp8=True`` (2:4 only,
+    Hopper) stores the kept values in e4m3 with per-channel scales; the layers then quantize x per token.
+    """
+    p = Pattern.parse(pattern)
+    check_runnable(p)
+    if fp8 and not p.is_24:
+        raise PatternError(f"fp8=True takes the 2:4 pattern, got {p}")
+    tokens = tuple(tokens)
+    if not tokens or not all(isinstance(t, int) and t >= 1 for t in tokens):
+        raise InputError(f"tokens must be positive ints (rows of x to decide at), got {tokens!r}")
+    if not min_speedup > 0:
+        raise InputError(f"min_speedup must be > 0, got {min_speedup!r}")
+    summary = SparsifySummary(str(p))
+    include, exclude = list(include or ["*"]), list(exclude or [])
+    if type(model) is nn.Linear:
+        layers = [(None, "", "", model)]
+    else:
+        layers = [(module, child_name, f"{name}.{child_name}" if name else child_name, child)
+                  for name, module in model.named_modules() for child_name, child in module.named_children()
+                  if type(child) is nn.Linear]
+    result = model
+    runnable = []
+    for parent, child_name, qualified, child in layers:
+        if parent is not None and (not any(fnmatch.fnmatch(qualified, q) for q in include)
+                                   or any(fnmatch.fnmatch(qualified, q) for q in exclude)):
+            summary.excluded.append(qualified)
+            continue
+        reason = _skip_reason(child, p, fp8)
+        if reason is None:
+            try:
+                sparse = SparseLinear.from_linear(child, p, vector=vector, fp8=fp8)
+            except CutlassNMError as exc:  # e.g. NaN/Inf weights
+                reason = f"{type(exc).__name__}: {exc}"
+        if reason is not None:
+            summary.skipped[qualified] = reason
+            continue
+        runnable.append((parent, child_name, qualified, child, sparse))
+    if force:
+        summary.decisions = [LayerDecision(q, (c.out_features, c.in_features), "sparse", {}, "forced")
+                             for _, _, q, c, _ in runnable]
+    else:
+        summary.decisions = decide([(q, c, sp) for _, _, q, c, sp in runnable], tokens, min_speedup)
+    for (parent, child_name, qualified, _, sparse), decision in zip(runnable, summary.decisions, strict=True):
+        if decision.decision != "sparse":
+            continue
+        summary.replaced.append(qualified)
+        if parent is None:
+            result = sparse
+        else:
+            setattr(parent, child_name, sparse)
+    if summary.kept_dense:
+        log.info("sparsify: %d layer(s) kept dense (sparse not %.2fx faster at tokens %s):\n%s",
+                 len(summary.kept_dense), min_speedup, tokens, summary.table())
+    if summary.skipped:
+        total = len(summary.skipped) + len(summary.replaced)
+        warnings.warn(f"sparsify: {len(summary.skipped)} of {total} nn.Linear layer(s) left dense (not {p}): "
+                      f"{summary.skipped_text()}", stacklevel=2)
+    result.sparsify_summary = summary
+    return result

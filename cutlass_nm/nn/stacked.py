@@ -1,0 +1,149 @@
+"""``StackedSparseLinear``: 2:4 layers of one input stacked by rows, one kernel for all of them at decode sizes;
+``StackedPart`` keeps each layer callable under its own name (an attention's q/k/v)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..dispatch import matmul
+from ..errors import PatternError
+from ..formats.weight import refresh_layouts
+from ..ops import (
+    fp8_view,
+    weight_view,
+)
+from .linear import SparseLinear, cached_view, direct_call
+
+QKV_NAMES = ("q_proj", "k_proj", "v_proj")  # an attention's projections of one input (LLaMA, Mistral, Qwen2)
+STACKED_QKV = "qkv_proj"  # the StackedSparseLinear they become at 2:4
+
+
+
+FUSED_ROWS = 16  # a StackedSparseLinear's layers run as one kernel up to this many rows of x, above it one GEMM each
+
+
+class StackedSparseLinear(SparseLinear):
+    """2:4 layers of one input stacked by rows (and their biases, all or none), ``sizes`` their out_features in order
+    (2:4 runs along in_features, so the stack is each layer's own 2:4). ``forward`` is the stacked layer.
+    ``split(x)`` gives each layer's output: one kernel up to ``FUSED_ROWS`` rows of x (and under ``torch.compile``);
+    above that, on the GPU, one GEMM a layer on row views of the stack (``parts()``: contiguous outputs, no strided
+    halves for what follows).
+    ``part(x, i)`` is ``split(x)[i]``, one split shared by the parts taken of one x (``StackedPart``'s forward)."""
+
+    def __init__(self, in_features: int, sizes: Sequence[int], bias: bool = False,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
+                 fp8: bool = False) -> None:
+        super().__init__(in_features, sum(sizes), bias, "2:4", device, dtype, fp8=fp8)
+        self.sizes = tuple(int(n) for n in sizes)
+        self._pending: tuple | None = None  # the last split: (x, x's version, outputs, parts not yet taken)
+
+    @classmethod
+    def stack(cls, layers: Sequence[SparseLinear]) -> StackedSparseLinear:
+        """Stack 2:4 SparseLinear layers of one in_features (biased or not, FP8 or not, alike) as they are: their
+        compressed rows (FP8 scales, biases), nothing pruned again."""
+        first = layers[0]
+        biased = first.bias is not None
+        if not all(isinstance(lin, SparseLinear) and lin.pattern.is_24 and (lin.bias is not None) == biased and
+                   (lin.in_features, lin.fp8) == (first.in_features, first.fp8) for lin in layers):
+            raise PatternError("StackedSparseLinear.stack takes 2:4 SparseLinear layers of one in_features, biased "
+                               "or not and FP8 or not alike")
+        stacked = cls(first.in_features, [lin.out_features for lin in layers], biased, first.values.device,
+                      first.bias.dtype if biased else None if first.fp8 else first.values.dtype, fp8=first.fp8)
+        with torch.no_grad():
+            for name, t in (*stacked._buffers.items(), *stacked._parameters.items()):
+                t.copy_(torch.cat([getattr(lin, name) for lin in layers]))
+        return stacked
+
+    def parts(self) -> tuple[Any, ...]:
+        """Each stacked layer's rows as a compressed weight over this module's buffers (built once; kernel layouts of
+        their own)."""
+        return self._parts()[0]
+
+    def _parts(self) -> tuple[tuple[Any, ...], tuple[torch.Tensor | None, ...]]:
+        """(``parts()``, each layer's bias: views of the stacked bias, or None), kept while the tensors are these."""
+        def build() -> tuple[tuple[Any, ...], tuple[torch.Tensor | None, ...]]:
+            rows = [slice(a, b) for a, b in itertools.pairwise([0, *itertools.accumulate(self.sizes)])]
+            if self.fp8:
+                weights = tuple(fp8_view(self.values[r], self.meta[r], self.scale[r]) for r in rows)
+            else:
+                weights = tuple(weight_view(self.values[r], self.meta[r]) for r in rows)
+            return weights, tuple(None if self.bias is None else self.bias[r] for r in rows)
+
+        tensors = (*self._buffers.values(), *self._parameters.values())
+        return cached_view(self, tensors, build, slot="_cached_parts")
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        """SparseLinear's, then the parts' layouts are rebuilt in place too."""
+        super()._load_from_state_dict(*args, **kwargs)
+        self.refresh_parts()
+
+    def refresh_parts(self) -> None:
+        """Rebuild the parts' kernel layouts in place (the buffers changed in place)."""
+        for w in self.parts():
+            refresh_layouts(w)
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if x.numel() > FUSED_ROWS * x.shape[-1] and direct_call(x, self.bias):
+            x = x if x.is_contiguous() else x.contiguous()
+            return tuple(matmul(x, w, b) for w, b in zip(*self._parts(), strict=True))
+        return self(x).split(self.sizes, dim=-1)
+
+    def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
+        """``split(x)[index]``: the first part taken of ``x`` splits it, the others take their outputs from that
+        split until each part was taken once (``x`` the same tensor, unchanged: its version counter, where it has
+        one; inference-mode tensors and traced code have none)."""
+        pending = self._pending
+        version = None if torch.compiler.is_compiling() or x.is_inference() else x._version
+        if pending is None or pending[0] is not x or pending[1] != version or index not in pending[3]:
+            pending = (x, version, self.split(x), set(range(len(self.sizes))))
+        taken = pending[3] - {index}
+        self._pending = (*pending[:3], taken) if taken else None
+        return pending[2][index]
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, sizes={self.sizes}"
+
+
+class StackedPart(nn.Module):
+    """Layer ``index`` of a ``StackedSparseLinear`` where a model calls it by its own name (e.g. an attention's
+    ``q_proj``): ``forward(x)`` is ``stack.part(x, index)``. It holds no weights: the stack is a child of the
+    module it serves, and only referenced here."""
+
+    def __init__(self, stack: StackedSparseLinear, index: int) -> None:
+        super().__init__()
+        self.__dict__["stack"] = stack  # not a child: its buffers belong to the parent's state_dict once
+        self.index = index
+        self.in_features, self.out_features = stack.in_features, stack.sizes[index]
+
+    def weight_dense(self) -> torch.Tensor:
+        """This layer's (pruned) dense weight, decompressed on demand."""
+        start = sum(self.stack.sizes[:self.index])
+        return self.stack.weight_dense()[start:start + self.out_features]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.stack.part(x, self.index)
+
+    def extra_repr(self) -> str:
+        return f"index={self.index}, in_features={self.in_features}, out_features={self.out_features}"
+
+
+def stack_sparse_linears(module: nn.Module, names: Sequence[str], stacked_name: str) -> StackedSparseLinear | None:
+    """Replace, in place, ``module``'s children ``names`` (bias-free 2:4 SparseLinear layers of one input, FP8 or
+    not alike) by a ``StackedSparseLinear`` child ``stacked_name`` and a ``StackedPart`` under each name; returns the
+    stack, or None where the children do not qualify (left as they are)."""
+    layers = [getattr(module, n, None) for n in names]
+    if not all(type(lin) is SparseLinear for lin in layers):
+        return None
+    try:
+        stack = StackedSparseLinear.stack(layers)
+    except PatternError:
+        return None
+    setattr(module, stacked_name, stack)
+    for i, name in enumerate(names):
+        setattr(module, name, StackedPart(stack, i))
+    return stack
