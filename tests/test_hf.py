@@ -256,6 +256,26 @@ def test_static_cache_and_fullgraph_compile_on_cpu(pattern):
     assert torch.equal(seq, eager)
 
 
+def test_stacked_2_4_layers_run_one_kernel_each_eager_and_compiled(monkeypatch):
+    """A 2:4 decoder layer runs 4 sparse kernels (q/k/v stacked, o, gate/up stacked, down) where it had 7, in eager
+    calls and in a fullgraph-compiled forward alike (the q/k/v parts share their one split under tracing too)."""
+    from cutlass_nm import ops
+
+    model = sparsify_model(_model("llama"), "2:4")
+    calls, linear = [], ops.linear
+    monkeypatch.setattr(ops, "linear", lambda *a: calls.append(1) or linear(*a))
+    with torch.no_grad():
+        want = model(**_inputs()).logits
+        eager = len(calls)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+        compiled(**_inputs())  # traces
+        calls.clear()
+        got = compiled(**_inputs()).logits
+    assert eager == len(calls) == 4 * len(model.model.layers)
+    assert torch.equal(got, want)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("pattern", ["2:4", "128:2:8"])
 def test_gpu_generate_static_cache_cuda_graphs_matches_eager(pattern):
