@@ -13,17 +13,11 @@ from torch import nn
 from ..dispatch import matmul
 from ..errors import PatternError
 from ..formats.weight import refresh_layouts
-from ..ops import (
-    fp8_view,
-    weight_view,
-)
+from ..ops import fp8_view, weight_view
 from .linear import SparseLinear, cached_view, direct_call
 
 QKV_NAMES = ("q_proj", "k_proj", "v_proj")  # an attention's projections of one input (LLaMA, Mistral, Qwen2)
 STACKED_QKV = "qkv_proj"  # the StackedSparseLinear they become at 2:4
-
-
-
 FUSED_ROWS = 16  # a StackedSparseLinear's layers run as one kernel up to this many rows of x, above it one GEMM each
 
 
@@ -32,8 +26,8 @@ class StackedSparseLinear(SparseLinear):
     (2:4 runs along in_features, so the stack is each layer's own 2:4). ``forward`` is the stacked layer.
     ``split(x)`` gives each layer's output: one kernel up to ``FUSED_ROWS`` rows of x (and under ``torch.compile``);
     above that, on the GPU, one GEMM a layer on row views of the stack (``parts()``: contiguous outputs, no strided
-    halves for what follows).
-    ``part(x, i)`` is ``split(x)[i]``, one split shared by the parts taken of one x (``StackedPart``'s forward)."""
+    halves for what follows). ``part(x, i)`` is ``split(x)[i]``, one split shared by the parts taken of one x
+    (``StackedPart``'s forward)."""
 
     def __init__(self, in_features: int, sizes: Sequence[int], bias: bool = False,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
@@ -133,9 +127,9 @@ class StackedPart(nn.Module):
 
 
 def stack_sparse_linears(module: nn.Module, names: Sequence[str], stacked_name: str) -> StackedSparseLinear | None:
-    """Replace, in place, ``module``'s children ``names`` (bias-free 2:4 SparseLinear layers of one input, FP8 or
-    not alike) by a ``StackedSparseLinear`` child ``stacked_name`` and a ``StackedPart`` under each name; returns the
-    stack, or None where the children do not qualify (left as they are)."""
+    """Replace, in place, ``module``'s children ``names`` (2:4 SparseLinear layers of one input, biased or not and
+    FP8 or not alike) by a ``StackedSparseLinear`` child ``stacked_name`` and a ``StackedPart`` under each name;
+    returns the stack, or None where the children do not qualify (left as they are)."""
     layers = [getattr(module, n, None) for n in names]
     if not all(type(lin) is SparseLinear for lin in layers):
         return None
