@@ -163,6 +163,13 @@ def test_fused_2_4_checkpoint_loads_into_a_fresh_dense_model(tmp_path, fp8):
         assert not any(isinstance(m, SparseLinear | Sparse24GatedMLP) for m in other.modules())  # left as it was
 
 
+def test_qkv_stacked_only_at_2_4_and_when_asked():
+    apart = sparsify_model(_model("llama"), "2:4", stack_qkv=False)
+    assert not apart.sparsify_summary.stacked and type(apart.model.layers[0].self_attn.q_proj) is SparseLinear
+    vnm = sparsify_model(_model("llama"), "128:2:8")
+    assert not vnm.sparsify_summary.stacked and not hasattr(vnm.model.layers[0].self_attn, "qkv_proj")
+
+
 def test_gate_up_fused_only_where_the_mlp_allows():
     gelu = sparsify_model(_model("llama", hidden_act="gelu"), "128:2:8")
     assert not gelu.sparsify_summary.fused and "'gelu'" in gelu.sparsify_summary.not_fused["model.layers.0.mlp"]

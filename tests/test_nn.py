@@ -553,3 +553,27 @@ def test_gpu_sparse24_gated_mlp_matches_fp64_fused_and_split(rows):
             y = mlp(x)
         assert torch.isfinite(y).all()
         assert ((y.double() - ref).norm() / ref.norm()).item() < 3e-3
+
+
+def test_stack_sparse_linears_only_where_the_layers_stack():
+    """Layers of one input, 2:4, biased alike and FP8 alike become one stack (summed rows, the parts under their
+    names); anything else is left as it was (None)."""
+    from cutlass_nm.nn import StackedPart, StackedSparseLinear, stack_sparse_linears
+
+    def attn(q, k, v):
+        return nn.ModuleDict({"q_proj": q, "k_proj": k, "v_proj": v})
+
+    def lin(n, k=64, bias=False, pattern="2:4", fp8=False):
+        return SparseLinear.from_linear(nn.Linear(k, n, bias=bias).half(), pattern, fp8=fp8)
+
+    ok = attn(lin(32, bias=True), lin(16, bias=True), lin(16, bias=True))
+    stack = stack_sparse_linears(ok, ("q_proj", "k_proj", "v_proj"), "qkv_proj")
+    assert isinstance(stack, StackedSparseLinear) and ok["qkv_proj"] is stack and stack.sizes == (32, 16, 16)
+    assert isinstance(ok["v_proj"], StackedPart) and stack.bias is not None
+    refused = [attn(lin(32), lin(16, bias=True), lin(16)), attn(lin(32), lin(16, k=128), lin(16)),
+               attn(lin(32, pattern="128:2:8"), lin(128, pattern="128:2:8"), lin(128, pattern="128:2:8")),
+               attn(lin(32), lin(16, fp8=True), lin(16)), attn(lin(32), nn.Linear(64, 16).half(), lin(16))]
+    for mod in refused:
+        before = dict(mod.items())
+        assert stack_sparse_linears(mod, ("q_proj", "k_proj", "v_proj"), "qkv_proj") is None
+        assert dict(mod.items()) == before
