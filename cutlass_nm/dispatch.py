@@ -133,9 +133,10 @@ def _matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: tor
     kernel(x2, w, bias, y2)
     if out is None and type(x) is torch.Tensor:
         steady = getattr(kernel, "steady", None)  # a launcher's repeat of this call, its arguments fixed once
+        call = kernel if steady is None else steady(x2, w, bias, y2)
+        views = None if flat or getattr(call, "any_shape", False) else ((m, x.shape[-1]), (m, n))
         _remember(w, (x.shape, x.dtype, x.device, _bias_id(bias), given_dtype, family),
-                  (kernel if steady is None else steady(x2, w, bias, y2), out_dtype, tuple(y.shape),
-                   None if flat else ((m, x.shape[-1]), (m, n)), bias))
+                  (call, out_dtype, tuple(y.shape), views, bias))
     return y
 
 
@@ -239,8 +240,8 @@ def _bias_id(bias: torch.Tensor | None) -> tuple[int, int] | None:
 
 
 def _remember(w: Any, key: tuple, call: tuple) -> None:
-    """Keep ``call`` (kernel, out dtype, y shape, 2-D views or None, bias) for ``key`` on the weight, at most
-    ``MAX_CALLS`` signatures."""
+    """Keep ``call`` (kernel, out dtype, y shape, the 2-D views it takes or None, bias) for ``key`` on the weight,
+    at most ``MAX_CALLS`` signatures."""
     calls = w.__dict__.get("_calls")
     if calls is None or calls[0] != RememberedCalls.epoch or len(calls[1]) >= MAX_CALLS:
         calls = w.__dict__["_calls"] = (RememberedCalls.epoch, {})

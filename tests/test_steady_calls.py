@@ -266,16 +266,18 @@ def test_workspace_is_one_per_stream_and_grows(monkeypatch):
 
 
 def test_a_repeat_holding_a_streams_workspace_runs_only_on_that_stream(monkeypatch):
-    """``steady_call(..., on=(stream, launcher))`` launches on that stream and hands a call on any other stream to
-    the launcher."""
+    """``steady_call(..., on=(stream, launcher))`` launches on that stream, x and y as they come (3-D here: only
+    their addresses are read), and hands a call on any other stream to the launcher, as 2-D views."""
     from cutlass_nm.families import launch
 
     stream = [5]
     monkeypatch.setattr(launch, "_raw_stream", lambda index: stream[0])
     fast, slow = Recorder(0), Recorder(None)
-    go = launch.steady_call(fast, "plan", (), "fake", (1, 2, 3), on=(5, slow))
-    x, y = torch.zeros(2), torch.zeros(2)
+    go = launch.steady_call(fast, "plan", (), "fake", (6, 8, 4), on=(5, slow))
+    x, y = torch.zeros(2, 3, 4), torch.zeros(2, 3, 8)
     go(x, None, None, y)
     stream[0] = 6
     go(x, None, None, y)
-    assert fast.calls == [("plan", x.data_ptr(), y.data_ptr(), 5)] and slow.calls == [(x, None, None, y)]
+    assert go.any_shape and fast.calls == [("plan", x.data_ptr(), y.data_ptr(), 5)]
+    (x2, _, _, y2), = slow.calls
+    assert (x2.shape, y2.shape, x2.data_ptr(), y2.data_ptr()) == ((6, 4), (6, 8), x.data_ptr(), y.data_ptr())

@@ -128,7 +128,8 @@ def steady_call(launch: Callable[..., int], first: Any, keep: tuple, family: str
     """A remembered call's launcher, ``go(x, w, bias, y)``: ``launch(first, x, y, stream)`` with ``first`` (a plan,
     or the call's other arguments packed) fixed for one (weight, bias, m). ``keep``: the tensors ``first`` points
     into, held by ``go`` so that their memory outlives it. ``on`` = (stream, launcher): ``first`` holds that stream's
-    workspace, so a call on another stream goes to the launcher instead."""
+    workspace, so a call on another stream goes to the launcher instead (with x and y as 2-D views). ``go`` reads
+    only x's and y's addresses (``any_shape``): contiguous tensors of the call's rows, in any shape, will do."""
     stream_only, other = on or (None, None)
 
     def go(x: torch.Tensor, w: Any, bias: torch.Tensor | None, y: torch.Tensor) -> None:
@@ -139,7 +140,7 @@ def steady_call(launch: Callable[..., int], first: Any, keep: tuple, family: str
     def go_on_its_stream(x: torch.Tensor, w: Any, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         stream = _raw_stream(x.get_device())
         if stream != stream_only:
-            other(x, w, bias, y)
+            other(x.view(-1, x.shape[-1]), w, bias, y.view(-1, y.shape[-1]))
             return
         status = launch(first, x.data_ptr(), y.data_ptr(), stream)
         if status:
@@ -147,6 +148,7 @@ def steady_call(launch: Callable[..., int], first: Any, keep: tuple, family: str
 
     chosen = go if on is None else go_on_its_stream
     chosen.keep = keep  # type: ignore[attr-defined]
+    chosen.any_shape = True  # type: ignore[attr-defined]
     return chosen
 
 
