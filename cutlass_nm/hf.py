@@ -6,7 +6,7 @@ Qwen2 and models built like them), in place::
 
     model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16).cuda()
     sparsify_model(model, "2:4")            # gate/up fused per MLP, q/k/v stacked; o, down sparse where faster
-    print(model.sparsify_summary.table())   # per-layer decisions (.fused: the fused MLPs; .notes: lm_head, ...)
+    print(model.sparsify_summary.table())   # per-layer decisions (.fused, .stacked; .notes: lm_head, ...)
     model.generate(input_ids, max_new_tokens=32)                       # eager
     model.generate(input_ids, max_new_tokens=32, cache_implementation="static",
                    compile_config=CompileConfig(fullgraph=True))      # static cache: torch.compile + CUDA graphs
@@ -52,7 +52,8 @@ SILU = ("silu", "swish")
 @dataclass
 class ModelSparsifySummary(SparsifySummary):
     """``SparsifySummary`` plus the MLPs whose gate and up became one kernel's weight (``fused``; their
-    projections are also in ``replaced``), the MLPs not fused and why (``not_fused``), and ``notes`` (e.g. a tied
+    projections are also in ``replaced``), the MLPs not fused and why (``not_fused``), the attentions whose q/k/v
+    became one 2:4 weight (``stacked``; their decisions say so), and ``notes`` (e.g. a tied
     ``lm_head`` kept dense)."""
 
     fused: list[str] = field(default_factory=list)
@@ -174,6 +175,10 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
     stacked = [f"{layer}.self_attn" for layer in layers if stack_qkv and p.is_24 and
                stack_sparse_linears(modules[f"{layer}.self_attn"], QKV_NAMES, STACKED_QKV) is not None]
     base = model.sparsify_summary
+    in_stacks = {f"{attn}.{n}" for attn in stacked for n in QKV_NAMES}
+    for d in base.decisions:
+        if d.name in in_stacks:
+            d.how = f"stacked q/k/v ({d.how})"
     summary = ModelSparsifySummary(**vars(base), fused=fused, not_fused=not_fused, stacked=stacked, notes=notes)
     order = {name: i for i, name in enumerate(modules)}  # module order, from before the fusion
     summary.replaced = sorted([d.name for d in fused_decisions] + summary.replaced, key=order.__getitem__)

@@ -86,6 +86,8 @@ def test_sparsify_model_matches_masked_dense_and_generates(arch, pattern):
     assert summary.replaced == [f"model.layers.{i}.{p}" for i in range(2) for p in PROJ]
     assert summary.fused == [f"model.layers.{i}.mlp" for i in range(2)]
     assert summary.stacked == ([f"model.layers.{i}.self_attn" for i in range(2)] if pattern == "2:4" else [])
+    assert all(("stacked q/k/v" in d.how) == (pattern == "2:4" and d.name.endswith(("q_proj", "k_proj", "v_proj")))
+               for d in summary.decisions)
     assert summary.excluded == ["lm_head"] and not summary.skipped
     assert any("lm_head kept dense" in n for n in summary.notes)
 
