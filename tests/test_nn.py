@@ -573,6 +573,8 @@ def test_stack_sparse_linears_only_where_the_layers_stack():
     refused = [attn(lin(32), lin(16, bias=True), lin(16)), attn(lin(32), lin(16, k=128), lin(16)),
                attn(lin(32, pattern="128:2:8"), lin(128, pattern="128:2:8"), lin(128, pattern="128:2:8")),
                attn(lin(32), lin(16, fp8=True), lin(16)), attn(lin(32), nn.Linear(64, 16).half(), lin(16))]
+    with pytest.raises(cutlass_nm.PatternError, match="at least one layer"):
+        StackedSparseLinear.stack([])
     for mod in refused:
         before = dict(mod.items())
         assert stack_sparse_linears(mod, ("q_proj", "k_proj", "v_proj"), "qkv_proj") is None

@@ -40,6 +40,8 @@ class StackedSparseLinear(SparseLinear):
     def stack(cls, layers: Sequence[SparseLinear]) -> StackedSparseLinear:
         """Stack 2:4 SparseLinear layers of one in_features (biased or not, FP8 or not, alike) as they are: their
         compressed rows (FP8 scales, biases), nothing pruned again."""
+        if not layers:
+            raise PatternError("StackedSparseLinear.stack takes at least one layer")
         first = layers[0]
         biased = first.bias is not None
         if not all(isinstance(lin, SparseLinear) and lin.pattern.is_24 and (lin.bias is not None) == biased and
@@ -82,6 +84,7 @@ class StackedSparseLinear(SparseLinear):
             refresh_layouts(w)
 
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each stacked layer's output for ``x``, in order (see the class: one kernel or one GEMM a layer)."""
         if x.numel() > FUSED_ROWS * x.shape[-1] and direct_call(x, self.bias):
             x = x if x.is_contiguous() else x.contiguous()
             return tuple(matmul(x, w, b) for w, b in zip(*self._parts(), strict=True))
