@@ -144,11 +144,13 @@ PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self
 def projections(model: nn.Module) -> dict[str, list[nn.Module]]:
     """Each decoder layer's projection modules by name (MLPs whole: gate, up, activation and down; q/k/v stacked
     into ``qkv_proj``: the stack, once), and lm_head."""
+    from cutlass_nm.nn import QKV_NAMES, STACKED_QKV
+
     layers = model.model.layers
-    stacked = hasattr(layers[0].self_attn, "qkv_proj")
-    names = [n for n in PROJECTIONS if not (stacked and n.endswith(("q_proj", "k_proj", "v_proj")))]
+    stacked = hasattr(layers[0].self_attn, STACKED_QKV)
+    names = [n for n in PROJECTIONS if not (stacked and n.rpartition(".")[2] in QKV_NAMES)]
     return {**{name: [layer.get_submodule(name) for layer in layers]
-               for name in (["self_attn.qkv_proj"] if stacked else []) + names}, "lm_head": [model.lm_head]}
+               for name in ([f"self_attn.{STACKED_QKV}"] if stacked else []) + names}, "lm_head": [model.lm_head]}
 
 
 def linear_ms(model: nn.Module, batch: int, seq: int = 1) -> float:

@@ -125,8 +125,9 @@ class Sparse24GatedMLP(nn.Module):
     def from_sparse(cls, gate: SparseLinear, up: SparseLinear, down: SparseLinear) -> Sparse24GatedMLP:
         """Stack two bias-free 2:4 SparseLinear layers of one shape (and FP8 or not alike) as they are: their
         compressed rows, nothing pruned again."""
-        if not (isinstance(down, SparseLinear) and down.pattern.is_24 and down.bias is None) or (
-                gate.in_features, gate.out_features) != (up.in_features, up.out_features):
+        if not all(isinstance(lin, SparseLinear) and lin.pattern.is_24 and lin.bias is None
+                   for lin in (gate, up, down)) or (gate.in_features, gate.out_features, gate.fp8) != (
+                up.in_features, up.out_features, up.fp8):
             raise PatternError("Sparse24GatedMLP.from_sparse takes bias-free 2:4 SparseLinear layers, gate and up "
                                "alike")
         return cls(StackedSparseLinear.stack([gate, up]), down)
@@ -175,13 +176,12 @@ def fuse_sparse_gated_mlps(model: nn.Module, names: tuple[str, str, str] = GATED
     fused = []
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
-            parts = [getattr(child, n, None) for n in names]
-            if not has_silu(child) or not all(isinstance(p, SparseLinear) and p.pattern.is_24 and p.bias is None
-                                              for p in parts):
+            if not has_silu(child):
                 continue
-            gate, up = parts[0], parts[1]
-            if (gate.out_features, gate.in_features, gate.fp8) != (up.out_features, up.in_features, up.fp8):
+            try:  # from_sparse's rule says which MLPs stack
+                mlp = Sparse24GatedMLP.from_sparse(*(getattr(child, n, None) for n in names))
+            except PatternError:
                 continue
-            setattr(module, child_name, Sparse24GatedMLP.from_sparse(*parts))
+            setattr(module, child_name, mlp)
             fused.append(f"{name}.{child_name}" if name else child_name)
     return fused
