@@ -106,9 +106,10 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
     bias-free ``gate_proj``/``up_proj``/``down_proj``; for ``128:2:M`` an intermediate size a multiple of 128)
     becomes one ``Sparse24GatedMLP`` (gate and up stacked) or ``SparseGatedMLP`` (pruned together): one gate/up
     kernel; on the GPU only where gate, up and down each win as sparse layers.
-    The others are sparsified layer by layer. With ``stack_qkv`` and ``2:4``, an attention whose ``q_proj``,
-    ``k_proj`` and ``v_proj`` all became sparse runs them as one ``StackedSparseLinear`` ``qkv_proj`` (one kernel
-    where there were three; ``StackedPart`` modules keep their names). Embeddings stay dense; ``lm_head`` too,
+    The others are sparsified layer by layer. With ``stack_qkv``, an attention whose ``q_proj``, ``k_proj`` and
+    ``v_proj`` all became sparse (V:N:M and N:M: q and k filling whole blocks of rows) runs them as one
+    ``StackedSparseLinear`` ``qkv_proj`` (one kernel where there were three up to 16 rows of x;
+    ``StackedPart`` modules keep their names). Embeddings stay dense; ``lm_head`` too,
     unless ``include_lm_head`` and it is not tied to the input embedding. ``exclude``: fnmatch patterns over
     qualified names kept dense; ``vector`` and ``fp8`` (2:4 weights in e4m3 with per-channel scales, Hopper): as in
     ``sparsify``.
@@ -172,7 +173,7 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
             sparsify_gated_mlps(model, p, include=fused, names=GATED_NAMES, fp8=fp8)
 
     sparsify(model, p, include, exclude, vector=vector, tokens=tokens, min_speedup=min_speedup, force=force, fp8=fp8)
-    stacked = [f"{layer}.self_attn" for layer in layers if stack_qkv and p.is_24 and
+    stacked = [f"{layer}.self_attn" for layer in layers if stack_qkv and
                stack_sparse_linears(modules[f"{layer}.self_attn"], QKV_NAMES, STACKED_QKV) is not None]
     base = model.sparsify_summary
     in_stacks = {f"{attn}.{n}" for attn in stacked for n in QKV_NAMES}

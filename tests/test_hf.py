@@ -14,6 +14,7 @@ transformers = pytest.importorskip("transformers")
 from cutlass_nm import InputError, PatternError  # noqa: E402
 from cutlass_nm.hf import masked_dense_twin, sparsify_model  # noqa: E402
 from cutlass_nm.nn import Sparse24GatedMLP, SparseGatedMLP, SparseLinear, StackedSparseLinear  # noqa: E402
+from cutlass_nm.patterns import Pattern  # noqa: E402
 
 ARCHS = ("llama", "mistral", "qwen2")
 PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
@@ -21,12 +22,14 @@ PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o
 
 
 def _model(arch: str, *, device: str = "cpu", intermediate: int = 256, **cfg) -> nn.Module:
-    """A 2-layer bf16 causal LM with GQA (4 query heads, 2 key/value heads) and random weights."""
+    """A 2-layer bf16 causal LM with GQA (4 query heads and 2 key/value heads unless ``cfg`` says) and random
+    weights."""
     config_cls, model_cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
                              "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
                              "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}[arch]
+    cfg = {"num_attention_heads": 4, "num_key_value_heads": 2, **cfg}
     config = config_cls(hidden_size=128, intermediate_size=intermediate, num_hidden_layers=2, vocab_size=256,
-                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                        max_position_embeddings=64,
                         initializer_range=0.2, **cfg)  # wide weights: logits far apart, few near-ties
     torch.manual_seed(0)
     return model_cls(config).to(device=device, dtype=torch.bfloat16).eval()
@@ -157,7 +160,7 @@ def test_fused_2_4_checkpoint_loads_into_a_fresh_dense_model(tmp_path, fp8):
     with torch.no_grad():
         assert torch.equal(fresh(**_inputs()).logits, model(**_inputs()).logits)
     refused = (({"intermediate": 512}, "stacked 2:4 gate/up of 1024x128"), ({"hidden_act": "gelu"}, "not SiLU"),
-               ({"head_dim": 64}, r"qkv_proj' is 2:4 \d+x128 in the checkpoint; .* stacked 2:4 q/k/v of \d+x128"))
+               ({"head_dim": 64}, r"qkv_proj' is 2:4 \d+x128 in the checkpoint; .* stacked q/k/v of \d+x128"))
     for cfg, why in refused:
         other = _model("llama", **cfg)
         with pytest.raises(CheckpointError, match=why):
@@ -165,11 +168,37 @@ def test_fused_2_4_checkpoint_loads_into_a_fresh_dense_model(tmp_path, fp8):
         assert not any(isinstance(m, SparseLinear | Sparse24GatedMLP) for m in other.modules())  # left as it was
 
 
-def test_qkv_stacked_only_at_2_4_and_when_asked():
+def test_stacked_nm_qkv_checkpoint_loads_into_a_fresh_dense_model(tmp_path):
+    """A 2:8 model's stacked q/k/v saves and loads into the dense model it came from as a 2:8 stack again, logits
+    exact; a model whose q/k/v are shaped otherwise refuses it, unchanged."""
+    from cutlass_nm import CheckpointError, load_sparse_into, save_sparse
+
+    model, fresh = sparsify_model(_model("llama"), "2:8"), _model("llama")
+    save_sparse(model, tmp_path / "m.safetensors")
+    load_sparse_into(fresh, tmp_path / "m.safetensors")
+    assert all(layer.self_attn.qkv_proj.pattern == Pattern.parse("2:8") for layer in fresh.model.layers)
+    with torch.no_grad():
+        assert torch.equal(fresh(**_inputs()).logits, model(**_inputs()).logits)
+    narrow = _model("llama", num_attention_heads=8, num_key_value_heads=1)  # q 128, k 16, v 16 rows (not 64)
+    with pytest.raises(CheckpointError, match="stacked q/k/v"):
+        load_sparse_into(narrow, tmp_path / "m.safetensors")
+    assert not any(isinstance(m, SparseLinear) for m in narrow.modules())
+
+
+def test_qkv_stacked_where_blocks_allow_and_when_asked():
+    """q/k/v stack at every pattern whose blocks of rows q and k fill (V:N:M: V rows; N:M: ``vector``), and not
+    with stack_qkv=False; a stacked model computes what the same model with q/k/v apart computes."""
     apart = sparsify_model(_model("llama"), "2:4", stack_qkv=False)
     assert not apart.sparsify_summary.stacked and type(apart.model.layers[0].self_attn.q_proj) is SparseLinear
-    vnm = sparsify_model(_model("llama"), "128:2:8")
+    vnm = sparsify_model(_model("llama"), "128:2:8")  # k_proj has 64 rows: less than one block of 128
     assert not vnm.sparsify_summary.stacked and not hasattr(vnm.model.layers[0].self_attn, "qkv_proj")
+    for pattern, cfg in (("128:2:8", {"num_key_value_heads": 4}), ("2:8", {})):
+        stacked = sparsify_model(_model("llama", **cfg), pattern)
+        apart = sparsify_model(_model("llama", **cfg), pattern, stack_qkv=False)
+        attn = stacked.model.layers[1].self_attn
+        assert len(stacked.sparsify_summary.stacked) == 2 and attn.qkv_proj.pattern == Pattern.parse(pattern)
+        with torch.no_grad():
+            assert torch.equal(stacked(**_inputs()).logits, apart(**_inputs()).logits)
 
 
 def test_gate_up_fused_only_where_the_mlp_allows():

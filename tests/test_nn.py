@@ -555,6 +555,28 @@ def test_gpu_sparse24_gated_mlp_matches_fp64_fused_and_split(rows):
         assert ((y.double() - ref).norm() / ref.norm()).item() < 3e-3
 
 
+@pytest.mark.parametrize("pattern, sizes", [("128:2:8", (256, 128, 96)), ("2:8", (64, 32, 40))])
+def test_stacked_vnm_and_nm_parts_are_their_layers(pattern, sizes):
+    """V:N:M and N:M layers stack by whole blocks of rows: each part is its layer's weight exactly (its block of
+    columns or indices included) and each split output its layer's; a layer that leaves a block part-filled before
+    another is refused, naming the rule."""
+    from cutlass_nm.nn import StackedSparseLinear
+
+    torch.manual_seed(0)
+    lins = [SparseLinear.from_linear(nn.Linear(200, n, bias=True).half(), pattern) for n in sizes]
+    stack = StackedSparseLinear.stack(lins)
+    assert stack.sizes == sizes and stack.pattern == lins[0].pattern
+    for part, lin in zip(stack.parts(), lins, strict=True):
+        assert torch.equal(part.to_dense(), lin.weight_dense())
+    x = torch.randn(5, 200).half()
+    with torch.no_grad():
+        for got, lin in zip(stack.split(x), lins, strict=True):
+            want = lin(x)
+            assert ((got.float() - want.float()).norm() / want.float().norm()).item() < 1e-3
+    with pytest.raises(cutlass_nm.PatternError, match="out_features % 32 == 0"):
+        StackedSparseLinear.stack([SparseLinear.from_linear(nn.Linear(200, n).half(), "2:8") for n in (48, 32)])
+
+
 def test_stack_sparse_linears_only_where_the_layers_stack():
     """Layers of one input, 2:4, biased alike and FP8 alike become one stack (summed rows, the parts under their
     names); anything else is left as it was (None)."""

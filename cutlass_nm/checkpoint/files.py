@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, PatternError
 from ..formats import AnyWeight
 from ..formats.fp8 import Sparse24FP8Weight
 from ..nn import (
@@ -65,8 +65,8 @@ def _stack_shells(model: nn.Module, layers: Mapping[str, AnyWeight], source: str
     """(modules to set at qualified names, the empty SparseLinear each of those layers fills) for the stacked layers
     ``layers`` hold where ``model`` still has the ``nn.Linear`` layers they stack: a SwiGLU MLP's 2:4 gate/up
     (``<mlp>.gate_up``, with ``<mlp>.down_proj``; the MLP becomes a ``Sparse24GatedMLP``, SiLU checked) and an
-    attention's 2:4 q/k/v (``<attn>.qkv_proj``; it gets the stack and a ``StackedPart`` per projection). Shapes are
-    checked first."""
+    attention's q/k/v of any pattern (``<attn>.qkv_proj``; it gets the stack and a ``StackedPart`` per
+    projection). Shapes are checked first."""
     installs: dict[str, nn.Module] = {}
     fills: dict[str, SparseLinear] = {}
     for name, w in layers.items():
@@ -80,14 +80,18 @@ def _stack_shells(model: nn.Module, layers: Mapping[str, AnyWeight], source: str
         if not lins or not all(type(lin) is nn.Linear for lin in lins):
             continue
         rows = sum(lin.out_features for lin in lins)
-        if not w.pattern.is_24 or w.shape != (rows, lins[0].in_features) or len({
+        kind = "2:4 gate/up" if leaf == "gate_up" else "q/k/v"
+        if not (w.pattern.is_24 or leaf == STACKED_QKV) or w.shape != (rows, lins[0].in_features) or len({
                 (lin.in_features, lin.bias is not None) for lin in lins}) != 1:
-            kind = "gate/up" if leaf == "gate_up" else "q/k/v"
             raise CheckpointError(f"{source}: layer {name!r} is {w.pattern} {w.shape[0]}x{w.shape[1]} in the "
-                                  f"checkpoint; the model's {owner_name} takes a stacked 2:4 {kind} of "
+                                  f"checkpoint; the model's {owner_name} takes a stacked {kind} of "
                                   f"{rows}x{lins[0].in_features} (one input, biased alike)")
-        stack = StackedSparseLinear(w.shape[1], [lin.out_features for lin in lins], lins[0].bias is not None,
-                                    *_placement(lins[0]), fp8=isinstance(w, Sparse24FP8Weight))
+        try:
+            stack = StackedSparseLinear(w.shape[1], [lin.out_features for lin in lins], lins[0].bias is not None,
+                                        *_placement(lins[0]), pattern=w.pattern, vector=getattr(w, "vector", 0) or 32,
+                                        fp8=isinstance(w, Sparse24FP8Weight))
+        except PatternError as exc:
+            raise CheckpointError(f"{source}: layer {name!r}, the model's stacked {kind}: {exc}") from None
         fills[name] = stack
         if leaf == STACKED_QKV:
             installs[name] = stack

@@ -1,4 +1,4 @@
-"""``StackedSparseLinear``: 2:4 layers of one input stacked by rows, one kernel for all of them at decode sizes;
+"""``StackedSparseLinear``: sparse layers of one input stacked by rows, one kernel for all of them at decode sizes;
 ``StackedPart`` keeps each layer callable under its own name (an attention's q/k/v)."""
 
 from __future__ import annotations
@@ -13,43 +13,58 @@ from torch import nn
 from ..dispatch import matmul
 from ..errors import PatternError
 from ..formats.weight import refresh_layouts
-from ..ops import fp8_view, weight_view
+from ..ops import fp8_view, nm_view, vnm_view, weight_view
+from ..patterns import Pattern
 from .linear import SparseLinear, cached_view, direct_call
 
 QKV_NAMES = ("q_proj", "k_proj", "v_proj")  # an attention's projections of one input (LLaMA, Mistral, Qwen2)
-STACKED_QKV = "qkv_proj"  # the StackedSparseLinear they become at 2:4
+STACKED_QKV = "qkv_proj"  # the StackedSparseLinear they become
 FUSED_ROWS = 16  # a StackedSparseLinear's layers run as one kernel up to this many rows of x, above it one GEMM each
 
 
 class StackedSparseLinear(SparseLinear):
-    """2:4 layers of one input stacked by rows (and their biases, all or none), ``sizes`` their out_features in order
-    (2:4 runs along in_features, so the stack is each layer's own 2:4). ``forward`` is the stacked layer.
-    ``split(x)`` gives each layer's output: one kernel up to ``FUSED_ROWS`` rows of x (and under ``torch.compile``);
-    above that, on the GPU, one GEMM a layer on row views of the stack (``parts()``: contiguous outputs, no strided
-    halves for what follows). ``part(x, i)`` is ``split(x)[i]``, one split shared by the parts taken of one x
-    (``StackedPart``'s forward)."""
+    """Sparse layers of one input and one pattern stacked by rows (and their biases, all or none), ``sizes`` their
+    out_features in order. Every pattern runs along in_features, so the stack is each layer's own pattern; V:N:M
+    and general N:M share positions by blocks of rows (V, ``vector``), so every layer but the last fills whole
+    blocks. ``forward`` is the stacked layer. ``split(x)`` gives each layer's output: one kernel up to
+    ``FUSED_ROWS`` rows of x (and under ``torch.compile``); above that, on the GPU, one GEMM a layer on row views
+    of the stack (``parts()``: contiguous outputs, no strided halves for what follows). ``part(x, i)`` is
+    ``split(x)[i]``, one split shared by the parts taken of one x (``StackedPart``'s forward)."""
 
     def __init__(self, in_features: int, sizes: Sequence[int], bias: bool = False,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
-                 fp8: bool = False) -> None:
-        super().__init__(in_features, sum(sizes), bias, "2:4", device, dtype, fp8=fp8)
+                 pattern: str | Pattern = "2:4", vector: int = 32, fp8: bool = False) -> None:
+        super().__init__(in_features, sum(sizes), bias, pattern, device, dtype, vector=vector, fp8=fp8)
         self.sizes = tuple(int(n) for n in sizes)
+        block = self.row_block
+        if any(n % block for n in self.sizes[:-1]):
+            raise PatternError(f"a {self.pattern} stack shares positions by blocks of {block} rows: every layer but "
+                               f"the last needs out_features % {block} == 0, got {list(self.sizes)}")
         self._pending: tuple | None = None  # the last split: (x, x's version, outputs, parts not yet taken)
+
+    @property
+    def row_block(self) -> int:
+        """The rows that share one block of positions: V (V:N:M), ``vector`` (general N:M), 1 (2:4)."""
+        p = self.pattern
+        return p.v if p.is_vnm else 1 if p.is_24 else self.vector
 
     @classmethod
     def stack(cls, layers: Sequence[SparseLinear]) -> StackedSparseLinear:
-        """Stack 2:4 SparseLinear layers of one in_features (biased or not, FP8 or not, alike) as they are: their
-        compressed rows (FP8 scales, biases), nothing pruned again."""
+        """Stack SparseLinear layers of one in_features and one pattern (and ``vector``), biased or not and FP8 or
+        not alike, as they are: their compressed rows (FP8 scales, biases), nothing pruned again. V:N:M and N:M:
+        every layer but the last fills whole blocks of rows."""
         if not layers:
             raise PatternError("StackedSparseLinear.stack takes at least one layer")
         first = layers[0]
         biased = first.bias is not None
-        if not all(isinstance(lin, SparseLinear) and lin.pattern.is_24 and (lin.bias is not None) == biased and
-                   (lin.in_features, lin.fp8) == (first.in_features, first.fp8) for lin in layers):
-            raise PatternError("StackedSparseLinear.stack takes 2:4 SparseLinear layers of one in_features, biased "
-                               "or not and FP8 or not alike")
+        if not all(isinstance(lin, SparseLinear) and (lin.bias is not None) == biased and
+                   (lin.in_features, lin.pattern, lin.vector, lin.fp8) ==
+                   (first.in_features, first.pattern, first.vector, first.fp8) for lin in layers):
+            raise PatternError("StackedSparseLinear.stack takes SparseLinear layers of one in_features and one "
+                               "pattern (and vector), biased or not and FP8 or not alike")
         stacked = cls(first.in_features, [lin.out_features for lin in layers], biased, first.values.device,
-                      first.bias.dtype if biased else None if first.fp8 else first.values.dtype, fp8=first.fp8)
+                      first.bias.dtype if biased else None if first.fp8 else first.values.dtype,
+                      pattern=first.pattern, vector=first.vector or 32, fp8=first.fp8)
         with torch.no_grad():
             for name, t in (*stacked._buffers.items(), *stacked._parameters.items()):
                 t.copy_(torch.cat([getattr(lin, name) for lin in layers]))
@@ -64,14 +79,24 @@ class StackedSparseLinear(SparseLinear):
         """(``parts()``, each layer's bias: views of the stacked bias, or None), kept while the tensors are these."""
         def build() -> tuple[tuple[Any, ...], tuple[torch.Tensor | None, ...]]:
             rows = [slice(a, b) for a, b in itertools.pairwise([0, *itertools.accumulate(self.sizes)])]
-            if self.fp8:
-                weights = tuple(fp8_view(self.values[r], self.meta[r], self.scale[r]) for r in rows)
-            else:
-                weights = tuple(weight_view(self.values[r], self.meta[r]) for r in rows)
-            return weights, tuple(None if self.bias is None else self.bias[r] for r in rows)
+            return tuple(self._rows(r) for r in rows), tuple(None if self.bias is None else self.bias[r] for r in rows)
 
         tensors = (*self._buffers.values(), *self._parameters.values())
         return cached_view(self, tensors, build, slot="_cached_parts")
+
+    def _rows(self, r: slice) -> Any:
+        """The compressed weight of rows ``r`` (whole blocks of positions from the start) over this module's
+        buffers."""
+        p, k = self.pattern, self.in_features
+        if self.fp8:
+            return fp8_view(self.values[r], self.meta[r], self.scale[r])
+        if p.is_24:
+            return weight_view(self.values[r], self.meta[r])
+        block = self.row_block
+        blocks = slice(r.start // block, -(-r.stop // block))
+        if p.is_vnm:
+            return vnm_view(self.values[r], self.columns[blocks], self.meta[r], p.v, p.m, k)
+        return nm_view(self.values[r], self.indices[blocks], p.n, p.m, k, self.vector)
 
     def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
         """SparseLinear's, then the parts' layouts are rebuilt in place too."""
@@ -130,8 +155,8 @@ class StackedPart(nn.Module):
 
 
 def stack_sparse_linears(module: nn.Module, names: Sequence[str], stacked_name: str) -> StackedSparseLinear | None:
-    """Replace, in place, ``module``'s children ``names`` (2:4 SparseLinear layers of one input, biased or not and
-    FP8 or not alike) by a ``StackedSparseLinear`` child ``stacked_name`` and a ``StackedPart`` under each name;
+    """Replace, in place, ``module``'s children ``names`` (SparseLinear layers that ``StackedSparseLinear.stack``
+    takes) by a ``StackedSparseLinear`` child ``stacked_name`` and a ``StackedPart`` under each name;
     returns the stack, or None where the children do not qualify (left as they are)."""
     layers = [getattr(module, n, None) for n in names]
     if not all(type(lin) is SparseLinear for lin in layers):
