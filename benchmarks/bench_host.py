@@ -14,7 +14,10 @@ on the pattern's weight quantized, x fp16) at m in {1, 16, 256} on two LLaMA-7B 
 * ``median_ms``: the kernel time per call under a CUDA graph (``cutlass_nm.timing``), same rotation.
 
 Part ``decode``: one LLaMA-7B decoder layer's 7 linears (q, k, v, o, gate, up, down) at batch 1 and 8, dense
-``nn.Linear`` against ``SparseLinear`` 2:4, 128:2:8 and 2:8: time per step eager and replayed as a CUDA graph.
+``nn.Linear`` against ``SparseLinear`` 2:4, 128:2:8 and 2:8: time per step eager and replayed as a CUDA graph
+(``impl`` ``decode_step``). ``decode_step_stacked``: the same layer with q/k/v and gate/up stacked, as
+``sparsify_model`` builds it (``StackedSparseLinear``, outputs through ``split``: 4 launches), against dense
+stacked alike (one ``nn.Linear`` each, its output split).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ FP8 = ("decode24_fp8", "nm_decode_fp8")  # run FP8 weights (cutlass_nm.quantize 
 MODULE_PATTERNS = ("2:4", "128:2:8", "2:8")
 LAYER = {"q": (4096, 4096), "k": (4096, 4096), "v": (4096, 4096), "o": (4096, 4096), "gate": (11008, 4096),
          "up": (11008, 4096), "down": (4096, 11008)}  # name -> (out, in)
+STACKS = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}  # stacked layer -> the linears it holds, in order
+STACKED_SHAPES = {(sum(LAYER[n][0] for n in names), 4096) for names in STACKS.values()}
 BATCHES = (1, 8)
 SLEEP_CYCLES = 60_000_000  # about 30 ms of GPU sleep ahead of each host batch: far longer than the batch issues
 
@@ -100,7 +105,7 @@ def precompile(families: list[str], part: str) -> None:
 
     kids: dict = {}
     tokens = sorted(set(TOKENS if part != "decode" else ()) | set(BATCHES if part != "calls" else ()))
-    shapes = set(SHAPES) | (set(LAYER.values()) if part != "calls" else set())
+    shapes = set(SHAPES) | (set(LAYER.values()) | STACKED_SHAPES if part != "calls" else set())
     for pattern in sorted({FAMILIES[f][0] for f in families} | set(MODULE_PATTERNS)):
         ws = {s: cutlass_nm.prune(torch.randn(*s, device="cuda", dtype=torch.float16), pattern)[0] for s in shapes}
         kids.update(dict.fromkeys(kernels_for([(m, w, torch.float16, False) for w in ws.values() for m in tokens])))
@@ -194,40 +199,65 @@ def _resolved_family(m: int, n: int, k: int, pattern: str) -> str | None:
 
 
 def decode_rows() -> list[dict]:
-    """Part ``decode``: a decoder layer's 7 linears, dense against each pattern, eager and as a CUDA graph."""
+    """Part ``decode``: a decoder layer's 7 linears, dense against each pattern, eager and as a CUDA graph; then the
+    same with q/k/v and gate/up stacked (``decode_step_stacked``)."""
     dense = {name: torch.randn(out, inp, device="cuda", dtype=torch.float16) / inp ** 0.5
              for name, (out, inp) in LAYER.items()}
     layers = {"dense": {name: _linear(w) for name, w in dense.items()}}
     for pattern in MODULE_PATTERNS:
         layers[pattern] = {name: cutlass_nm.SparseLinear.from_linear(_linear(w), pattern)
                            for name, w in dense.items()}
+    stacked = {label: _stacked(mods) for label, mods in layers.items()}
     rows = []
     for batch in BATCHES:
         x = torch.randn(batch, 4096, device="cuda", dtype=torch.float16)
         h = torch.randn(batch, 11008, device="cuda", dtype=torch.float16)
-        times = {}
-        for label, mods in layers.items():
-            step = _step(mods, x, h)
-            with torch.no_grad():
-                eager = eager_us(step, 1, calls=50)
-                graph = time_rotating(step, 1)
-            times[label] = (eager, graph.p50_ms * 1e3)
-        for pattern in MODULE_PATTERNS:
-            se, sg = times["dense"][0] / times[pattern][0], times["dense"][1] / times[pattern][1]
-            rows.append({"impl": "decode_step", "family": None, "pattern": pattern, "dtype": "f16", "m": batch,
-                         "n": None, "k": None, "eager_us": times[pattern][0], "graph_us": times[pattern][1],
-                         "eager_us_torch": times["dense"][0], "graph_us_torch": times["dense"][1],
-                         "speedup_eager": se, "speedup_graph": sg, "eager_over_graph": se / sg})
-            print(f"decode step batch {batch} {pattern}: eager {se:.2f}x, graph {sg:.2f}x dense", flush=True)
+        for impl, variant in (("decode_step", layers), ("decode_step_stacked", stacked)):
+            times = {}
+            for label, mods in variant.items():
+                step = _step(mods, x, h)
+                with torch.no_grad():
+                    eager = eager_us(step, 1, calls=50)
+                    graph = time_rotating(step, 1)
+                times[label] = (eager, graph.p50_ms * 1e3)
+            for pattern in MODULE_PATTERNS:
+                se, sg = times["dense"][0] / times[pattern][0], times["dense"][1] / times[pattern][1]
+                rows.append({"impl": impl, "family": None, "pattern": pattern, "dtype": "f16", "m": batch,
+                             "n": None, "k": None, "eager_us": times[pattern][0], "graph_us": times[pattern][1],
+                             "eager_us_torch": times["dense"][0], "graph_us_torch": times["dense"][1],
+                             "speedup_eager": se, "speedup_graph": sg, "eager_over_graph": se / sg})
+                print(f"{impl} batch {batch} {pattern}: eager {se:.2f}x, graph {sg:.2f}x dense", flush=True)
     return rows
+
+
+def _stacked(mods: dict[str, nn.Module]) -> dict[str, nn.Module]:
+    """The layer with each of STACKS as one module (dense: one nn.Linear; sparse: a StackedSparseLinear), o and
+    down as they are."""
+    from cutlass_nm.nn import StackedSparseLinear
+
+    out = {name: mod for name, mod in mods.items() if not any(name in names for names in STACKS.values())}
+    for stack, names in STACKS.items():
+        parts = [mods[n] for n in names]
+        if isinstance(parts[0], nn.Linear):
+            lin = _linear(torch.cat([p.weight for p in parts]))
+            lin.sizes = tuple(p.out_features for p in parts)  # type: ignore[assignment]
+            out[stack] = lin
+        else:
+            out[stack] = StackedSparseLinear.stack(parts)
+    return out
 
 
 def _step(mods: dict[str, nn.Module], x: torch.Tensor, h: torch.Tensor) -> Callable[[int], None]:
     """One decode step of the layer's linears (its argument is ignored): down takes the MLP's hidden state h, the
-    others x."""
+    others x; a stacked layer's outputs are split as a model takes them."""
+    def call(mod: nn.Module, x: torch.Tensor) -> object:
+        if isinstance(mod, nn.Linear) and hasattr(mod, "sizes"):
+            return mod(x).split(mod.sizes, dim=-1)
+        return mod.split(x) if hasattr(mod, "sizes") else mod(x)
+
     def step(_: int = 0) -> None:
         for name, mod in mods.items():
-            mod(h if name == "down" else x)
+            call(mod, h if name == "down" else x)
 
     return step
 

@@ -577,6 +577,27 @@ def test_stacked_vnm_and_nm_parts_are_their_layers(pattern, sizes):
         StackedSparseLinear.stack([SparseLinear.from_linear(nn.Linear(200, n).half(), "2:8") for n in (48, 32)])
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", ["2:4", "128:2:8", "2:8"])
+@pytest.mark.parametrize("rows", [1, 16, 17, 300])
+def test_gpu_stacked_parts_match_fp64(pattern, rows):
+    """A q/k/v-shaped stack (biased) at each pattern: one kernel up to FUSED_ROWS rows, one GEMM a part above;
+    every part's output matches fp64 of its layer; NaN-poisoned allocations catch unwritten outputs."""
+    from cutlass_nm.nn import StackedSparseLinear
+
+    torch.manual_seed(rows)
+    lins = [SparseLinear.from_linear(nn.Linear(512, n, device="cuda").half(), pattern) for n in (512, 256, 256)]
+    stack = StackedSparseLinear.stack(lins)
+    x = torch.randn(rows, 512, device="cuda", dtype=torch.half)
+    torch.empty(1 << 22, device="cuda", dtype=torch.half).fill_(float("nan"))  # poison the next allocations
+    with torch.no_grad():
+        outs = stack.split(x)
+    for got, lin in zip(outs, lins, strict=True):
+        ref = x.double() @ lin.weight_dense().double().T + lin.bias.double()
+        assert got.shape == ref.shape and torch.isfinite(got).all()
+        assert ((got.double() - ref).norm() / ref.norm()).item() < 3e-3
+
+
 def test_stack_sparse_linears_only_where_the_layers_stack():
     """Layers of one input, 2:4, biased alike and FP8 alike become one stack (summed rows, the parts under their
     names); anything else is left as it was (None)."""
