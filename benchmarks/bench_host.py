@@ -14,10 +14,11 @@ on the pattern's weight quantized, x fp16) at m in {1, 16, 256} on two LLaMA-7B 
 * ``median_ms``: the kernel time per call under a CUDA graph (``cutlass_nm.timing``), same rotation.
 
 Part ``decode``: one LLaMA-7B decoder layer's 7 linears (q, k, v, o, gate, up, down) at batch 1 and 8, dense
-``nn.Linear`` against ``SparseLinear`` 2:4, 128:2:8 and 2:8: time per step eager and replayed as a CUDA graph
-(``impl`` ``decode_step``). ``decode_step_stacked``: the same layer with q/k/v and gate/up stacked, as
-``sparsify_model`` builds it (``StackedSparseLinear``, outputs through ``split``: 4 launches), against dense
-stacked alike (one ``nn.Linear`` each, its output split).
+``nn.Linear`` against ``SparseLinear`` 2:4, 128:2:8 and 2:8: time per step eager (the median of ROUNDS rounds, each
+timing dense and every pattern in turn) and replayed as a CUDA graph (``impl`` ``decode_step``).
+``decode_step_stacked``: the same layer with q/k/v and gate/up stacked, as ``sparsify_model`` builds it
+(``StackedSparseLinear``, outputs through ``split``: 4 launches), against dense stacked alike (one ``nn.Linear``
+each, its output split).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ LAYER = {"q": (4096, 4096), "k": (4096, 4096), "v": (4096, 4096), "o": (4096, 40
 STACKS = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}  # stacked layer -> the linears it holds, in order
 STACKED_SHAPES = {(sum(LAYER[n][0] for n in names), 4096) for names in STACKS.values()}
 BATCHES = (1, 8)
+ROUNDS = 5  # eager decode steps: rounds of every layer in turn, the median per layer
 SLEEP_CYCLES = 60_000_000  # about 30 ms of GPU sleep ahead of each host batch: far longer than the batch issues
 
 
@@ -213,13 +215,14 @@ def decode_rows() -> list[dict]:
         x = torch.randn(batch, 4096, device="cuda", dtype=torch.float16)
         h = torch.randn(batch, 11008, device="cuda", dtype=torch.float16)
         for impl, variant in (("decode_step", layers), ("decode_step_stacked", stacked)):
-            times = {}
-            for label, mods in variant.items():
-                step = _step(mods, x, h)
-                with torch.no_grad():
-                    eager = eager_us(step, 1, calls=50)
-                    graph = time_rotating(step, 1)
-                times[label] = (eager, graph.p50_ms * 1e3)
+            steps = {label: _step(mods, x, h) for label, mods in variant.items()}
+            with torch.no_grad():
+                eager = {label: [] for label in steps}
+                for _ in range(ROUNDS):  # dense and each pattern in turn: host drift moves them alike
+                    for label, step in steps.items():
+                        eager[label].append(eager_us(step, 1, calls=50, batches=3))
+                times = {label: (statistics.median(eager[label]), time_rotating(step, 1).p50_ms * 1e3)
+                         for label, step in steps.items()}
             for pattern in MODULE_PATTERNS:
                 se, sg = times["dense"][0] / times[pattern][0], times["dense"][1] / times[pattern][1]
                 rows.append({"impl": impl, "family": None, "pattern": pattern, "dtype": "f16", "m": batch,
