@@ -25,11 +25,11 @@ from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file
 from ..launch import Plans, check_status, gil_holding, stream_of
 from ..sptc24_fp8_sm90.family import QUANTIZE_ROWS, fp8_types_rule, quantize_with
-from ..vnm_sm90.family import K_ALIGN, gather_estimate_ms, gather_kernel_rule
+from ..vnm_sm90.family import GATHERED_TILES, K_ALIGN, gather_estimate_ms, gather_kernel_rule
 
 TILE_K = 128  # gathered columns (bytes) per pipeline stage: one 128-byte swizzle row of B per token
 TOKEN_ALIGN = 16  # xT's row length (ldx): m rounded up to whole 16-byte chunks
-TEMPLATES = ("families/vnm_fp8_sm90/kernel.cu", "codegen/sparse_mainloop.cuh", QUANTIZE_ROWS)
+TEMPLATES = ("families/vnm_fp8_sm90/kernel.cu", "codegen/sparse_mainloop.cuh", QUANTIZE_ROWS, GATHERED_TILES)
 ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
 
 
@@ -107,7 +107,8 @@ class _VnmFp8Family(Family):
             consumers=int(c.consumers), has_bias="true" if types.bias else "false", mma_pipe=int(c.mma_pipe),
             raster=int(c.raster), cluster=int(c.cluster), stage_bytes=smem_per_stage(c), smem_bytes=smem_bytes(c),
             sparse_mainloop=package_file(TEMPLATES[1]).read_text(),
-            quantize_rows=package_file(TEMPLATES[2]).read_text())
+            quantize_rows=package_file(TEMPLATES[2]).read_text(),
+            gathered_tiles=package_file(GATHERED_TILES).read_text())
 
     def heuristic(self, problem: Problem) -> Config:
         """128 x 256 tiles on two consumer warpgroups (tile_m = 64 on one for V = 64 weights); 128 tokens wide

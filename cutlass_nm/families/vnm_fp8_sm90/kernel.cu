@@ -29,6 +29,7 @@
 #include "cutlass/util/packed_stride.hpp"
 
 ${sparse_mainloop}
+${gathered_tiles}
 ${quantize_rows}
 namespace cnm_vnm8 {
 using namespace cute;
@@ -295,15 +296,8 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_fp8_kernel(__grid_constant__ 
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
   const int wg = threadIdx.x / 128;
-  int m_tile = blockIdx.x, n_tile = blockIdx.y;
-  if constexpr (kRaster == 1) {
-    const int linear = kClusterN == 1 ? int(blockIdx.x) : int(blockIdx.z * kClusterN + blockIdx.y);
-    const int span = p.m_tiles * p.raster_group;
-    const int group = linear / span, first = group * p.raster_group;
-    const int size = min(p.raster_group, p.n_tiles - first), r = linear - group * span;
-    m_tile = r / size;
-    n_tile = first + r % size;
-  }
+  int m_tile, n_tile;
+  cnm::cta_tile<kRaster, kClusterN>(p, m_tile, n_tile);
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = Mainloop::TmaTransactionBytesMK;
@@ -364,56 +358,15 @@ Params make_params(const void* a, const void* e, const int* gidx, const void* xt
            (n + kTileM - 1) / kTileM,
            ((m + kTileN - 1) / kTileN + kClusterN - 1) / kClusterN * kClusterN,
            1};
-  // a group's slice of xt (raster_group token tiles x padded_k rows) within 16 MB, a third of the H100's L2
-  p.raster_group = max(1, min(p.n_tiles, int((16u << 20) / (unsigned(kTileN) * unsigned(padded_k)))));
-  p.raster_group = max(kClusterN, p.raster_group / kClusterN * kClusterN);
+  p.raster_group = cnm::raster_group(p.n_tiles, kClusterN, kTileN, padded_k);  // e4m3: a byte a token
   return p;
 }
 
 int launch(Params const& p, cudaStream_t stream) {
-  static int smem_set = 0;
-  int smem = int(sizeof(SharedStorage));
-  if (!smem_set) {
-    cudaError_t err = cudaFuncSetAttribute(vnm_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err != cudaSuccess) return 1000 + int(err);
-    smem_set = 1;
-  }
-  const int ctas = p.m_tiles * p.n_tiles;
-  dim3 grid = kRaster == 0 ? dim3(p.m_tiles, p.n_tiles) : kClusterN == 1 ? dim3(ctas) : dim3(1, kClusterN, ctas / kClusterN);
-  if (grid.y > 65535 || grid.z > 65535) return 1000 + int(cudaErrorInvalidConfiguration);
-  cudaError_t err;
-  if constexpr (kClusterN == 1) {
-    vnm_fp8_kernel<<<grid, kThreads, smem, stream>>>(p);
-    err = cudaGetLastError();
-  } else {
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = kClusterN;
-    attr[0].val.clusterDim.z = 1;
-    config.gridDim = grid;
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = size_t(smem);
-    config.stream = stream;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    err = cudaLaunchKernelEx(&config, vnm_fp8_kernel, p);
-    if (err == cudaSuccess) err = cudaGetLastError();
-  }
-  return err == cudaSuccess ? 0 : 1000 + int(err);
+  return cnm::launch_tiles<kRaster, kClusterN, kThreads>(vnm_fp8_kernel, p, int(sizeof(SharedStorage)), stream);
 }
 
-// A launch plan: the parameters (with A's and E's TMA descriptors) built once per (weight, m), and x's k.
-struct Plan {
-  Params p;
-  int k;
-};
-
-Plan* aligned_plan(void* buf) {
-  auto addr = reinterpret_cast<uintptr_t>(buf);
-  return reinterpret_cast<Plan*>((addr + alignof(Plan) - 1) / alignof(Plan) * alignof(Plan));
-}
+using Plan = cnm::Plan<Params>;
 }  // namespace cnm_vnm8
 
 using namespace cnm_vnm8;
@@ -432,13 +385,13 @@ int cnm_quantize_rows(const void* x, void* q, float* scale, int m, int k, int x_
 }
 
 // Bytes of a caller-owned buffer that holds one Plan (any alignment).
-size_t cnm_plan_bytes() { return sizeof(Plan) + alignof(Plan); }
+size_t cnm_plan_bytes() { return cnm::plan_bytes<Params>(); }
 
 // Fills the plan in buf: a: n x kg/2 e4m3 values, e: sm90 e4m3 metadata, gidx: blocks x kg, sw: n floats; xt only
 // shapes B's (unused) TMA descriptor.
 int cnm_plan(void* buf, const void* a, const void* e, const int* gidx, const float* sw, const void* xt, int n, int m,
              int k, int padded_k, int ldx, int kg, int v) {
-  Plan* plan = aligned_plan(buf);
+  Plan* plan = cnm::aligned_plan<Params>(buf);
   plan->p = make_params(a, e, gidx, xt, n, m, padded_k, ldx, kg, v);
   plan->p.sw = sw;
   plan->k = k;
@@ -450,7 +403,7 @@ int cnm_plan(void* buf, const void* a, const void* e, const int* gidx, const flo
 // 1000 + cudaError_t.
 int cnm_launch(void* buf, const void* x, void* xt, const float* sx, int sx_vector, void* y, const void* bias,
                cudaStream_t stream) {
-  Plan* plan = aligned_plan(buf);
+  Plan* plan = cnm::aligned_plan<Params>(buf);
   Params& p = plan->p;
   if (x != nullptr) {
     transpose(static_cast<const uint8_t*>(x), static_cast<uint8_t*>(xt), p.m, plan->k, p.padded_k, p.ldx, stream);

@@ -29,6 +29,7 @@
 #include "cutlass/util/packed_stride.hpp"
 
 ${sparse_mainloop}
+${gathered_tiles}
 namespace cnm_vnm {
 using namespace cute;
 
@@ -306,17 +307,8 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ cons
   extern __shared__ __align__(1024) char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
   const int wg = threadIdx.x / 128;
-  int m_tile = blockIdx.x, n_tile = blockIdx.y;
-  if constexpr (kRaster == 1) {
-    // 1-D order: blockIdx.x, or with clusters blockIdx.z * kClusterN + blockIdx.y (the cluster along y, as
-    // ClusterShape says; group sizes are multiples of kClusterN, so a cluster shares m_tile)
-    const int linear = kClusterN == 1 ? int(blockIdx.x) : int(blockIdx.z * kClusterN + blockIdx.y);
-    const int span = p.m_tiles * p.raster_group;  // CTAs of a full group
-    const int group = linear / span, first = group * p.raster_group;
-    const int size = min(p.raster_group, p.n_tiles - first), r = linear - group * span;
-    m_tile = r / size;
-    n_tile = first + r % size;
-  }
+  int m_tile, n_tile;
+  cnm::cta_tile<kRaster, kClusterN>(p, m_tile, n_tile);
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = Mainloop::TmaTransactionBytesMK;
@@ -382,57 +374,16 @@ Params make_params(const void* a, const void* e, const int* gidx, const void* xt
            (n + kTileM - 1) / kTileM,
            ((m + kTileN - 1) / kTileN + kClusterN - 1) / kClusterN * kClusterN,
            1};
-  // a group's slice of xt (raster_group token tiles x padded_k rows) within 16 MB, a third of the H100's L2
-  p.raster_group = max(1, min(p.n_tiles, int((16u << 20) / (unsigned(kTileN) * unsigned(padded_k) * sizeof(Element)))));
-  p.raster_group = max(kClusterN, p.raster_group / kClusterN * kClusterN);
+  p.raster_group = cnm::raster_group(p.n_tiles, kClusterN, kTileN * sizeof(Element), padded_k);
   return p;
 }
 
 // Launches the kernel on p. 0 on success, else 1000 + cudaError_t.
 int launch(Params const& p, cudaStream_t stream) {
-  static int smem_set = 0;
-  int smem = int(sizeof(SharedStorage));
-  if (!smem_set) {
-    cudaError_t err = cudaFuncSetAttribute(vnm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err != cudaSuccess) return 1000 + int(err);
-    smem_set = 1;
-  }
-  const int ctas = p.m_tiles * p.n_tiles;
-  dim3 grid = kRaster == 0 ? dim3(p.m_tiles, p.n_tiles) : kClusterN == 1 ? dim3(ctas) : dim3(1, kClusterN, ctas / kClusterN);
-  if (grid.y > 65535 || grid.z > 65535) return 1000 + int(cudaErrorInvalidConfiguration);
-  cudaError_t err;
-  if constexpr (kClusterN == 1) {
-    vnm_kernel<<<grid, kThreads, smem, stream>>>(p);
-    err = cudaGetLastError();
-  } else {
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = kClusterN;
-    attr[0].val.clusterDim.z = 1;
-    config.gridDim = grid;
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = size_t(smem);
-    config.stream = stream;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    err = cudaLaunchKernelEx(&config, vnm_kernel, p);
-    if (err == cudaSuccess) err = cudaGetLastError();
-  }
-  return err == cudaSuccess ? 0 : 1000 + int(err);
+  return cnm::launch_tiles<kRaster, kClusterN, kThreads>(vnm_kernel, p, int(sizeof(SharedStorage)), stream);
 }
 
-// A launch plan: the parameters (with A's and E's TMA descriptors) built once per (weight, m), and x's k.
-struct Plan {
-  Params p;
-  int k;
-};
-
-Plan* aligned_plan(void* buf) {
-  auto addr = reinterpret_cast<uintptr_t>(buf);
-  return reinterpret_cast<Plan*>((addr + alignof(Plan) - 1) / alignof(Plan) * alignof(Plan));
-}
+using Plan = cnm::Plan<Params>;
 }  // namespace cnm_vnm
 
 using namespace cnm_vnm;
@@ -463,12 +414,12 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
 }
 
 // Bytes of a caller-owned buffer that holds one Plan (any alignment).
-size_t cnm_plan_bytes() { return sizeof(Plan) + alignof(Plan); }
+size_t cnm_plan_bytes() { return cnm::plan_bytes<Params>(); }
 
 // Fills the plan in buf: cnm_run's weight and shape arguments; xt only shapes B's (unused) TMA descriptor.
 int cnm_plan(void* buf, const void* a, const void* e, const int* gidx, const void* xt, int n, int m, int k,
              int padded_k, int ldx, int kg, int v) {
-  Plan* plan = aligned_plan(buf);
+  Plan* plan = cnm::aligned_plan<Params>(buf);
   plan->p = make_params(a, e, gidx, xt, nullptr, nullptr, n, m, padded_k, ldx, kg, v);
   plan->k = k;
   return 0;
@@ -476,7 +427,7 @@ int cnm_plan(void* buf, const void* a, const void* e, const int* gidx, const voi
 
 // cnm_run from a plan: only x, xt, y and bias change per call (plain pointers of the parameters).
 int cnm_launch(void* buf, const void* x, void* xt, void* y, const void* bias, cudaStream_t stream) {
-  Plan* plan = aligned_plan(buf);
+  Plan* plan = cnm::aligned_plan<Params>(buf);
   Params& p = plan->p;
   if (x != nullptr)
     transpose(static_cast<Element const*>(x), static_cast<Element*>(xt), p.m, plan->k, p.padded_k, p.ldx, stream);
