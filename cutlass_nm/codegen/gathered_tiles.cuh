@@ -1,6 +1,7 @@
-// What the gathered-B V:N:M kernels (vnm_sm90, vnm_fp8_sm90) share around their mainloops: the CTA order, the
-// launch (clusters of kClusterN CTAs along the tokens), the raster group's size and the per-(weight, m) launch plan.
-// Each kernel's Params has int members m_tiles, n_tiles and raster_group.
+// What the gathered-B V:N:M kernels (vnm_sm90, vnm_fp8_sm90) share around their producers and consumers: the CTA
+// order, the mainloop pipeline, the launch (clusters of kClusterN CTAs along the tokens), the raster group's size
+// and the per-(weight, m) launch plan. Each kernel's Params has int members m_tiles, n_tiles and raster_group.
+// Warpgroup 0 produces; the other kConsumers warpgroups consume.
 namespace cnm {
 
 // This CTA's (weight tile, token tile). kRaster 0: blockIdx.x walks the weight tiles, blockIdx.y the token tiles.
@@ -19,6 +20,28 @@ __device__ __forceinline__ void cta_tile(Params const& p, int& m_tile, int& n_ti
     m_tile = r / size;
     n_tile = first + r % size;
   }
+}
+
+// The CTA's mainloop pipeline (wg: this thread's warpgroup): one TMA thread (A and E, arrive.expect_tx) plus one
+// arrival per producer thread fill a stage. With clusters, every CTA's barriers are initialised before a peer
+// signals them.
+template <class Mainloop, int kConsumers, int kClusterN, class ClusterShape, class Storage>
+__device__ __forceinline__ typename Mainloop::MainloopPipeline gathered_pipeline(Storage& storage, int wg) {
+  using Pipeline = typename Mainloop::MainloopPipeline;
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = Mainloop::TmaTransactionBytesMK;
+  pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = 128 * kConsumers;
+  pp.num_producers = 129;
+  Pipeline pipeline(storage, pp, ClusterShape{});
+  if constexpr (kClusterN > 1) {
+    cute::cluster_arrive_relaxed();
+    cute::cluster_wait();
+  } else {
+    __syncthreads();
+  }
+  return pipeline;
 }
 
 // Token tiles per raster group: a group's slice of xt (raster_group tiles of tile_bytes a row x padded_k rows)

@@ -299,19 +299,7 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_fp8_kernel(__grid_constant__ 
   int m_tile, n_tile;
   cnm::cta_tile<kRaster, kClusterN>(p, m_tile, n_tile);
 
-  typename Pipeline::Params pp;
-  pp.transaction_bytes = Mainloop::TmaTransactionBytesMK;
-  pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-  pp.is_leader = threadIdx.x == 0;
-  pp.num_consumers = 128 * kConsumers;
-  pp.num_producers = 129;  // the TMA thread's arrive.expect_tx + one arrival per producer thread
-  Pipeline pipeline(smem.pipeline, pp, ClusterShape{});
-  if constexpr (kClusterN > 1) {
-    cute::cluster_arrive_relaxed();
-    cute::cluster_wait();
-  } else {
-    __syncthreads();
-  }
+  Pipeline pipeline = cnm::gathered_pipeline<Mainloop, kConsumers, kClusterN, ClusterShape>(smem.pipeline, wg);
 
   if (wg == 0) {
     if constexpr (kConsumers == 2) cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();

@@ -148,7 +148,6 @@ __device__ void produce(Params const& p, Pipeline& pipeline, SharedStorage& smem
   Tensor gE = local_tile(mE, TileShape{}, make_coord(_, _, _), Step<_1, X, _1>{})(_, _, m_tile, _, 0);
   Tensor sA = make_tensor(make_smem_ptr(smem.tensors.smem_A.begin()), typename Mainloop::SmemLayoutA{});
   Tensor sE = make_tensor(make_smem_ptr(smem.tensors.smem_E.begin()), typename Mainloop::SmemLayoutE{});
-  Tensor sB = make_tensor(make_smem_ptr(smem.tensors.smem_B.begin()), typename Mainloop::SmemLayoutB{});
   // kClusterN = 2: this CTA's half of A and E, multicast to the cluster (both CTAs share m_tile)
   auto cta_layout = make_layout(ClusterShape{});
   auto cta_coord = cta_layout.get_flat_coord(int(cute::block_rank_in_cluster()));
@@ -310,20 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1) vnm_kernel(__grid_constant__ cons
   int m_tile, n_tile;
   cnm::cta_tile<kRaster, kClusterN>(p, m_tile, n_tile);
 
-  typename Pipeline::Params pp;
-  pp.transaction_bytes = Mainloop::TmaTransactionBytesMK;
-  pp.role = wg == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-  pp.is_leader = threadIdx.x == 0;
-  pp.num_consumers = 128 * kConsumers;
-  // the TMA thread's arrive.expect_tx + one cp.async arrival per producer thread
-  pp.num_producers = 129;
-  Pipeline pipeline(smem.pipeline, pp, ClusterShape{});
-  if constexpr (kClusterN > 1) {  // the peer's barriers are initialised before anyone signals them
-    cute::cluster_arrive_relaxed();
-    cute::cluster_wait();
-  } else {
-    __syncthreads();
-  }
+  Pipeline pipeline = cnm::gathered_pipeline<Mainloop, kConsumers, kClusterN, ClusterShape>(smem.pipeline, wg);
 
   if (wg == 0) {
     cutlass::arch::warpgroup_reg_dealloc<40>();
