@@ -70,8 +70,8 @@ typename Gemm::Arguments make_args(const void* a, const void* e, const void* b, 
 }
 
 // A prepared launch for one (weight, bias, M, N, K, scheduler) with no workspace: the kernel's Params, built once.
-// Each call patches the addresses of B (x) and D (y) into their TMA descriptors when they changed, then launches:
-// no descriptor encoding, no can_implement, no function attribute calls on the steady-state path.
+// Each call patches the addresses of B (x) and D (y) into their TMA descriptors when they changed, then launches
+// (launch_plan): no descriptor encoding, no can_implement, no function attribute calls on the steady-state path.
 struct Plan {
   typename Kernel::Params params;
   const void* b;
@@ -81,6 +81,49 @@ struct Plan {
 Plan* aligned_plan(void* buf) {
   auto p = reinterpret_cast<std::uintptr_t>(buf);
   return reinterpret_cast<Plan*>((p + alignof(Plan) - 1) / alignof(Plan) * alignof(Plan));
+}
+
+using ClusterShape = typename Kernel::DispatchPolicy::ClusterShape;
+constexpr bool kOneCtaCluster = cute::is_static_v<ClusterShape> && cute::size(ClusterShape{}) == 1;
+
+// The kernel's function attributes for this device: its shared memory (past the 48 KB default) and, for clusters,
+// what CUTLASS's cluster launcher sets before each launch (NonPortableClusterSizeAllowed). 0 or 1000 + cudaError_t.
+int set_attributes() {
+  const void* kernel = reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>);
+  cudaError_t err = cudaSuccess;
+  if (Kernel::SharedStorageSize >= (48 << 10))
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Kernel::SharedStorageSize));
+  if (err == cudaSuccess && !kOneCtaCluster)
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
+// Gemm::run(params, stream) for this sm90 kernel without its per-launch attribute call (set_attributes, once per
+// plan, sets it): the same grid, block, shared memory and cluster, one cudaLaunchKernelExC with the cluster's shape.
+// 0 or 1000 + cudaError_t.
+int launch_plan(typename Kernel::Params& params, cudaStream_t stream) {
+  if constexpr (kOneCtaCluster) {
+    cutlass::Status st = Gemm::run(params, stream);  // cutlass::kernel_launch: no attribute calls
+    if (st != cutlass::Status::kSuccess) return int(st);
+  } else {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cute::size<0>(ClusterShape{});
+    attr[0].val.clusterDim.y = cute::size<1>(ClusterShape{});
+    attr[0].val.clusterDim.z = cute::size<2>(ClusterShape{});
+    cudaLaunchConfig_t config = {};
+    config.gridDim = Gemm::get_grid_shape(params);
+    config.blockDim = Kernel::get_block_shape();
+    config.dynamicSmemBytes = size_t(Kernel::SharedStorageSize);
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    void* args[] = {&params};
+    cudaError_t err = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>), args);
+    if (err != cudaSuccess) return 1000 + int(err);
+  }
+  cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? 0 : 1000 + int(err);
 }
 
 using ReplaceAddress = PFN_cuTensorMapReplaceAddress_v12000;
@@ -148,13 +191,12 @@ int cnm_plan(void* buf, const void* a, const void* e, const void* b, void* d, co
   if (Gemm::get_workspace_size(args) != 0) return int(cutlass::Status::kErrorWorkspaceNull);
   cutlass::Status st = Gemm::can_implement(args);
   if (st != cutlass::Status::kSuccess) return int(st);
-  if (Kernel::SharedStorageSize >= (48 << 10)) {  // a function attribute of the current device: set per plan
-    cudaError_t err = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(Kernel::SharedStorageSize));
-    if (err != cudaSuccess) return 1000 + int(err);
-  }
+  if (int err = set_attributes()) return err;  // function attributes of the current device: set per plan
   Plan* plan = aligned_plan(buf);
   plan->params = Kernel::to_underlying_arguments(args, nullptr);
+  const dim3 grid = Gemm::get_grid_shape(plan->params);
+  if (grid.x % cute::size<0>(ClusterShape{}) || grid.y % cute::size<1>(ClusterShape{}))
+    return int(cutlass::Status::kErrorInvalidProblem);  // what the cluster launcher checks on each launch
   plan->b = b;
   plan->d = d;
   return 0;
@@ -171,10 +213,7 @@ int cnm_launch(void* buf, const void* b, void* d, cudaStream_t stream) {
     if (!replace_address(plan->params.epilogue.tma_store_d.get_tma_descriptor(), d)) return 1000 + 1;
     plan->d = d;
   }
-  cutlass::Status st = Gemm::run(plan->params, stream);
-  if (st != cutlass::Status::kSuccess) return int(st);
-  cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? 0 : 1000 + int(err);
+  return launch_plan(plan->params, stream);
 }
 
 }  // extern "C"
