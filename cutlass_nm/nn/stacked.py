@@ -40,7 +40,7 @@ class StackedSparseLinear(SparseLinear):
         if any(n % block for n in self.sizes[:-1]):
             raise PatternError(f"a {self.pattern} stack shares positions by blocks of {block} rows: every layer but "
                                f"the last needs out_features % {block} == 0, got {list(self.sizes)}")
-        self._pending: tuple | None = None  # the last split: (x, x's version, outputs, parts not yet taken)
+        self._pending: list | None = None  # the last split: [x, x's version, outputs, parts not yet taken]
 
     @property
     def row_block(self) -> int:
@@ -113,7 +113,7 @@ class StackedSparseLinear(SparseLinear):
         if x.numel() > FUSED_ROWS * x.shape[-1] and direct_call(x, self.bias):
             x = x if x.is_contiguous() else x.contiguous()
             return tuple(matmul(x, w, b) for w, b in zip(*self._parts(), strict=True))
-        return self(x).split(self.sizes, dim=-1)
+        return torch.split_with_sizes(self(x), self.sizes, -1)  # the op itself: half Tensor.split's host time
 
     def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
         """``split(x)[index]``: the first part taken of ``x`` splits it, the others take their outputs from that
@@ -121,10 +121,10 @@ class StackedSparseLinear(SparseLinear):
         one; inference-mode tensors and traced code have none)."""
         pending = self._pending
         version = None if torch.compiler.is_compiling() or x.is_inference() else x._version
-        if pending is None or pending[0] is not x or pending[1] != version or index not in pending[3]:
-            pending = (x, version, self.split(x), set(range(len(self.sizes))))
-        taken = pending[3] - {index}
-        self._pending = (*pending[:3], taken) if taken else None
+        if pending is None or pending[0] is not x or pending[1] != version or not pending[3] >> index & 1:
+            pending = [x, version, self.split(x), (1 << len(self.sizes)) - 1]  # the parts not taken: a bit each
+        pending[3] &= ~(1 << index)
+        self._pending = pending if pending[3] else None
         return pending[2][index]
 
     def extra_repr(self) -> str:
