@@ -255,7 +255,7 @@ def _step(mods: dict[str, nn.Module], x: torch.Tensor, h: torch.Tensor) -> Calla
     others x; a stacked layer's outputs are split as a model takes them."""
     def call(mod: nn.Module, x: torch.Tensor) -> object:
         if isinstance(mod, nn.Linear) and hasattr(mod, "sizes"):
-            return mod(x).split(mod.sizes, dim=-1)
+            return torch.split_with_sizes(mod(x), mod.sizes, -1)  # as StackedSparseLinear.split does
         return mod.split(x) if hasattr(mod, "sizes") else mod(x)
 
     def step(_: int = 0) -> None:
