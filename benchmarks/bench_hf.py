@@ -10,7 +10,7 @@ and each pattern (the default path: ``sparsify_model`` decides per layer at ``to
 the list below, every model's eager rows before any model's compiled decode (the models wait on the CPU between):
 
 * ``prefill_ms``: one forward over batch x 2048 tokens (1 and 4 sequences; ``logits_to_keep=1``, as generate's
-  prefill), CUDA events, median of repeats;
+  prefill), wall time after a sync, the median of ``--reps`` rounds in which the models take turns (all on the GPU);
 * ``decode_tok_s``: ``generate()`` tokens per second at batch 1 and 16, greedy, eager and with a static cache +
   ``torch.compile`` (CUDA graphs), from the difference of two generation lengths (the prefill cancels), the median
   of ``--decode-reps`` such pairs. Eager decode is host-bound and the host's speed drifts, so the models take turns:
@@ -81,19 +81,21 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def prefill_ms(model: nn.Module, batch: int, tokens: int, device: str, reps: int) -> float:
-    """Median wall time of one forward over batch x tokens (last position's logits only)."""
-    ids = torch.randint(0, model.config.vocab_size, (batch, tokens), device=device)
-    samples = []
+def prefill_ms(models: dict[str, nn.Module], batch: int, tokens: int, device: str, reps: int) -> dict[str, float]:
+    """Each model's median wall time of one forward over batch x tokens (last position's logits only): after a
+    warm-up forward each, ``reps`` rounds time one forward of every model in turn (drift moves them alike)."""
+    ids = torch.randint(0, next(iter(models.values())).config.vocab_size, (batch, tokens), device=device)
+    samples: dict[str, list[float]] = {name: [] for name in models}
     with torch.no_grad():
         for i in range(reps + 1):
-            _sync(device)
-            t0 = time.perf_counter()
-            model(input_ids=ids, logits_to_keep=1, use_cache=False)
-            _sync(device)
-            if i:  # the first is a warm-up
-                samples.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(samples)
+            for name, model in models.items():
+                _sync(device)
+                t0 = time.perf_counter()
+                model(input_ids=ids, logits_to_keep=1, use_cache=False)
+                _sync(device)
+                if i:  # the first round is a warm-up
+                    samples[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 def generate_s(model: nn.Module, batch: int, n: int, device: str, compiled: bool) -> float:
@@ -214,15 +216,11 @@ def errors(model: nn.Module, twin: nn.Module, device: str) -> dict[str, float]:
 def measure(model: nn.Module, args: argparse.Namespace, label: str, modes: list[str], static: bool = True
             ) -> dict[tuple, float]:
     """One model's metrics: {(metric, batch, mode): value}: compiled decode if in ``modes`` (an eager mode: its peak
-    memory only; ``eager_pass`` times it), and with ``static`` its memory, prefill and projection timings."""
+    memory only; ``eager_pass`` times it), and with ``static`` its memory and projection timings (``eager_pass``
+    times prefill)."""
     out: dict[tuple, float] = {}
     if static:
         out.update({("weight_gb", 0, ""): weight_gb(model), ("linear_gb", 0, ""): linear_gb(model)})
-        for batch in args.prefill_batches:
-            out[("prefill_ms", batch, "eager")] = prefill_ms(model, batch, args.prefill_tokens, args.device,
-                                                             args.reps)
-            print(f"{label}: prefill {batch}x{args.prefill_tokens} {out[('prefill_ms', batch, 'eager')]:.1f} ms",
-                  flush=True)
     for mode in modes:
         for batch in args.compiled_batches if mode == "compiled" else args.decode_batches:
             if args.device == "cuda":
@@ -285,9 +283,14 @@ def release(device: str) -> None:
 
 
 def eager_pass(models: dict[str, nn.Module], got: dict[str, dict], args: argparse.Namespace, label: str) -> None:
-    """Eager decode of every model in turns (see ``decode_tok_s``), all on the GPU at once, then back on the CPU."""
+    """Prefill and eager decode of every model in turns (see ``prefill_ms`` and ``decode_tok_s``; decode only with
+    the eager mode), all on the GPU at once, then back on the CPU."""
     on = {name: held.to(args.device) for name, held in models.items()}
-    for batch in args.decode_batches:
+    for batch in args.prefill_batches:
+        for name, ms in prefill_ms(on, batch, args.prefill_tokens, args.device, args.reps).items():
+            got[name][("prefill_ms", batch, "eager")] = ms
+            print(f"{label} {name}: prefill {batch}x{args.prefill_tokens} {ms:.1f} ms", flush=True)
+    for batch in args.decode_batches if "eager" in args.modes else ():
         for name, rate in decode_tok_s(on, batch, args.device, False, args.steps, args.decode_reps).items():
             got[name][("decode_tok_s", batch, "eager")] = rate
             print(f"{label} {name}: decode batch {batch} eager {rate:.1f} tok/s", flush=True)
@@ -306,9 +309,9 @@ def token_counts(args: argparse.Namespace) -> list[int]:
 
 def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
     """Every row; ``save`` gets the rows so far after each pass (a long run keeps what it measured). Three passes
-    over the models, each kept on the CPU between them: each model's static rows and eager peak memory, then eager
-    decode with the models taking turns, then compiled decode one model at a time (a compiled generate() before
-    them slowed the next model's eager decode)."""
+    over the models, each kept on the CPU between them: each model's static rows and eager peak memory, then
+    prefill and eager decode with the models taking turns, then compiled decode one model at a time (a compiled
+    generate() before them slowed the next model's eager decode)."""
     from cutlass_nm import precompile_model
     from cutlass_nm.hf import masked_dense_twin, sparsify_model
 
@@ -341,8 +344,7 @@ def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda ro
             models[pattern] = model.cpu()
             model = None
             release(args.device)
-        if "eager" in args.modes:
-            eager_pass(models, got, args, dtype_name)
+        eager_pass(models, got, args, dtype_name)
         save(rows + _rows(dtype_name, got, extra))
         if "compiled" in args.modes:
             for name, held in models.items():
@@ -375,7 +377,7 @@ def main() -> None:
                     help="decode batches of the compiled mode (default: --decode-batches; each compiles the model)")
     ap.add_argument("--steps", type=lambda s: tuple(int(v) for v in s.split(",")), default=(16, 80),
                     help="two generation lengths; tokens/s comes from their difference")
-    ap.add_argument("--reps", type=int, default=5, help="timed prefill repeats (median)")
+    ap.add_argument("--reps", type=int, default=5, help="timed prefill rounds, every model in turn (median)")
     ap.add_argument("--decode-reps", type=int, default=3, help="timed pairs of generation lengths (median rate)")
     ap.add_argument("--no-compile", action="store_true", help="decode eager only (no static cache + torch.compile)")
     ap.add_argument("--modes", type=lambda s: s.split(","), default=None,
