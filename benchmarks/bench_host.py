@@ -3,8 +3,8 @@
     python3 benchmarks/bench_host.py --out results/h100/host_overhead.json            # both parts
     python3 benchmarks/bench_host.py --part calls --families sptc24_sm90,decode24     # a subset
 
-Part ``calls``: every kernel family (forced through ``cutlass_nm.matmul(..., family=...)``; the FP8 decode families
-on the pattern's weight quantized, x fp16) at m in {1, 16, 256} on two LLaMA-7B shapes, plus
+Part ``calls``: every kernel family (forced through ``cutlass_nm.matmul(..., family=...)``; the FP8 families on the
+pattern's weight quantized, x fp16) at m in {1, 16, 256} on two LLaMA-7B shapes, plus
 ``SparseLinear.forward`` (default routing) against ``nn.Linear.forward``:
 
 * ``host_us``: host time to issue one call while the GPU is held busy (a sleep kernel ahead of the calls, so the
@@ -43,8 +43,10 @@ FAMILIES = {  # family -> (the weight pattern it runs here, the token counts it 
     "vnm_sm90": ("128:2:8", TOKENS), "vnm_sm80": ("128:2:8", TOKENS), "nm_decode": ("128:2:8", (1, 16)),
     "nm_decode_simt": ("2:8", (1, 16)), "nm_simt": ("2:8", TOKENS),
     "decode24_fp8": ("2:4", (1,)), "nm_decode_fp8": ("2:8", (1,)),
+    "sptc24_fp8_sm90": ("2:4", TOKENS), "vnm_fp8_sm90": ("128:2:8", (16, 256)),
 }
-FP8 = ("decode24_fp8", "nm_decode_fp8")  # run FP8 weights (cutlass_nm.quantize of the pattern's), x fp16 as it is
+# run FP8 weights (cutlass_nm.quantize of the pattern's) with x fp16: as it is at one token, quantized per token above
+FP8 = ("decode24_fp8", "nm_decode_fp8", "sptc24_fp8_sm90", "vnm_fp8_sm90")
 MODULE_PATTERNS = ("2:4", "128:2:8", "2:8")
 LAYER = {"q": (4096, 4096), "k": (4096, 4096), "v": (4096, 4096), "o": (4096, 4096), "gate": (11008, 4096),
          "up": (11008, 4096), "down": (4096, 11008)}  # name -> (out, in)
