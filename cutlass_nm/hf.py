@@ -58,7 +58,7 @@ class ModelSparsifySummary(SparsifySummary):
 
     fused: list[str] = field(default_factory=list)
     not_fused: dict[str, str] = field(default_factory=dict)
-    stacked: list[str] = field(default_factory=list)  # attentions whose q/k/v became one 2:4 weight
+    stacked: list[str] = field(default_factory=list)  # attentions whose q/k/v became one stacked weight
     notes: list[str] = field(default_factory=list)
 
 

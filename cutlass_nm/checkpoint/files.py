@@ -145,8 +145,8 @@ def _target(model: nn.Module, fills: Mapping[str, SparseLinear], name: str, w: A
 def install(model: nn.Module, layers: Mapping[str, AnyWeight], tensors: Mapping[str, torch.Tensor], *,
              strict: bool, source: str) -> nn.Module:
     """Put ``layers`` into ``model`` (an ``nn.Linear`` is replaced by a SparseLinear of its dtype and device, a
-    SparseLinear is filled; where the checkpoint holds a stacked 2:4 gate/up or q/k/v, the model's MLP or attention
-    takes the stack) and load ``tensors`` by name; returns the model (or the SparseLinear that replaced it).
+    SparseLinear is filled; where the checkpoint holds a stacked 2:4 gate/up or a stacked q/k/v, the model's MLP or
+    attention takes the stack) and load ``tensors`` by name; returns the model (or the SparseLinear that replaced it).
     Every layer is checked before the model changes."""
     installs, fills = _stack_shells(model, layers, source)
     targets = {name: _target(model, fills, name, w, source) for name, w in layers.items()}  # all checked first

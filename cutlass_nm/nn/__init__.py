@@ -1,5 +1,5 @@
 """Modules: ``SparseLinear`` (an ``nn.Linear`` with a 2:4-, V:N:M- or general N:M-compressed weight) and
-``sparsify``; ``StackedSparseLinear`` (2:4 layers of one input as one weight, e.g. an attention's q/k/v);
+``sparsify``; ``StackedSparseLinear`` (sparse layers of one input as one weight, e.g. an attention's q/k/v);
 ``SparseGatedMLP`` and ``Sparse24GatedMLP`` (SwiGLU MLPs whose gate and up run as one kernel) with
 ``sparsify_gated_mlps``; and ``precompile_model``."""
 
