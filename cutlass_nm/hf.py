@@ -53,7 +53,7 @@ SILU = ("silu", "swish")
 class ModelSparsifySummary(SparsifySummary):
     """``SparsifySummary`` plus the MLPs whose gate and up became one kernel's weight (``fused``; their
     projections are also in ``replaced``), the MLPs not fused and why (``not_fused``), the attentions whose q/k/v
-    became one 2:4 weight (``stacked``; their decisions say so), and ``notes`` (e.g. a tied
+    became one stacked weight (``stacked``; their decisions say so), and ``notes`` (e.g. a tied
     ``lm_head`` kept dense)."""
 
     fused: list[str] = field(default_factory=list)

@@ -88,7 +88,7 @@ def _stack_shells(model: nn.Module, layers: Mapping[str, AnyWeight], source: str
                                   f"{rows}x{lins[0].in_features} (one input, biased alike)")
         try:
             stack = StackedSparseLinear(w.shape[1], [lin.out_features for lin in lins], lins[0].bias is not None,
-                                        *_placement(lins[0]), pattern=w.pattern, vector=getattr(w, "vector", 0) or 32,
+                                        *_placement(lins[0]), pattern=w.pattern, vector=_vector(w),
                                         fp8=isinstance(w, Sparse24FP8Weight))
         except PatternError as exc:
             raise CheckpointError(f"{source}: layer {name!r}, the model's stacked {kind}: {exc}") from None
@@ -114,11 +114,16 @@ def _placement(lin: nn.Linear) -> tuple[torch.device, torch.dtype]:
     return (lin.weight.device if lin.weight.device.type != "meta" else torch.device("cpu")), lin.weight.dtype
 
 
+def _vector(w: AnyWeight) -> int:
+    """The ``vector`` argument a SparseLinear holding ``w`` takes: a general N:M weight's, else the default."""
+    return getattr(w, "vector", 0) or 32
+
+
 def _sparse_for(lin: nn.Linear, w: AnyWeight) -> SparseLinear:
     """An empty SparseLinear that takes ``w`` in place of ``lin`` (its dtype, device and bias; ``w``'s shape,
     pattern, vector and FP8)."""
     return SparseLinear(w.shape[1], w.shape[0], lin.bias is not None, w.pattern, *_placement(lin),
-                        vector=getattr(w, "vector", 0) or 32, fp8=isinstance(w, Sparse24FP8Weight))
+                        vector=_vector(w), fp8=isinstance(w, Sparse24FP8Weight))
 
 
 def _target(model: nn.Module, fills: Mapping[str, SparseLinear], name: str, w: AnyWeight,
