@@ -237,7 +237,11 @@ def test_fp8_launcher_passes_arguments_in_the_c_order(monkeypatch):
         cnm_run = Fn(0)
         cnm_meta_atom_k = Fn(128)
         cnm_quantize_rows = Fn(0)
+        cnm_plan_bytes = Fn(64)
+        cnm_plan = Fn(0)
+        cnm_launch = Fn(0)
 
+    monkeypatch.setattr(fp8_family, "gil_holding", lambda lib, name, *types: getattr(lib, name))
     cfg = fp8_family.Config(swizzle=4, raster="n")
     launcher = fp8_family._Launcher(Lib(), cfg)
     w8 = _fp8(64, 128)
@@ -257,6 +261,46 @@ def test_fp8_launcher_passes_arguments_in_the_c_order(monkeypatch):
     assert q.dtype == E4M3 and q.shape == (5, 128) and scale.shape == (5,) and scale.dtype == torch.float32
     assert a == (x16.data_ptr(), q.data_ptr(), scale.data_ptr(), 5, 128, 1, 7)
 
+
+
+def test_fp8_repeat_quantizes_and_launches_from_one_plan(monkeypatch):
+    """A 16-bit x's repeat: one plan per (weight, bias, m, stream), built on the stream's scratch (e4m3 x, then the
+    per-token scales 16-byte aligned after it), launched with each call's x and y; another stream's call quantizes
+    and runs per call; none while a graph is captured."""
+    import types
+
+    from launch_helpers import Recorder, entries_by_name
+
+    from cutlass_nm.families.launch import DeviceInfo
+    from cutlass_nm.families.sptc24_fp8_sm90 import family as fp8_family
+
+    entries_by_name(monkeypatch, fp8_family)
+    monkeypatch.setattr(fp8_family, "device_info", lambda dev: DeviceInfo(132, (9, 0), "fake"))
+    monkeypatch.setattr(fp8_family, "capturing", lambda: False)
+    stream = {"now": 5}
+    monkeypatch.setattr(fp8_family, "stream_of", lambda x: stream["now"])
+    monkeypatch.setattr("cutlass_nm.families.launch._raw_stream", lambda index: stream["now"])
+    lib = types.SimpleNamespace(cnm_run=Recorder(0), cnm_meta_atom_k=lambda: 128, cnm_quantize_rows=Recorder(0),
+                                cnm_plan_bytes=lambda: 64, cnm_plan=Recorder(0), cnm_launch=Recorder(0))
+    launcher = fp8_family._Launcher(lib, fp8_family.Config())
+    w8 = _fp8(64, 128)
+    x, y = torch.randn(5, 128, dtype=torch.bfloat16), torch.empty(5, 64, dtype=torch.bfloat16)
+    go = launcher.steady(x, w8, None, y)
+    assert launcher.steady(x, w8, None, y).keep[-1] is go.keep[-1] and len(lib.cnm_plan.calls) == 1
+    plan, _, _, q, d, sw, sw_vector, scale, bias, *problem, x_bf16 = lib.cnm_plan.calls[0]
+    scratch = go.keep[-1]
+    assert q == scratch.data_ptr() and scale == q + 640 and scratch.numel() >= 640 + 4 * 5
+    assert (d, sw, sw_vector, bias, problem, x_bf16) == (y.data_ptr(), w8.scale.data_ptr(), 1, None,
+                                                          [64, 5, 128, 132, 1, 0], 1)
+    x2, y2 = torch.randn(5, 128, dtype=torch.bfloat16), torch.empty(5, 64, dtype=torch.bfloat16)
+    go(x2, w8, None, y2)
+    assert lib.cnm_launch.calls == [(plan, x2.data_ptr(), y2.data_ptr(), 5)] and not lib.cnm_run.calls
+    stream["now"] = 9  # another stream: quantized into fresh tensors, then the per-call GEMM
+    go(x2, w8, None, y2)
+    assert len(lib.cnm_launch.calls) == 1 and lib.cnm_quantize_rows.calls[-1][0] == x2.data_ptr()
+    assert lib.cnm_run.calls[-1][3] == y2.data_ptr() and lib.cnm_run.calls[-1][16] == 9
+    monkeypatch.setattr(fp8_family, "capturing", lambda: True)
+    assert launcher.steady(x, w8, None, y) is None
 
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -305,3 +349,52 @@ def test_decode_packed_meta_read_as_the_kernel_reads_it():
                 y[r] += x[col + p0] * values[r, 16 * c + 2 * g] + x[col + p1] * values[r, 16 * c + 2 * g + 1]
     dense = w8.to_dense().double()  # scaled in fp32: each weight within 2^-24 of exact
     assert ((y * w8.scale.double() - dense @ x).abs() <= 1e-6 * (dense.abs() @ x.abs())).all()
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("m", "with_bias"), [(1, False), (7, True), (129, False)])
+def test_gpu_16bit_x_repeats_follow_new_inputs_streams_and_graphs(dtype, m, with_bias):
+    """A 16-bit x's repeated GEMM calls (one plan: quantize and GEMM in one call) give each new x its own result
+    (3-D x as well), on two side streams at once, and a graph captured after them replays its own x; m = 1 repeats
+    the decode path."""
+    n, k = 264, 1056
+    w8 = _fp8(n, k, "cuda", seed=m)
+    bias = torch.randn(n, device="cuda", dtype=dtype) if with_bias else None
+    ref_w = w8.to_dense().double()
+
+    def check(y: torch.Tensor, x: torch.Tensor) -> None:
+        x2 = x.reshape(-1, k)
+        xq, sx = quantize_rows(x2)
+        assert torch.isfinite(y).all() and y.dtype == dtype
+        assert _rel(y.reshape(-1, n), _reference(xq, sx, w8, bias)) < 1e-2
+        ref = x2.double() @ ref_w.T + (bias.double() if with_bias else 0)
+        assert _rel(y.reshape(-1, n), ref) < 5e-2
+
+    xs = [torch.randn(m, k, device="cuda", dtype=dtype) for _ in range(4)]
+    for x in xs:
+        check(cutlass_nm.matmul(x, w8, bias), x)
+    x3 = torch.randn(1, m, k, device="cuda", dtype=dtype)
+    for _ in range(2):
+        check(cutlass_nm.matmul(x3, w8, bias), x3)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    torch.cuda.synchronize()
+    ys = []
+    for _ in range(3):
+        for stream, x in zip(streams, xs[2:], strict=True):
+            with torch.cuda.stream(stream):
+                ys.append((cutlass_nm.matmul(x, w8, bias), x))
+    torch.cuda.synchronize()
+    for y, x in ys:
+        check(y, x)
+    static_x = xs[0].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = cutlass_nm.matmul(static_x, w8, bias)
+    for x in xs[1:]:
+        eager = cutlass_nm.matmul(x, w8, bias)
+        static_y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(static_y, static_x)
+        check(eager, x)

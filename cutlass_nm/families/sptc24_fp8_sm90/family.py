@@ -16,8 +16,8 @@ from ...arch import target
 from ...formats import meta_sm90
 from ...formats.fp8 import Sparse24FP8Weight
 from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file
-from ..launch import check_status, device_info, stream_of
-from ..sptc24_sm90.family import EPILOGUE_SMEM, RASTER_ORDER, schedule_rule
+from ..launch import Plans, capturing, check_status, device_info, gil_holding, steady_call, stream_of, workspace_buffer
+from ..sptc24_sm90.family import EPILOGUE_SMEM, RASTER_ORDER, SM90_PLAN, schedule_rule
 
 K_MULTIPLE = 32  # the compressed rows (k / 2 bytes) and x's rows (k bytes) are TMA boxes: 16-byte aligned
 OUT_DTYPES = ("bf16", "f16")
@@ -73,7 +73,7 @@ class _Fp8Family(Family):
     arch = "sm_90a"
     weight = Sparse24FP8Weight
     Config = Config
-    templates = ("families/sptc24_fp8_sm90/kernel.cu", "codegen/cutlass_emit.py", QUANTIZE_ROWS)
+    templates = ("families/sptc24_fp8_sm90/kernel.cu", "codegen/cutlass_emit.py", QUANTIZE_ROWS, SM90_PLAN)
     input_dtypes = ("e4m3",)
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
@@ -104,7 +104,8 @@ class _Fp8Family(Family):
         return emit_sm90(op, self.template(self.templates[0]), tile_shape=shape,
                          element_d=CPP_TYPES[types.out_dtype], element_bias=CPP_TYPES[types.out_dtype],
                          has_bias="true" if types.bias else "false",
-                         quantize_rows=package_file(QUANTIZE_ROWS).read_text())
+                         quantize_rows=package_file(QUANTIZE_ROWS).read_text(),
+                         sm90_plan=package_file(SM90_PLAN).read_text())
 
     def heuristic(self, problem: Problem) -> Config:
         """The shipping grid's lesson (H200, 104 problems, m = 128-8192), with fast accumulation everywhere (up to
@@ -129,7 +130,8 @@ class _Fp8Family(Family):
 
 class _Launcher:
     """A loaded FP8 kernel: ``launcher(x, w, bias, y, x_scale)`` on torch's current stream; x (m x k) is e4m3 and
-    ``x_scale`` float32 of m entries (per token) or one (per tensor)."""
+    ``x_scale`` float32 of m entries (per token) or one (per tensor). ``steady`` gives matmul a 16-bit x's repeat:
+    a plan that quantizes x and runs the GEMM in one call."""
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
@@ -138,7 +140,13 @@ class _Launcher:
         lib.cnm_meta_atom_k.restype = i32
         lib.cnm_quantize_rows.argtypes = [vp, vp, vp, i32, i32, i32, vp]
         lib.cnm_quantize_rows.restype = i32
-        self.run = lib.cnm_run
+        lib.cnm_plan_bytes.restype = ctypes.c_size_t
+        lib.cnm_plan.argtypes = [vp, vp, vp, vp, vp, vp, i32, vp, vp, i32, i32, i32, i32, i32, i32, i32]
+        lib.cnm_plan.restype = i32
+        self.lib, self.run = lib, lib.cnm_run
+        self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp)
+        self.plan_bytes = lib.cnm_plan_bytes()
+        self.plans = Plans()  # (weight, bias, m, n, k, x dtype, stream) -> (plan, the stream's scratch it points into)
         self.quantize = functools.partial(quantize_with, lib.cnm_quantize_rows, FAMILY.name)
         self.swizzle, self.raster = cfg.swizzle, RASTER_ORDER[cfg.raster]
         atom = lib.cnm_meta_atom_k()
@@ -156,6 +164,40 @@ class _Launcher:
                           stream_of(x))
         if status:
             check_status(status, FAMILY.name, (m, n, k))
+
+    def quantized(self, x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+        """A 16-bit x (m x k) quantized per token, then the GEMM: two launches, nothing kept."""
+        xq, sx = self.quantize(x)
+        self(xq, w, bias, y, sx)
+
+    def steady(self, x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None, y: torch.Tensor
+               ) -> Callable[..., None] | None:
+        """After a first call on a 16-bit x (m x k): the repeat of (w, bias, m) on this stream, one C call that
+        quantizes x into the stream's scratch and launches the GEMM from a plan; other streams take
+        ``quantized``. None while a CUDA graph is being captured (its scratch is the graph's own, per call)."""
+        if capturing():
+            return None
+        m, k = x.shape
+        n = w.out_features
+        stream = stream_of(x)
+        e = w.layout(self.layout_key, self.build_layout)
+        key = (w.values.data_ptr(), e.data_ptr(), w.scale.data_ptr(), 0 if bias is None else bias.data_ptr(), m, n,
+               k, x.dtype, stream)
+        kept = self.plans.get(key)
+        if kept is None:
+            q_bytes = -(-m * k // 16) * 16
+            scratch = workspace_buffer(x.device, q_bytes + 4 * m, stream)
+            plan = ctypes.create_string_buffer(self.plan_bytes)
+            status = self.lib.cnm_plan(plan, w.values.data_ptr(), e.data_ptr(), scratch.data_ptr(), y.data_ptr(),
+                                       w.scale.data_ptr(), 1, scratch.data_ptr() + q_bytes,
+                                       None if bias is None else bias.data_ptr(), n, m, k,
+                                       device_info(x.device).sm_count, self.swizzle, self.raster,
+                                       int(x.dtype == torch.bfloat16))
+            check_status(status, FAMILY.name, (m, n, k))
+            kept = self.plans.keep(key, (plan, scratch))
+        plan, scratch = kept
+        return steady_call(self.launch, plan, (w.values, e, w.scale, bias, scratch), FAMILY.name, (m, n, k),
+                           on=(stream, self.quantized))
 
 
 def quantize_with(quantize_rows: Callable[..., int], family: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,6 +3,8 @@
 // D(M x N, col-major) = sw[M] * sx[N] * (A(M x K, 2:4, e4m3) * B(K x N, e4m3)) [+ bias[M]], i.e.
 // y(m x n_out) = (x * W^T) scaled per token of x and per output channel of W; either scale may be one scalar.
 #include <cstdint>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -18,7 +20,7 @@
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/util/packed_stride.hpp"
 
-${quantize_rows}
+${sm90_plan}${quantize_rows}
 
 namespace cnm_fp8 {
 using namespace cutlass::epilogue::fusion;
@@ -80,6 +82,19 @@ typename Gemm::Arguments make_args(const void* a, const void* e, const void* b, 
   args.scheduler.raster_order = raster == 1 ? Raster::AlongM : raster == 2 ? Raster::AlongN : Raster::Heuristic;
   return args;
 }
+
+// A prepared call for one (weight, bias, M, N, K, scheduler) with a 16-bit x, no workspace: the kernel's Params,
+// built once on the plan's own e4m3 x (q) and per-token scales, which each call first fills from x by quantize_rows;
+// a call patches D's TMA descriptor when y's address changed. The caller keeps q and scale for one stream.
+struct Plan {
+  typename Kernel::Params params;
+  void* d;
+  void* q;
+  float* scale;
+  int tokens;
+  int k;
+  int x_bf16;
+};
 }  // namespace
 
 extern "C" {
@@ -89,7 +104,7 @@ int cnm_quantize_rows(const void* x, void* q, float* scale, int m, int k, int x_
   return cnm::quantize_rows(x, q, scale, m, k, x_bf16, stream);
 }
 
-int cnm_abi_version() { return 2; }
+int cnm_abi_version() { return 3; }
 
 int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEAtom{})); }
 
@@ -108,6 +123,42 @@ int cnm_run(const void* a, const void* e, const void* b, void* d, const float* s
   if (st != cutlass::Status::kSuccess) return int(st);
   cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
+// Bytes of a caller-owned buffer that holds one Plan (any alignment).
+size_t cnm_plan_bytes() { return sizeof(Plan) + alignof(Plan); }
+
+// Fills the plan in buf: W (a, e, sw) against x quantized per token into q (N x K e4m3) and scale (N floats), both
+// caller-owned, writing d. 0 on success; otherwise a cutlass::Status (< 1000) or 1000 + cudaError_t.
+int cnm_plan(void* buf, const void* a, const void* e, void* q, void* d, const float* sw, int sw_vector, float* scale,
+             const void* bias, int M, int N, int K, int sm_count, int swizzle, int raster, int x_bf16) {
+  if (cnm::replace_address_fn() == nullptr) return int(cutlass::Status::kErrorNotSupported);
+  auto args = make_args(a, e, q, d, sw, sw_vector, scale, 1, bias, M, N, K, sm_count, swizzle, raster);
+  if (Gemm::get_workspace_size(args) != 0) return int(cutlass::Status::kErrorWorkspaceNull);
+  cutlass::Status st = Gemm::can_implement(args);
+  if (st != cutlass::Status::kSuccess) return int(st);
+  if (int err = cnm::set_attributes<Kernel>()) return err;
+  Plan* plan = cnm::aligned_plan<Plan>(buf);
+  plan->params = Kernel::to_underlying_arguments(args, nullptr);
+  if (!cnm::grid_fits_clusters<Kernel, Gemm>(plan->params)) return int(cutlass::Status::kErrorInvalidProblem);
+  plan->d = d;
+  plan->q = q;
+  plan->scale = scale;
+  plan->tokens = N;
+  plan->k = K;
+  plan->x_bf16 = x_bf16;
+  return 0;
+}
+
+// One call of a plan: x (16-bit, N x K) quantized into the plan's q and scale, then the GEMM into d.
+int cnm_launch(void* buf, const void* x, void* d, cudaStream_t stream) {
+  Plan* plan = cnm::aligned_plan<Plan>(buf);
+  if (int err = cnm::quantize_rows(x, plan->q, plan->scale, plan->tokens, plan->k, plan->x_bf16, stream)) return err;
+  if (d != plan->d) {
+    if (!cnm::replace_address(plan->params.epilogue.tma_store_d.get_tma_descriptor(), d)) return 1000 + 1;
+    plan->d = d;
+  }
+  return cnm::launch_plan<Kernel, Gemm>(plan->params, stream);
 }
 
 }  // extern "C"

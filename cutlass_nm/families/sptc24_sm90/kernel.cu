@@ -16,7 +16,7 @@
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/util/packed_stride.hpp"
 
-${sparse_mainloop}${operation}
+${sm90_plan}${sparse_mainloop}${operation}
 
 namespace {
 // mma_pipe = 0: CUTLASS's emitted kernel as is; 1: the same kernel with cnm::PipelinedSparseMma as its mainloop.
@@ -78,77 +78,6 @@ struct Plan {
   void* d;
 };
 
-Plan* aligned_plan(void* buf) {
-  auto p = reinterpret_cast<std::uintptr_t>(buf);
-  return reinterpret_cast<Plan*>((p + alignof(Plan) - 1) / alignof(Plan) * alignof(Plan));
-}
-
-using ClusterShape = typename Kernel::DispatchPolicy::ClusterShape;
-constexpr bool kOneCtaCluster = cute::is_static_v<ClusterShape> && cute::size(ClusterShape{}) == 1;
-
-// The kernel's function attributes for this device: its shared memory (past the 48 KB default) and, for clusters,
-// what CUTLASS's cluster launcher sets before each launch (NonPortableClusterSizeAllowed). 0 or 1000 + cudaError_t.
-int set_attributes() {
-  const void* kernel = reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>);
-  cudaError_t err = cudaSuccess;
-  if (Kernel::SharedStorageSize >= (48 << 10))
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Kernel::SharedStorageSize));
-  if (err == cudaSuccess && !kOneCtaCluster)
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  return err == cudaSuccess ? 0 : 1000 + int(err);
-}
-
-// Gemm::run(params, stream) for this sm90 kernel without its per-launch attribute call (set_attributes, once per
-// plan, sets it): the same grid, block, shared memory and cluster, one cudaLaunchKernelExC with the cluster's shape.
-// 0 or 1000 + cudaError_t.
-int launch_plan(typename Kernel::Params& params, cudaStream_t stream) {
-  if constexpr (kOneCtaCluster) {
-    cutlass::Status st = Gemm::run(params, stream);  // cutlass::kernel_launch: no attribute calls
-    if (st != cutlass::Status::kSuccess) return int(st);
-  } else {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cute::size<0>(ClusterShape{});
-    attr[0].val.clusterDim.y = cute::size<1>(ClusterShape{});
-    attr[0].val.clusterDim.z = cute::size<2>(ClusterShape{});
-    cudaLaunchConfig_t config = {};
-    config.gridDim = Gemm::get_grid_shape(params);
-    config.blockDim = Kernel::get_block_shape();
-    config.dynamicSmemBytes = size_t(Kernel::SharedStorageSize);
-    config.stream = stream;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    void* args[] = {&params};
-    cudaError_t err = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>), args);
-    if (err != cudaSuccess) return 1000 + int(err);
-  }
-  cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? 0 : 1000 + int(err);
-}
-
-using ReplaceAddress = PFN_cuTensorMapReplaceAddress_v12000;
-
-ReplaceAddress replace_address_fn() {
-  static const ReplaceAddress fn = [] {
-    void* pfn = nullptr;
-    cudaDriverEntryPointQueryResult found;
-#if __CUDACC_VER_MAJOR__ > 12
-    cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapReplaceAddress", &pfn, 12000, cudaEnableDefault,
-                                                       &found);
-#else
-    cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapReplaceAddress", &pfn, cudaEnableDefault, &found);
-#endif
-    return err == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<ReplaceAddress>(pfn)
-                                                                      : nullptr;
-  }();
-  return fn;
-}
-
-bool replace_address(cute::TmaDescriptor const* desc, const void* ptr) {
-  ReplaceAddress fn = replace_address_fn();
-  return fn != nullptr && fn(const_cast<CUtensorMap*>(reinterpret_cast<CUtensorMap const*>(desc)),
-                             const_cast<void*>(ptr)) == CUDA_SUCCESS;
-}
 }  // namespace
 
 extern "C" {
@@ -186,16 +115,15 @@ size_t cnm_plan_bytes() { return sizeof(Plan) + alignof(Plan); }
 // 0 on success; otherwise a cutlass::Status (< 1000) or 1000 + cudaError_t.
 int cnm_plan(void* buf, const void* a, const void* e, const void* b, void* d, const void* bias, int M, int N, int K,
              int sm_count, int swizzle, int raster) {
-  if (replace_address_fn() == nullptr) return int(cutlass::Status::kErrorNotSupported);
+  if (cnm::replace_address_fn() == nullptr) return int(cutlass::Status::kErrorNotSupported);
   auto args = make_args(a, e, b, d, bias, M, N, K, sm_count, swizzle, raster);
   if (Gemm::get_workspace_size(args) != 0) return int(cutlass::Status::kErrorWorkspaceNull);
   cutlass::Status st = Gemm::can_implement(args);
   if (st != cutlass::Status::kSuccess) return int(st);
-  if (int err = set_attributes()) return err;  // function attributes of the current device: set per plan
-  Plan* plan = aligned_plan(buf);
+  if (int err = cnm::set_attributes<Kernel>()) return err;  // function attributes of the current device: set per plan
+  Plan* plan = cnm::aligned_plan<Plan>(buf);
   plan->params = Kernel::to_underlying_arguments(args, nullptr);
-  const dim3 grid = Gemm::get_grid_shape(plan->params);
-  if (grid.x % cute::size<0>(ClusterShape{}) || grid.y % cute::size<1>(ClusterShape{}))
+  if (!cnm::grid_fits_clusters<Kernel, Gemm>(plan->params))
     return int(cutlass::Status::kErrorInvalidProblem);  // what the cluster launcher checks on each launch
   plan->b = b;
   plan->d = d;
@@ -204,16 +132,16 @@ int cnm_plan(void* buf, const void* a, const void* e, const void* b, void* d, co
 
 // Launches a plan on x (b) and y (d), patching their descriptors first when their addresses changed.
 int cnm_launch(void* buf, const void* b, void* d, cudaStream_t stream) {
-  Plan* plan = aligned_plan(buf);
+  Plan* plan = cnm::aligned_plan<Plan>(buf);
   if (b != plan->b) {
-    if (!replace_address(plan->params.mainloop.tma_load_b.get_tma_descriptor(), b)) return 1000 + 1;
+    if (!cnm::replace_address(plan->params.mainloop.tma_load_b.get_tma_descriptor(), b)) return 1000 + 1;
     plan->b = b;
   }
   if (d != plan->d) {
-    if (!replace_address(plan->params.epilogue.tma_store_d.get_tma_descriptor(), d)) return 1000 + 1;
+    if (!cnm::replace_address(plan->params.epilogue.tma_store_d.get_tma_descriptor(), d)) return 1000 + 1;
     plan->d = d;
   }
-  return launch_plan(plan->params, stream);
+  return cnm::launch_plan<Kernel, Gemm>(plan->params, stream);
 }
 
 }  // extern "C"
