@@ -252,3 +252,111 @@ def test_steady_state_calls_still_check_what_may_differ():
     bias.data = torch.zeros(256, device="cuda", dtype=torch.float16)  # the same object, other data: checked again
     with pytest.raises(InputError, match="bias must be a tensor of shape"):
         cutlass_nm.matmul(x, w, bias)
+
+
+# sptc24_sm80's plan path: m % 8 != 0 (13) makes the GEMM read x's m rows and write a scratch of ldd = 16 rows
+SM80_PLAN_MS = [1, 8, 13, 96]
+SM80_NK = (544, 1088)  # n = 8.5 transpose tiles of 64 features, k = 17 k-tiles
+
+
+def _sm80_launcher(m: int, dtype: torch.dtype, with_bias: bool):
+    """The sptc24_sm80 launcher of the heuristic config for (m, SM80_NK), built by the module's precompile."""
+    from cutlass_nm.families import KernelTypes, Problem, get_family
+    from cutlass_nm.kernels import get_kernel
+
+    if "sptc24_sm80" not in _families():
+        pytest.skip("needs an sm_80 or newer GPU")
+    name = {torch.float16: "f16", torch.bfloat16: "bf16"}[dtype]
+    types = KernelTypes(name, name, with_bias)
+    fam = get_family("sptc24_sm80")
+    return get_kernel((fam.name, fam.heuristic(Problem(m, *SM80_NK, types)), types))
+
+
+def _fresh_x(m: int, dtype: torch.dtype, g: torch.Generator, w, bias: torch.Tensor | None):
+    """A new random x (m x k) for w and its fp64 reference x·Wᵀ (+ bias)."""
+    x = torch.randn(m, w.in_features, device="cuda", dtype=dtype, generator=g)
+    ref = x.double() @ w.to_dense().double().T
+    return x, ref if bias is None else ref + bias.double()
+
+
+def _check(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: object) -> None:
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all(), f"unwritten (poisoned) or non-finite outputs: {what}"
+    assert rel_err(y.reshape(ref.shape), ref) < TOL[dtype], what
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("m", SM80_PLAN_MS)
+def test_sm80_plan_and_repeat_on_new_inputs(m, dtype, with_bias):
+    """sptc24_sm80 runs each (weight, bias, m) from one plan: the launcher's calls and its steady repeat into one
+    reused NaN-poisoned output, and matmul's repeat of a remembered call, each on a fresh x, give the fp64
+    reference (x read in place for any m, the transpose and the bias fused into the same launch)."""
+    kern = _sm80_launcher(m, dtype, with_bias)
+    _, w, bias, _ = _case(m, *SM80_NK, dtype, seed=500 + m, with_bias=with_bias)
+    g = torch.Generator(device="cuda").manual_seed(600 + m)
+    out = torch.full((m, SM80_NK[0]), float("nan"), device="cuda", dtype=dtype)
+    x, ref = _fresh_x(m, dtype, g, w, bias)
+    kern(x, w, bias, out)
+    _check(out, ref, dtype, "first call")
+    planned = len(kern.plans)
+    go = kern.steady(x, w, bias, out)
+    assert go is not kern, "a planned call must be repeated from its plan"
+    for step in range(3):
+        for call in (go, kern):
+            x, ref = _fresh_x(m, dtype, g, w, bias)
+            out.fill_(float("nan"))
+            call(x, w, bias, out)
+            _check(out, ref, dtype, (step, call))
+    assert len(kern.plans) == planned, "new x and y addresses must reuse the plan"
+    for step in range(3):  # matmul: the first call is remembered, the next ones run its repeat
+        x, ref = _fresh_x(m, dtype, g, w, bias)
+        _check(cutlass_nm.matmul(x, w, bias, family="sptc24_sm80"), ref, dtype, ("matmul", step))
+        x, ref = _fresh_x(m, dtype, g, w, bias)
+        out.fill_(float("nan"))
+        assert cutlass_nm.matmul(x, w, bias, out=out, family="sptc24_sm80").data_ptr() == out.data_ptr()
+        _check(out, ref, dtype, ("matmul out=", step))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("m", [13, 96])
+def test_sm80_repeat_on_other_streams_and_in_graphs(m, dtype):
+    """A repeat whose scratch belongs to its first call's stream: calls on two other streams at once (each with
+    its own scratch, 2-D and 3-D x) give their own x's result; graphs captured on a side stream and on the repeat's
+    own stream replay on new x contents from their own memory, unchanged by eager calls in between."""
+    _sm80_launcher(m, dtype, True)  # skips without an sm_80+ GPU
+    _, w, bias, _ = _case(m, *SM80_NK, dtype, seed=700 + m, with_bias=True)
+    g = torch.Generator(device="cuda").manual_seed(800 + m)
+    for step in range(2):  # the first call plans on the default stream, the second repeats
+        x, ref = _fresh_x(m, dtype, g, w, bias)
+        _check(cutlass_nm.matmul(x, w, bias, family="sptc24_sm80"), ref, dtype, ("default stream", step))
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    cases = [_fresh_x(m, dtype, g, w, bias) for _ in streams]
+    torch.cuda.synchronize()
+    results = []
+    for _ in range(3):
+        for stream, (x, ref) in zip(streams, cases, strict=True):
+            with torch.cuda.stream(stream):
+                results.append((cutlass_nm.matmul(x, w, bias, family="sptc24_sm80"), ref))
+                results.append((cutlass_nm.matmul(x.view(1, m, -1), w, bias, family="sptc24_sm80"), ref))
+    for i, (y, ref) in enumerate(results):
+        _check(y, ref, dtype, ("side streams", i))
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):  # a signature first called on `side`: its repeat's home stream is `side`
+        for step in range(2):
+            x, ref = _fresh_x(m, dtype, g, w, None)
+            _check(cutlass_nm.matmul(x, w, family="sptc24_sm80"), ref, dtype, ("side home", step))
+    for capture_on, use_bias in ((None, bias), (side, None)):
+        static_x = torch.empty(m, w.in_features, device="cuda", dtype=dtype)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=capture_on):
+            static_y = cutlass_nm.matmul(static_x, w, use_bias, family="sptc24_sm80")
+        for step in range(2):
+            x, ref = _fresh_x(m, dtype, g, w, use_bias)
+            other, other_ref = _fresh_x(m, dtype, g, w, use_bias)
+            static_x.copy_(x)
+            eager = cutlass_nm.matmul(other, w, use_bias, family="sptc24_sm80")
+            static_y.fill_(float("nan"))
+            graph.replay()
+            _check(static_y, ref, dtype, ("graph", capture_on is not None, step))
+            _check(eager, other_ref, dtype, ("eager after capture", capture_on is not None, step))

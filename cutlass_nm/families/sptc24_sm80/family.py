@@ -1,9 +1,9 @@
 """2:4 on Ampere Sparse Tensor Cores: CUTLASS's ``SparseGemm`` (mma.sp m16n8k32, cp.async multistage).
 
 Runs on sm_80 and newer, so it is also the baseline the Hopper family is compared with on an H100.
-CUTLASS's 2.x sparse GEMM writes D row-major, so this family computes yᵀ and transposes it
-(one extra pass over the output), and adds the bias with a separate op. Its rules (CUTLASS's): k a multiple of
-the tile K, n % 32 == 0; m % 8 != 0 costs a zero-padded copy of x.
+CUTLASS's 2.x sparse GEMM writes D row-major, so this family computes yᵀ into a scratch and a second kernel of the
+same C call transposes it into y, adding the bias (one extra pass over the output). Its rules (CUTLASS's): k a
+multiple of the tile K, n % 32 == 0; the scratch's rows are m rounded up to 8 (x itself is read, never padded).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import torch
 from ...arch import ARCHS
 from ...formats import Sparse24Weight, meta_sm80
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
-from ..launch import check_status, stream_of, torch_dtype, workspace
+from ..launch import Plans, capturing, check_status, gil_holding, stream_of, workspace_buffer
 
+CAPTURING = -1  # cnm_launch's status on a capturing stream: nothing launched, the per-call path runs it
 SMEM_BYTES = ARCHS["sm_80"].smem_per_block  # the family targets sm_80 (and runs on sm_90)
 # (tile, warp) pairs CUTLASS instantiates for the 16-bit sparse GEMM.
 TILE_SHAPES = {
@@ -93,43 +94,112 @@ class _Sm80Family(Family):
         return Config()
 
     def bind(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, helpers: Sequence[Callable] = ()) -> _Launcher:
-        return _Launcher(lib, types)
+        return _Launcher(lib)
 
 
 class _Launcher:
-    """A loaded sm80 2:4 kernel: ``launcher(x, w, bias) -> y`` on torch's current stream."""
+    """A loaded sm80 2:4 kernel: ``launcher(x, w, bias, y)`` on torch's current stream.
 
-    def __init__(self, lib: ctypes.CDLL, types: KernelTypes) -> None:
+    One C call runs the GEMM into yᵀ (n x ldd, ldd = m rounded up to 8) in a scratch and a kernel that writes
+    y = (yᵀ)ᵀ (+ bias) from it. Each (weight, bias, m) runs from a plan, the GEMM's parameters built once, with the
+    scratch of the call's stream; under CUDA graph capture each call builds them, with a scratch in the graph's pool.
+    """
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
-        lib.cnm_run.argtypes = [vp, vp, vp, vp, i32, i32, i32, i32, i32, vp, vp]
-        lib.cnm_run.restype = i32
-        lib.cnm_workspace_size.argtypes = [i32, i32, i32, i32]
-        lib.cnm_workspace_size.restype = ctypes.c_size_t
-        self.run, self.ws_size = lib.cnm_run, lib.cnm_workspace_size
-        self.ws_bytes: dict[tuple[int, int, int, int], int] = {}  # (n, ldd, k, e_rows) -> bytes, asked once
-        self.out_dtype = torch_dtype(types.out_dtype)
+        lib.cnm_plan_bytes.restype = ctypes.c_size_t
+        lib.cnm_plan.argtypes = [vp, vp, vp, vp, i32, i32, i32, i32]
+        lib.cnm_plan.restype = i32
+        lib.cnm_scratch_bytes.argtypes = [i32, i32]
+        lib.cnm_scratch_bytes.restype = ctypes.c_size_t
+        self.lib = lib
+        self.run = gil_holding(lib, "cnm_run", i32, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, vp)
+        self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp, vp)
+        self.plan_bytes = lib.cnm_plan_bytes()
+        self.plans = Plans()
+        self.scratch_bytes: dict[tuple[int, int], int] = {}  # (n, m) -> bytes of yᵀ, asked once
 
     def __call__(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
-        m, k = x.shape
-        n = w.out_features
-        e = w.layout(("sm80",), meta_sm80.to_sm80)
-        e_rows = meta_sm80.padded_shape(n, k)[0]
-        ldd = -(-m // 8) * 8  # CUTLASS's SparseGemm needs N = m % 8 == 0: pad x with zero rows
-        if ldd != m:
-            x = torch.cat((x, x.new_zeros(ldd - m, k)))
-        yt = torch.empty(n, ldd, dtype=self.out_dtype, device=x.device)
-        nbytes = self.ws_bytes.get((n, ldd, k, e_rows))
-        if nbytes is None:
-            nbytes = self.ws_bytes[(n, ldd, k, e_rows)] = self.ws_size(n, ldd, k, e_rows)
-        ws = workspace(x.device, nbytes)
+        key, _ = self._key(x, w, bias)
+        if capturing():
+            self._run(key, x, y)
+            return
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self._plan(key)
         stream = stream_of(x)
-        status = self.run(w.values.data_ptr(), e.data_ptr(), x.data_ptr(), yt.data_ptr(), n, ldd, k, ldd, e_rows,
-                          ws, stream)
+        scratch = workspace_buffer(x.device, self._scratch(key), stream)
+        status = self.launch(plan, x.data_ptr(), y.data_ptr(), scratch.data_ptr(), stream)
+        if status == CAPTURING:
+            self._run(key, x, y)
+        elif status:
+            check_status(status, FAMILY.name, key[3:])
+
+    def steady(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> Callable[..., None]:
+        """After a first call on (x, w, bias): its plan's launch with the scratch of this call's stream, for matmul
+        to repeat (on another stream, or while that one captures a graph, it hands the call to the launcher)."""
+        key, e = self._key(x, w, bias)
+        plan = self.plans.get(key)
+        if plan is None or capturing():
+            return self
+        home = stream_of(x)
+        scratch = workspace_buffer(x.device, self._scratch(key), home)
+        return self._repeat(plan, scratch, home, key[3:], (w.values, e, bias, scratch, plan))
+
+    def _repeat(self, plan: ctypes.Array, scratch: torch.Tensor, home: int, mnk: tuple[int, int, int],
+                keep: tuple) -> Callable[..., None]:
+        """``go(x, w, bias, y)``: ``plan`` launched on x and y through ``scratch`` on stream ``home`` (whose scratch
+        it is), the launcher itself on any other stream or while ``home`` captures. ``keep``: what the plan points
+        into, held by ``go``. Reads only x's and y's addresses (``any_shape``)."""
+        launch, at = self.launch, scratch.data_ptr()
+
+        def go(x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+            stream = stream_of(x)
+            if stream == home:
+                status = launch(plan, x.data_ptr(), y.data_ptr(), at, stream)
+                if status == 0:
+                    return
+                if status != CAPTURING:
+                    check_status(status, FAMILY.name, mnk)
+            self(x.view(-1, x.shape[-1]), w, bias, y.view(-1, y.shape[-1]))
+
+        go.keep = keep  # type: ignore[attr-defined]
+        go.any_shape = True  # type: ignore[attr-defined]
+        return go
+
+    @staticmethod
+    def _key(x: torch.Tensor, w, bias: torch.Tensor | None) -> tuple[tuple[int, ...], torch.Tensor]:
+        """The plan key of a call on (x, w, bias) (weight, metadata and bias addresses, m, n, k) and the metadata
+        layout it launches on."""
+        e = w.layout(("sm80",), meta_sm80.to_sm80)
+        return (w.values.data_ptr(), e.data_ptr(), 0 if bias is None else bias.data_ptr(), x.shape[0],
+                w.out_features, x.shape[1]), e
+
+    def _plan(self, key: tuple[int, ...]) -> ctypes.Array:
+        """Build and keep the plan of ``key`` (the kernel's shared-memory attribute set on the current device)."""
+        a, e, bias, m, n, k = key
+        plan = ctypes.create_string_buffer(self.plan_bytes)
+        status = self.lib.cnm_plan(plan, a, e, bias or None, n, m, k, meta_sm80.padded_shape(n, k)[0])
         check_status(status, FAMILY.name, (m, n, k))
-        y.copy_(yt[:, :m].t())
-        if bias is not None:
-            y += bias
+        return self.plans.keep(key, plan)
+
+    def _run(self, key: tuple[int, ...], x: torch.Tensor, y: torch.Tensor) -> None:
+        """The per-call path: parameters built and both kernels launched in one C call, through a scratch of its
+        own (allocated on the stream, in the graph's pool under capture)."""
+        a, e, bias, m, n, k = key
+        scratch = torch.empty(self._scratch(key), dtype=torch.uint8, device=x.device)
+        status = self.run(a, e, x.data_ptr(), y.data_ptr(), bias or None, scratch.data_ptr(), n, m, k,
+                          meta_sm80.padded_shape(n, k)[0], stream_of(x))
+        check_status(status, FAMILY.name, (m, n, k))
+
+    def _scratch(self, key: tuple[int, ...]) -> int:
+        """Bytes of the yᵀ scratch of ``key``'s problem."""
+        n, m = key[4], key[3]
+        nbytes = self.scratch_bytes.get((n, m))
+        if nbytes is None:
+            nbytes = self.scratch_bytes[(n, m)] = self.lib.cnm_scratch_bytes(n, m)
+        return nbytes
 
 
 FAMILY = _Sm80Family()
