@@ -3,6 +3,7 @@ GPU (random inputs, poisoned outputs, tails, m = 1, per-token and per-tensor sca
 
 import pytest
 import torch
+from gpu_cases import repeats_on_two_streams_and_a_graph
 
 import cutlass_nm
 from cutlass_nm import InputError, PatternError, ShapeError
@@ -380,24 +381,4 @@ def test_gpu_16bit_x_repeats_follow_new_inputs_streams_and_graphs(dtype, m, with
     x3 = torch.randn(1, m, k, device="cuda", dtype=dtype)
     for _ in range(2):
         check(cutlass_nm.matmul(x3, w8, bias), x3)
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    torch.cuda.synchronize()
-    ys = []
-    for _ in range(3):
-        for stream, x in zip(streams, xs[2:], strict=True):
-            with torch.cuda.stream(stream):
-                ys.append((cutlass_nm.matmul(x, w8, bias), x))
-    torch.cuda.synchronize()
-    for y, x in ys:
-        check(y, x)
-    static_x = xs[0].clone()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_y = cutlass_nm.matmul(static_x, w8, bias)
-    for x in xs[1:]:
-        eager = cutlass_nm.matmul(x, w8, bias)
-        static_y.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        check(static_y, static_x)
-        check(eager, x)
+    repeats_on_two_streams_and_a_graph(lambda x: cutlass_nm.matmul(x, w8, bias), xs, check)

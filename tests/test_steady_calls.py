@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gpu_cases import repeats_on_two_streams_and_a_graph
 from launch_helpers import Recorder, entries_by_name
 
 import cutlass_nm
@@ -179,27 +180,7 @@ def test_gpu_repeats_on_two_streams_and_in_a_graph(case):
 
     for x in xs[:2]:  # the first call plans, the second repeats
         check(cutlass_nm.matmul(x, w, family=family), x)
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    torch.cuda.synchronize()
-    ys = []
-    for _ in range(3):
-        for stream, x in zip(streams, xs[2:], strict=True):
-            with torch.cuda.stream(stream):
-                ys.append((cutlass_nm.matmul(x, w, family=family), x))
-    torch.cuda.synchronize()
-    for y, x in ys:
-        check(y, x)
-    static_x = xs[0].clone()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_y = cutlass_nm.matmul(static_x, w, family=family)
-    for x in xs[1:]:
-        eager = cutlass_nm.matmul(x, w, family=family)
-        static_y.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        check(static_y, static_x)
-        check(eager, x)
+    repeats_on_two_streams_and_a_graph(lambda x: cutlass_nm.matmul(x, w, family=family), xs, check)
 
 
 def test_nm_simt_repeat_packs_the_first_calls_arguments(monkeypatch):
