@@ -4,7 +4,8 @@
     python3 benchmarks/bench_host.py --part calls --families sptc24_sm90,decode24     # a subset
 
 Part ``calls``: every kernel family (forced through ``cutlass_nm.matmul(..., family=...)``; the FP8 families on the
-pattern's weight quantized, x fp16) at m in {1, 16, 256} on two LLaMA-7B shapes, plus
+pattern's weight quantized, x fp16) at m in {1, 16, 256} on two LLaMA-7B shapes, plus FP8 128:2:8 and 2:8 weights
+by the default route (``impl`` ``matmul_default``: the FP8 decode family at one token, the 16-bit twin above) and
 ``SparseLinear.forward`` (default routing) against ``nn.Linear.forward``:
 
 * ``host_us``: host time to issue one call while the GPU is held busy (a sleep kernel ahead of the calls, so the
@@ -48,6 +49,7 @@ FAMILIES = {  # family -> (the weight pattern it runs here, the token counts it 
 # run FP8 weights (cutlass_nm.quantize of the pattern's) with x fp16: as it is at one token, quantized per token above
 FP8 = ("decode24_fp8", "nm_decode_fp8", "sptc24_fp8_sm90", "vnm_fp8_sm90")
 MODULE_PATTERNS = ("2:4", "128:2:8", "2:8")
+FP8_TWIN_PATTERNS = ("128:2:8", "2:8")  # FP8 weights whose default route above one token is the 16-bit twin
 LAYER = {"q": (4096, 4096), "k": (4096, 4096), "v": (4096, 4096), "o": (4096, 4096), "gate": (11008, 4096),
          "up": (11008, 4096), "down": (4096, 11008)}  # name -> (out, in)
 STACKS = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}  # stacked layer -> the linears it holds, in order
@@ -113,6 +115,9 @@ def precompile(families: list[str], part: str) -> None:
     for pattern in sorted({FAMILIES[f][0] for f in families} | set(MODULE_PATTERNS)):
         ws = {s: cutlass_nm.prune(torch.randn(*s, device="cuda", dtype=torch.float16), pattern)[0] for s in shapes}
         kids.update(dict.fromkeys(kernels_for([(m, w, torch.float16, False) for w in ws.values() for m in tokens])))
+        if pattern in FP8_TWIN_PATTERNS and part != "decode":
+            kids.update(dict.fromkeys(kernels_for([(m, cutlass_nm.quantize(ws[s]), torch.float16, False)
+                                                   for s in SHAPES for m in TOKENS])))
         for f in families if part != "decode" else ():
             if FAMILIES[f][0] == pattern:
                 fp8 = cutlass_nm.quantize if f in FP8 else (lambda w: w)
@@ -161,6 +166,12 @@ def _problem_rows(m: int, pattern: str, sparse: list, dense: list[torch.Tensor],
 
     rows = [_row({**base, "weight_dtype": "e4m3"} if family in FP8 else base, family, "matmul", call(family), linear)
             for family in families]
+    if pattern in FP8_TWIN_PATTERNS:  # an FP8 weight by the default route: its FP8 decode family, else its 16-bit twin
+        fp8 = [cutlass_nm.quantize(w) for w in sparse]
+        row = _row({**base, "weight_dtype": "e4m3"}, None, "matmul_default", lambda i: cutlass_nm.matmul(xs[i], fp8[i]),
+                   linear)
+        row["family"] = _resolved_family(m, n, k, pattern)
+        rows.append(row)
     if pattern in MODULE_PATTERNS:
         mods = [_module(d, pattern) for d in dense]
         ref = [_linear(d) for d in dense]

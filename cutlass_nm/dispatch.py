@@ -155,7 +155,7 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
             gemm = f" or {FP8_GEMM[type(w)]} (forced)" if type(w) in FP8_GEMM else ""
             raise InputError(f"an FP8 {w.pattern} weight runs {FP8_DECODE[type(w)]} (one token) or, at more tokens, "
                              f"its 16-bit twin{gemm}; family={family!r} does not run it")
-        return _matmul_twin(x, w, bias, x_scale, out_dtype, out)
+        return _matmul_twin(x, w, bias, x_scale, out_dtype, out, given_dtype)
     y = _check_out(out, (*x.shape[:-1], n), out_dtype, x.device) if out is not None else torch.empty(
         (*x.shape[:-1], n), dtype=out_dtype, device=x.device)
     if m == 0:
@@ -180,14 +180,37 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
 
 
 def _matmul_twin(x: torch.Tensor, w: NMFP8Weight | VNMFP8Weight, bias: torch.Tensor | None,
-                 x_scale: torch.Tensor | None, out_dtype: torch.dtype, out: torch.Tensor | None) -> torch.Tensor:
+                 x_scale: torch.Tensor | None, out_dtype: torch.dtype, out: torch.Tensor | None,
+                 given_dtype: torch.dtype | None) -> torch.Tensor:
     """An FP8 N:M or V:N:M weight above the decode path (no FP8 GEMM forced): x (an e4m3 x dequantized with its
-    scale) against the weight's 16-bit twin in the output dtype, built on first use and kept on the weight."""
+    scale) against the weight's 16-bit twin in the output dtype, built on first use and kept on the weight. A 16-bit
+    x in the output dtype leaves the twin's remembered call on the FP8 weight too (matmul's steady-state path)."""
     if x.dtype == E4M3:
         k = w.in_features
         x = (x.reshape(-1, k).float() * x_scale.reshape(-1, 1)).to(out_dtype).reshape(x.shape)
-    return _matmul(x.to(out_dtype), w.layout(("twin", out_dtype), _twin_builder(out_dtype)), bias, out_dtype, out,
-                   None)
+        return _matmul(x, _twin(w, out_dtype), bias, out_dtype, out, None)
+    twin = _twin(w, out_dtype)
+    y = _matmul(x.to(out_dtype), twin, bias, out_dtype, out, None)
+    if out is None and x.dtype == out_dtype and type(x) is torch.Tensor:
+        calls = twin.__dict__.get("_calls")
+        entry = None if calls is None or calls[0] != RememberedCalls.epoch else \
+            calls[1].get((x.shape, x.dtype, x.device, _bias_id(bias), out_dtype, None))
+        if entry is not None:
+            _remember(w, (x.shape, x.dtype, x.device, _bias_id(bias), given_dtype, None),
+                      (_on_twin(entry[0], twin), *entry[1:]))
+    return y
+
+
+def _twin(w: NMFP8Weight | VNMFP8Weight, dtype: torch.dtype) -> NMWeight | VNMWeight:
+    """The 16-bit twin of an FP8 weight in ``dtype``, built once and kept on it."""
+    return w.layout(("twin", dtype), _twin_builder(dtype))
+
+
+def _on_twin(call: Callable, twin: NMWeight | VNMWeight) -> Callable:
+    """A remembered call of ``twin`` made callable with its FP8 weight in the weight's place."""
+    def go(x: torch.Tensor, w: Any, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+        call(x, twin, bias, y)
+    return go
 
 
 @functools.cache

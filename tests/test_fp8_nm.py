@@ -198,6 +198,41 @@ def test_a_16bit_x_decode_call_takes_the_steady_state_path_next(monkeypatch):
     assert calls == {"checks": 2, "kernel": 3}
 
 
+
+def test_a_16bit_x_twin_call_takes_the_steady_state_path_next(monkeypatch):
+    """Above one token a 16-bit x in the output dtype runs the 16-bit twin; its later calls of that signature go
+    straight to the twin's kernel (no FP8 input checks, the twin in the weight's place), 3-D x included; another
+    output dtype (x converted first) takes the full path each time."""
+    from cutlass_nm import dispatch
+
+    calls = {"checks": 0}
+    weights = []
+
+    def kernel(x, w, bias, y, sx=None):
+        weights.append(w)
+        y.copy_(x.float() @ w.to_dense().float().T)
+
+    def check(*args):
+        calls["checks"] += 1
+
+    monkeypatch.setattr(dispatch, "check_fp8_inputs", check)
+    monkeypatch.setattr(dispatch, "check_inputs", lambda *a, **k: None)
+    monkeypatch.setattr(dispatch, "_resolve", lambda key: kernel)
+    monkeypatch.setattr(dispatch, "_RESOLVED", {})
+    for pattern in ("2:8", "128:2:8"):
+        calls["checks"] = 0
+        w8 = _weight(pattern, 64, 256)
+        twin = w8.layout(("twin", torch.bfloat16), dispatch._twin_builder(torch.bfloat16))
+        x = torch.randn(2, 3, 256, dtype=torch.bfloat16)
+        first = cutlass_nm.matmul(x, w8)
+        again = cutlass_nm.matmul(x, w8)
+        assert calls["checks"] == 1 and torch.equal(first, again) and again.shape == (2, 3, 64)
+        assert weights[-2:] == [twin, twin]
+        assert _rel(again.reshape(6, 64), x.reshape(6, 256).double() @ w8.to_dense().double().T) < 1e-2
+        cutlass_nm.matmul(x, w8, out_dtype=torch.float16)
+        cutlass_nm.matmul(x, w8, out_dtype=torch.float16)
+        assert calls["checks"] == 3
+
 def test_fp8_nm_launcher_passes_arguments_in_the_c_order(monkeypatch):
     from cutlass_nm.families.nm_decode_fp8 import family as fam
 
@@ -262,3 +297,7 @@ def test_gpu_more_tokens_run_the_16bit_twin(pattern, m):
     torch.cuda.synchronize()
     assert y.shape == (m, 512) and torch.isfinite(y).all()
     assert _rel(y, x.double() @ w8.to_dense().double().T) < 1e-2
+    x2 = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)  # the repeat: the twin's remembered call
+    y2 = cutlass_nm.matmul(x2, w8)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y2).all() and _rel(y2, x2.double() @ w8.to_dense().double().T) < 1e-2
