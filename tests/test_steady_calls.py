@@ -162,12 +162,12 @@ def test_gpu_repeats_match_the_reference_on_new_inputs(case, with_bias):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", [("128:2:8", 96, 512, 1024, "vnm_sm90"), ("2:4", 16, 1024, 4096, "sptc24_sm90")],
-                         ids=lambda c: c[-1])
+@pytest.mark.parametrize("case", [("128:2:8", 96, 512, 1024, "vnm_sm90"), ("2:4", 16, 1024, 4096, "sptc24_sm90"),
+                                  ("128:2:8", 13, 512, 1024, "vnm_sm80")], ids=lambda c: c[-1])
 def test_gpu_repeats_on_two_streams_and_in_a_graph(case):
-    """Repeats issued on two side streams at once each give their own x's result (vnm_sm90's transpose scratch is
-    one per stream); a repeat captured in a CUDA graph keeps its own memory: eager calls after the capture do not
-    change what the graph replays."""
+    """Repeats issued on two side streams at once each give their own x's result (the V:N:M families' transpose
+    scratch is one per stream); a repeat captured in a CUDA graph keeps its own memory: eager calls after the
+    capture do not change what the graph replays."""
     pattern, m, n, k, family = case
     torch.manual_seed(n)
     w = cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16), pattern)[0]

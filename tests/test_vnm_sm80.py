@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+from launch_helpers import Recorder, entries_by_name
 
 import cutlass_nm
 from cutlass_nm import ConfigError
@@ -117,10 +118,20 @@ class _FakeFn:
         return 0
 
 
-def test_tile_m_128_hands_v64_weights_to_its_twin():
+def _lib(vnm_sm80, monkeypatch, **entries):
+    """A stand-in library: ``cnm_run``, its packed launch and the packed arguments' size."""
+    import ctypes
+    import types
+
+    entries_by_name(monkeypatch, vnm_sm80)
+    return types.SimpleNamespace(**{"cnm_run": _FakeFn(), "cnm_launch": _FakeFn(),
+                                    "cnm_run_args_bytes": lambda: ctypes.sizeof(vnm_sm80.RunArgs), **entries})
+
+
+def test_tile_m_128_hands_v64_weights_to_its_twin(monkeypatch):
     from cutlass_nm.families.vnm_sm80 import family as vnm_sm80
 
-    lib = type("Lib", (), {"cnm_run": _FakeFn()})()
+    lib = _lib(vnm_sm80, monkeypatch)
     cfg = FAM.heuristic(Problem(2048, 4096, 4096, F16))
     assert cfg.tile_m == 128
     (kid,) = FAM.helpers(cfg, F16)  # resolved by kernels.get_kernel before bind
@@ -136,6 +147,49 @@ def test_tile_m_128_hands_v64_weights_to_its_twin():
     with pytest.raises(cutlass_nm.ShapeError, match="V % tile_m"):
         launcher(torch.randn(4, 256), w32, None, torch.empty(4, 64))
 
+
+
+def test_repeat_packs_the_first_calls_arguments_with_its_streams_scratch(monkeypatch):
+    """vnm_sm80's repeat: cnm_run's arguments but x, y and the stream packed once (the transpose scratch the
+    workspace of the first call's stream, held by the repeat); on another stream the launcher runs it per call;
+    under graph capture no repeat is made, and the per-call path takes a scratch of its own."""
+    import ctypes
+
+    from cutlass_nm.families.vnm_sm80 import family as vnm_sm80
+
+    seen = []
+
+    def cnm_launch(address, x, y, stream):
+        seen.append((vnm_sm80.RunArgs.from_buffer_copy(vnm_sm80.RunArgs.from_address(address)), x, y, stream))
+        return 0
+
+    stream = {"now": 3}
+    monkeypatch.setattr(vnm_sm80, "stream_of", lambda x: stream["now"])
+    monkeypatch.setattr("cutlass_nm.families.launch._raw_stream", lambda index: stream["now"])
+    monkeypatch.setattr(vnm_sm80, "capturing", lambda: False)
+    lib = _lib(vnm_sm80, monkeypatch, cnm_run=Recorder(0), cnm_launch=cnm_launch)
+    cfg = FAM.heuristic(Problem(20, 256, 256, F16))
+    launcher = FAM.bind(lib, cfg, F16, [])
+    w, _ = cutlass_nm.prune(torch.randn(128, 256, dtype=torch.float16), "64:2:8")
+    x, y = torch.randn(20, 256, dtype=torch.float16), torch.empty(20, 128, dtype=torch.float16)
+    launcher(x, w, None, y)
+    first = lib.cnm_run.calls[0]
+    go = launcher.steady(x, w, None, y)
+    x2, y2 = torch.randn(20, 256, dtype=torch.float16), torch.empty(20, 128, dtype=torch.float16)
+    go(x2, w, None, y2)
+    args, gx, gy, gstream = seen[0]
+    assert (gx, gy, gstream) == (x2.data_ptr(), y2.data_ptr(), 3)
+    assert (args.a, args.e, args.gidx, args.bias) == (*first[:3], None)
+    assert args.xt == first[4] == go.keep[-1].data_ptr() and go.keep[-1].numel() >= (w.padded_k + 1) * 24 * 2
+    assert (args.n, args.m, args.k, args.padded_k, args.ldx, args.kg, args.e_rows, args.v) == first[7:15]
+    assert args.ldx == 24 and args.v == 64
+    stream["now"] = 8  # another stream: the launcher, per call
+    go(x2, w, None, y2)
+    assert len(seen) == 1 and lib.cnm_run.calls[-1][3] == x2.data_ptr() and lib.cnm_run.calls[-1][-1] == 8
+    monkeypatch.setattr(vnm_sm80, "capturing", lambda: True)
+    assert launcher.steady(x, w, None, y) is launcher
+    launcher(x, w, None, y)
+    assert lib.cnm_run.calls[-1][4] != args.xt and ctypes.sizeof(args) == lib.cnm_run_args_bytes()
 
 def test_estimate_ranks_the_measured_fastest_first():
     """families.perfmodel's warm start: of five configs timed on the H100 at 8192^3, the fastest ranks first."""

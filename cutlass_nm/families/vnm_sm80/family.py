@@ -24,7 +24,7 @@ from ...formats import meta_sm80
 from ...formats.vnm import VNMWeight
 from ...patterns import Pattern, parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
-from ..launch import check_status, stream_of
+from ..launch import capturing, check_status, packed_launch, steady_call, stream_of, torch_dtype, workspace_buffer
 from ..sptc24_sm80.family import TILE_SHAPES
 
 SMEM_BYTES = ARCHS["sm_80"].smem_per_block  # the family targets sm_80 (and runs on sm_90)
@@ -157,8 +157,18 @@ def fallback_config(cfg: Config) -> Config:
     raise AssertionError("every tile_n/tile_k pair has a tile_m = 64 shape")
 
 
+class RunArgs(ctypes.Structure):
+    """The template's ``RunArgs``: ``cnm_run``'s arguments but x, y and the stream."""
+
+    _fields_ = [("a", ctypes.c_void_p), ("e", ctypes.c_void_p), ("gidx", ctypes.c_void_p), ("bias", ctypes.c_void_p),
+                ("xt", ctypes.c_void_p)] + [
+        (name, ctypes.c_int) for name in ("n", "m", "k", "padded_k", "ldx", "kg", "e_rows", "v")]
+
+
 class _Launcher:
-    """A loaded vnm_sm80 kernel: ``launcher(x, w, bias, y)`` on torch's current stream."""
+    """A loaded vnm_sm80 kernel: ``launcher(x, w, bias, y)`` on torch's current stream. One C call transposes x into
+    a scratch (the stream's workspace; the graph's pool under capture) and runs the GEMM; ``steady`` packs every
+    argument but x, y and the stream once."""
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes, twin: Callable | None = None) -> None:
         """``twin``: the launcher of :func:`fallback_config`'s kernel, which runs V = 64 weights for tile_m = 128."""
@@ -166,26 +176,55 @@ class _Launcher:
         lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, i32, vp]
         lib.cnm_run.restype = i32
         self.run, self.cfg, self.types, self.twin = lib.cnm_run, cfg, types, twin
+        self.launch = packed_launch(lib, RunArgs, FAMILY.name)
+        self.itemsize = torch_dtype(types.dtype).itemsize
 
     def __call__(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         """Write x·Wᵀ (+ bias) into y (m x n, contiguous)."""
-        v = w.pattern.v
-        if v % self.cfg.tile_m:
-            if v % 64 == 0 and self.twin is not None:  # a V = 64 weight under tile_m = 128: the tile_m = 64 twin
-                self.twin(x, w, bias, y)
-                return
-            raise ShapeError(f"vnm_sm80 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
-                             "(its CTA tiles are 64 or 128 rows: V >= 64)")
+        if (twin := self._twin_for(w)) is not None:
+            twin(x, w, bias, y)
+            return
         m, k = x.shape
         n = w.out_features
-        values, e, gidx, e_rows = w.layout(("vnm_sm80",), kernel_layout)
-        ldx = -(-m // 8) * 8
-        xt = torch.empty(w.padded_k + 1, ldx, dtype=x.dtype, device=x.device)  # x transposed + a zero row
-        stream = stream_of(x)
+        (values, e, gidx, e_rows), ldx, xt = self._operands(x, w, capturing())
         status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), x.data_ptr(), xt.data_ptr(), y.data_ptr(),
                           None if bias is None else bias.data_ptr(), n, m, k, w.padded_k, ldx, gidx.shape[1], e_rows,
-                          v, stream)
+                          w.pattern.v, stream_of(x))
         check_status(status, FAMILY.name, (m, n, k))
+
+    def steady(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor
+               ) -> Callable[..., None]:
+        """After a first call on (x, w, bias): its launch with every argument but x, y and the stream packed once,
+        the transpose scratch the workspace of this call's stream (calls on another stream take the launcher)."""
+        if (twin := self._twin_for(w)) is not None:
+            return twin.steady(x, w, bias, y)
+        if capturing():
+            return self
+        m, k = x.shape
+        (values, e, gidx, e_rows), ldx, xt = self._operands(x, w, False)
+        args = RunArgs(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), None if bias is None else bias.data_ptr(),
+                       xt.data_ptr(), w.out_features, m, k, w.padded_k, ldx, gidx.shape[1], e_rows, w.pattern.v)
+        return steady_call(self.launch, ctypes.addressof(args), (args, values, e, gidx, bias, xt), FAMILY.name,
+                           (m, w.out_features, k), on=(stream_of(x), self))
+
+    def _twin_for(self, w: VNMWeight) -> _Launcher | None:
+        """The tile_m = 64 twin where this kernel's tile_m does not divide V (V = 64 under tile_m = 128), else None;
+        ShapeError where no kernel of the family runs V."""
+        v = w.pattern.v
+        if v % self.cfg.tile_m == 0:
+            return None
+        if v % 64 == 0 and self.twin is not None:
+            return self.twin
+        raise ShapeError(f"vnm_sm80 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
+                         "(its CTA tiles are 64 or 128 rows: V >= 64)")
+
+    def _operands(self, x: torch.Tensor, w: VNMWeight, fresh: bool) -> tuple[tuple, int, torch.Tensor]:
+        """The weight's kernel layout, x's padded token count (ldx) and the scratch its transpose (plus a zero row)
+        fills: the workspace of the current stream, or (``fresh``: under graph capture) a tensor of its own."""
+        ldx = -(-x.shape[0] // 8) * 8
+        nbytes = (w.padded_k + 1) * ldx * self.itemsize
+        xt = torch.empty(nbytes, dtype=torch.uint8, device=x.device) if fresh else workspace_buffer(x.device, nbytes)
+        return w.layout(("vnm_sm80",), kernel_layout), ldx, xt
 
 
 FAMILY = _VnmSm80Family()

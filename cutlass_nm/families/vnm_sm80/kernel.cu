@@ -178,7 +178,7 @@ using namespace cnm_vnm80;
 
 extern "C" {
 
-int cnm_abi_version() { return 1; }
+int cnm_abi_version() { return 2; }
 
 int cnm_smem_bytes() { return int(sizeof(typename Mma::SharedStorage)); }
 
@@ -223,6 +223,24 @@ int cnm_run(const void* a, const void* e, const int* gidx, const void* x, void* 
   vnm80_kernel<<<swizzle.get_grid_shape(tiled), kThreads, smem, stream>>>(p);
   cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
+// cnm_run's arguments but x, y and the stream, packed once per (weight, bias, m, stream) by the launcher.
+struct RunArgs {
+  const void* a;
+  const void* e;
+  const int* gidx;
+  const void* bias;
+  void* xt;
+  int n, m, k, padded_k, ldx, kg, e_rows, v;
+};
+
+size_t cnm_run_args_bytes() { return sizeof(RunArgs); }
+
+// cnm_run with the packed arguments: the launch a remembered call repeats.
+int cnm_launch(const void* packed, const void* x, void* y, cudaStream_t stream) {
+  const RunArgs& p = *static_cast<const RunArgs*>(packed);
+  return cnm_run(p.a, p.e, p.gidx, x, p.xt, y, p.bias, p.n, p.m, p.k, p.padded_k, p.ldx, p.kg, p.e_rows, p.v, stream);
 }
 
 }  // extern "C"
