@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gpu_cases import repeats_on_two_streams_and_a_graph
 
 import cutlass_nm
 from cutlass_nm.formats.fp8 import E4M3, quantize_rows
@@ -106,3 +107,22 @@ def test_gpu_fp8_vnm_repeated_calls_agree_and_graph_capture_works():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(first, again) and torch.equal(first, captured)
+
+
+@pytest.mark.parametrize(("m", "with_bias"), [(17, True), (300, False)])
+def test_gpu_fp8_vnm_16bit_x_repeats_follow_new_inputs_streams_and_graphs(m, with_bias):
+    """A 16-bit x's repeats (quantization, transpose and GEMM in one call through the stream's scratch) give each
+    new x its own result, on two side streams at once and in a graph captured after them."""
+    n, k = 512, 1000
+    w8 = _weight("128:2:8", n, k, seed=m)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if with_bias else None
+
+    def check(y: torch.Tensor, x: torch.Tensor) -> None:
+        xq, sx = quantize_rows(x)
+        ref = (xq.double() * sx.double()[:, None]) @ w8.to_dense().double().T + (bias.double() if with_bias else 0)
+        assert torch.isfinite(y).all() and _rel(y, ref) < 1e-2
+
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    for x in xs:
+        check(cutlass_nm.matmul(x, w8, bias, family="vnm_fp8_sm90"), x)
+    repeats_on_two_streams_and_a_graph(lambda x: cutlass_nm.matmul(x, w8, bias, family="vnm_fp8_sm90"), xs, check)

@@ -104,13 +104,26 @@ class _FakeFn:
         return self.result
 
 
+def _lib(fam, monkeypatch, stream: dict | None = None):
+    """A stand-in library for the launcher (every entry records its calls), on a fake stream 7 (or ``stream``'s
+    "now"), outside any graph capture."""
+    import ctypes
+
+    stream = stream if stream is not None else {"now": 7}
+    monkeypatch.setattr(fam, "gil_holding", lambda lib, name, *types: getattr(lib, name))
+    monkeypatch.setattr(fam, "stream_of", lambda x: stream["now"])
+    monkeypatch.setattr("cutlass_nm.families.launch._raw_stream", lambda index: stream["now"])
+    monkeypatch.setattr(fam, "capturing", lambda: False)
+    return type("Lib", (), {"cnm_meta_atom_k": _FakeFn(), "cnm_plan_bytes": _FakeFn(), "cnm_plan": _FakeFn(0),
+                            "cnm_launch": _FakeFn(0), "cnm_quantize_rows": _FakeFn(0),
+                            "cnm_launch_quantized": _FakeFn(0),
+                            "cnm_run_args_bytes": _FakeFn(ctypes.sizeof(fam.QuantizedCall))})()
+
+
 def test_a_plan_per_weight_and_m_then_only_pointers_change(monkeypatch):
     from cutlass_nm.families.vnm_fp8_sm90 import family as fam
 
-    monkeypatch.setattr(fam, "gil_holding", lambda lib, name, *types: getattr(lib, name))
-    monkeypatch.setattr(fam, "stream_of", lambda x: 7)
-    lib = type("Lib", (), {"cnm_meta_atom_k": _FakeFn(), "cnm_plan_bytes": _FakeFn(), "cnm_plan": _FakeFn(0),
-                           "cnm_launch": _FakeFn(0), "cnm_quantize_rows": _FakeFn(0)})()
+    lib = _lib(fam, monkeypatch)
     launcher = FAM.bind(lib, Config(), T)
     w = _weight("128:2:8", 256, 512)
     for m in (5, 5, 20):
@@ -131,6 +144,42 @@ def test_a_plan_per_weight_and_m_then_only_pointers_change(monkeypatch):
         launcher(x, w, None, y, sx)
     with pytest.raises(cutlass_nm.ShapeError, match="V % tile_m"):
         launcher(torch.zeros(5, 512, dtype=E4M3), _weight("64:2:8", 128, 512), None, y[:5], sx[:5])
+
+
+def test_a_16bit_x_repeat_packs_its_plan_and_the_streams_scratch(monkeypatch):
+    """A 16-bit x's repeat: one C call on the plan of (weight, m) with the scratch of the first call's stream (xT
+    first, then e4m3 x and the per-token scales, 16-byte aligned); another stream quantizes into fresh tensors and
+    launches per call; a kernel whose packed call differs in size is refused."""
+    import ctypes
+
+    from cutlass_nm.families.vnm_fp8_sm90 import family as fam
+
+    stream = {"now": 7}
+    lib = _lib(fam, monkeypatch, stream)
+    launcher = FAM.bind(lib, Config(), T)
+    w = _weight("128:2:8", 256, 512)
+    x, y = torch.zeros(20, 512, dtype=torch.bfloat16), torch.empty(20, 256, dtype=torch.bfloat16)
+    go = launcher.steady(x, w, None, y)
+    (plan_call,) = lib.cnm_plan.calls
+    scratch = go.keep[-1]
+    xt_bytes = w.padded_k * 32
+    gidx = w.layout(launcher.layout_key, launcher.build_layout)[2]
+    assert plan_call[5] == scratch.data_ptr() and plan_call[6:] == (256, 20, 512, w.padded_k, 32, gidx.shape[1], 128)
+    x2, y2 = torch.zeros(20, 512, dtype=torch.bfloat16), torch.empty(20, 256, dtype=torch.bfloat16)
+    go(x2, w, None, y2)
+    address, gx, gy, gstream = lib.cnm_launch_quantized.calls[0]
+    call = fam.QuantizedCall.from_address(address)
+    assert (gx, gy, gstream) == (x2.data_ptr(), y2.data_ptr(), 7) and call.plan == ctypes.addressof(plan_call[0])
+    assert call.xt == scratch.data_ptr() and call.q == scratch.data_ptr() + xt_bytes
+    assert call.scale == call.q + 20 * 512 and call.bias is None and call.x_bf16 == 1
+    assert scratch.numel() >= xt_bytes + 20 * 512 + 4 * 20
+    stream["now"] = 9  # another stream: fresh quantized tensors, the per-call launch
+    go(x2, w, None, y2)
+    assert len(lib.cnm_launch_quantized.calls) == 1 and lib.cnm_quantize_rows.calls[-1][0] == x2.data_ptr()
+    assert lib.cnm_launch.calls[-1][5] == y2.data_ptr() and lib.cnm_launch.calls[-1][7] == 9
+    lib.cnm_run_args_bytes = _FakeFn(ctypes.sizeof(fam.QuantizedCall) + 8)
+    with pytest.raises(cutlass_nm.LaunchError, match="rebuild the kernel cache"):
+        FAM.bind(lib, Config(), T)
 
 
 @pytest.mark.nvcc

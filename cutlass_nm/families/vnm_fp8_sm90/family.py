@@ -18,12 +18,12 @@ from typing import ClassVar
 import torch
 
 from ...arch import HOPPER, target
-from ...errors import ShapeError
+from ...errors import LaunchError, ShapeError
 from ...formats import meta_sm90
-from ...formats.fp8 import E4M3, VNMFP8Weight
+from ...formats.fp8 import VNMFP8Weight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file
-from ..launch import Plans, check_status, gil_holding, stream_of
+from ..launch import Plans, capturing, check_status, gil_holding, steady_call, stream_of, workspace_buffer
 from ..sptc24_fp8_sm90.family import QUANTIZE_ROWS, fp8_types_rule, quantize_with
 from ..vnm_sm90.family import GATHERED_TILES, K_ALIGN, gather_estimate_ms, gather_kernel_rule
 
@@ -127,10 +127,18 @@ class _VnmFp8Family(Family):
         return _Launcher(lib, cfg)
 
 
+class QuantizedCall(ctypes.Structure):
+    """The template's ``QuantizedCall``: a 16-bit x's plan and the scratch its quantization, transpose and GEMM use."""
+
+    _fields_ = [("plan", ctypes.c_void_p), ("q", ctypes.c_void_p), ("scale", ctypes.c_void_p),
+                ("xt", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("x_bf16", ctypes.c_int)]
+
+
 class _Launcher:
     """A loaded kernel: ``launcher(x, w, bias, y, x_scale)`` on torch's current stream; x (m x k) is e4m3 and
     ``x_scale`` float32 of m entries (per token) or one (per tensor). Each (weight, m) runs from a plan built on
-    its first call; each call transposes x into a fresh xT, then launches the GEMM."""
+    its first call; each call transposes x into a scratch (the stream's workspace; its own under graph capture), then
+    launches the GEMM. ``steady`` gives matmul a 16-bit x's repeat: quantization, transpose and GEMM in one C call."""
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config) -> None:
         vp, i32 = ctypes.c_void_p, ctypes.c_int
@@ -140,8 +148,13 @@ class _Launcher:
         lib.cnm_plan.restype = i32
         lib.cnm_quantize_rows.argtypes = [vp, vp, vp, i32, i32, i32, vp]
         lib.cnm_quantize_rows.restype = i32
+        lib.cnm_run_args_bytes.restype = ctypes.c_size_t
+        if lib.cnm_run_args_bytes() != ctypes.sizeof(QuantizedCall):
+            raise LaunchError(f"{FAMILY.name}: the kernel's QuantizedCall does not match the launcher's; rebuild the "
+                              "kernel cache")
         self.lib, self.cfg = lib, cfg
         self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp, i32, vp, vp, vp)
+        self.launch_quantized = gil_holding(lib, "cnm_launch_quantized", i32, vp, vp, vp, vp)
         self.plans = Plans()
         atom = lib.cnm_meta_atom_k()
         self.layout_key = ("vnm_fp8_sm90", atom)
@@ -150,29 +163,74 @@ class _Launcher:
 
     def __call__(self, x: torch.Tensor, w: VNMFP8Weight, bias: torch.Tensor | None, y: torch.Tensor,
                  x_scale: torch.Tensor) -> None:
-        v = w.pattern.v
-        if v % self.cfg.tile_m:
-            raise ShapeError(f"vnm_fp8_sm90 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v}")
         m, k = x.shape
-        values, e, gidx = w.layout(self.layout_key, self.build_layout)
-        ldx = -(-m // TOKEN_ALIGN) * TOKEN_ALIGN
-        xt = torch.empty(w.padded_k, ldx, dtype=E4M3, device=x.device)
-        key = (values.data_ptr(), e.data_ptr(), gidx.data_ptr(), w.scale.data_ptr(), m, w.out_features, k,
-               w.padded_k, gidx.shape[1], v)
-        plan = self.plans.get(key)
-        if plan is None:
-            plan = self.plans.keep(key, self._plan(key, ldx, xt))
+        xt_bytes = _xt_bytes(m, w)
+        xt = torch.empty(xt_bytes, dtype=torch.uint8, device=x.device) if capturing() else \
+            workspace_buffer(x.device, xt_bytes)
+        plan = self._plan_for(x, w, xt.data_ptr())
         status = self.launch(plan, x.data_ptr(), xt.data_ptr(), x_scale.data_ptr(), int(x_scale.numel() > 1),
                              y.data_ptr(), None if bias is None else bias.data_ptr(), stream_of(x))
         if status:
             check_status(status, FAMILY.name, (m, w.out_features, k))
 
-    def _plan(self, key: tuple[int, ...], ldx: int, xt: torch.Tensor) -> ctypes.Array:
-        a, e, gidx, sw, m, n, k, padded_k, kg, v = key
-        plan = ctypes.create_string_buffer(self.lib.cnm_plan_bytes())
-        check_status(self.lib.cnm_plan(plan, a, e, gidx, sw, xt.data_ptr(), n, m, k, padded_k, ldx, kg, v),
-                     FAMILY.name, (m, n, k))
+    def quantized(self, x: torch.Tensor, w: VNMFP8Weight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+        """A 16-bit x (m x k) quantized per token into fresh tensors, then the call."""
+        xq, sx = self.quantize(x)
+        self(xq, w, bias, y, sx)
+
+    def steady(self, x: torch.Tensor, w: VNMFP8Weight, bias: torch.Tensor | None, y: torch.Tensor
+               ) -> Callable[..., None] | None:
+        """After a first call on a 16-bit x (m x k): its repeat on this stream, one C call that quantizes x into the
+        stream's scratch, transposes it and runs the GEMM from the plan; other streams take ``quantized``. None
+        while a CUDA graph is being captured."""
+        if capturing():
+            return None
+        m, k = x.shape
+        stream = stream_of(x)
+        q_at = _aligned(_xt_bytes(m, w))
+        scale_at = q_at + _aligned(m * k)
+        scratch = workspace_buffer(x.device, scale_at + 4 * m, stream)
+        base = scratch.data_ptr()
+        plan = self._plan_for(x, w, base)
+        call = QuantizedCall(ctypes.addressof(plan), base + q_at, base + scale_at, base,
+                             None if bias is None else bias.data_ptr(), int(x.dtype == torch.bfloat16))
+        values, e, gidx = w.layout(self.layout_key, self.build_layout)
+        return steady_call(self.launch_quantized, ctypes.addressof(call),
+                           (call, plan, values, e, gidx, w.scale, bias, scratch), FAMILY.name,
+                           (m, w.out_features, k), on=(stream, self.quantized))
+
+    def _plan_for(self, x: torch.Tensor, w: VNMFP8Weight, xt: int) -> ctypes.Array:
+        """The plan of (w, x's m), built on first use (``xt``: an xT scratch's address, which shapes B's TMA
+        descriptor; the producer loads B itself, from the address each launch passes)."""
+        v = w.pattern.v
+        if v % self.cfg.tile_m:
+            raise ShapeError(f"vnm_fp8_sm90 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v}")
+        m, k = x.shape
+        values, e, gidx = w.layout(self.layout_key, self.build_layout)
+        key = (values.data_ptr(), e.data_ptr(), gidx.data_ptr(), w.scale.data_ptr(), m, w.out_features, k,
+               w.padded_k, gidx.shape[1], v)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = ctypes.create_string_buffer(self.lib.cnm_plan_bytes())
+            check_status(self.lib.cnm_plan(plan, *key[:4], xt, w.out_features, m, k, w.padded_k, _ldx(m),
+                                           gidx.shape[1], v), FAMILY.name, (m, w.out_features, k))
+            self.plans.keep(key, plan)
         return plan
+
+
+def _ldx(m: int) -> int:
+    """xT's row length for m tokens: whole 16-byte chunks."""
+    return -(-m // TOKEN_ALIGN) * TOKEN_ALIGN
+
+
+def _xt_bytes(m: int, w: VNMFP8Weight) -> int:
+    """Bytes of x's transpose (padded_k x ldx e4m3)."""
+    return w.padded_k * _ldx(m)
+
+
+def _aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to whole 16-byte chunks (TMA and vector loads)."""
+    return -(-nbytes // 16) * 16
 
 
 FAMILY = _VnmFp8Family()

@@ -361,7 +361,7 @@ using namespace cnm_vnm8;
 
 extern "C" {
 
-int cnm_abi_version() { return 1; }
+int cnm_abi_version() { return 2; }
 
 int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEAtom{})); }
 
@@ -404,6 +404,27 @@ int cnm_launch(void* buf, const void* x, void* xt, const float* sx, int sx_vecto
   p.y = static_cast<ElementOut*>(y);
   p.bias = static_cast<const ElementOut*>(bias);
   return launch(p, stream);
+}
+
+// A 16-bit x's call, packed once per (weight, bias, m, stream): its plan and the stream's scratch it runs through.
+struct QuantizedCall {
+  void* plan;
+  void* q;      // m x k e4m3
+  float* scale;  // m
+  void* xt;     // padded_k x ldx e4m3
+  const void* bias;
+  int x_bf16;
+};
+
+size_t cnm_run_args_bytes() { return sizeof(QuantizedCall); }
+
+// x (m x k, fp16/bf16) quantized per token into the call's q and scale, transposed into its xt, then the GEMM into
+// y: one C call, three launches. 0 on success, else 1000 + cudaError_t.
+int cnm_launch_quantized(const void* packed, const void* x, void* y, cudaStream_t stream) {
+  const QuantizedCall& c = *static_cast<const QuantizedCall*>(packed);
+  Plan* plan = cnm::aligned_plan<Params>(c.plan);
+  if (int err = cnm::quantize_rows(x, c.q, c.scale, plan->p.m, plan->k, c.x_bf16, stream)) return err;
+  return cnm_launch(c.plan, c.q, c.xt, c.scale, 1, y, c.bias, stream);
 }
 
 }  // extern "C"
