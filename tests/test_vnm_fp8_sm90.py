@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 import torch
+from launch_helpers import entries_by_name
 
 import cutlass_nm
 from cutlass_nm import ConfigError
@@ -110,7 +111,7 @@ def _lib(fam, monkeypatch, stream: dict | None = None):
     import ctypes
 
     stream = stream if stream is not None else {"now": 7}
-    monkeypatch.setattr(fam, "gil_holding", lambda lib, name, *types: getattr(lib, name))
+    entries_by_name(monkeypatch, fam)
     monkeypatch.setattr(fam, "stream_of", lambda x: stream["now"])
     monkeypatch.setattr("cutlass_nm.families.launch._raw_stream", lambda index: stream["now"])
     monkeypatch.setattr(fam, "capturing", lambda: False)
@@ -178,7 +179,7 @@ def test_a_16bit_x_repeat_packs_its_plan_and_the_streams_scratch(monkeypatch):
     assert len(lib.cnm_launch_quantized.calls) == 1 and lib.cnm_quantize_rows.calls[-1][0] == x2.data_ptr()
     assert lib.cnm_launch.calls[-1][5] == y2.data_ptr() and lib.cnm_launch.calls[-1][7] == 9
     lib.cnm_run_args_bytes = _FakeFn(ctypes.sizeof(fam.QuantizedCall) + 8)
-    with pytest.raises(cutlass_nm.LaunchError, match="rebuild the kernel cache"):
+    with pytest.raises(cutlass_nm.LaunchError, match=r"packed arguments .* rebuild the kernel cache"):
         FAM.bind(lib, Config(), T)
 
 

@@ -92,15 +92,17 @@ def gil_holding(lib: ctypes.CDLL, name: str, restype: type, *argtypes: type) -> 
     return ctypes.PYFUNCTYPE(restype, *argtypes)((name, lib))
 
 
-def packed_launch(lib: ctypes.CDLL, args: type[ctypes.Structure], family: str) -> Callable[..., int]:
-    """``lib``'s ``cnm_launch(packed, x, y, stream)`` (GIL held), after checking that the kernel's ``RunArgs`` has
-    the size of ``args``, its ctypes mirror: a kernel built with another layout is refused, not misread."""
+def packed_launch(lib: ctypes.CDLL, args: type[ctypes.Structure], family: str, entry: str = "cnm_launch"
+                  ) -> Callable[..., int]:
+    """``lib``'s ``entry(packed, x, y, stream)`` (GIL held), after checking that the kernel's packed arguments
+    (``cnm_run_args_bytes``) have the size of ``args``, their ctypes mirror: a kernel built with another layout is
+    refused, not misread."""
     lib.cnm_run_args_bytes.restype = ctypes.c_size_t
     if lib.cnm_run_args_bytes() != ctypes.sizeof(args):
-        raise LaunchError(f"{family}: the kernel's RunArgs ({lib.cnm_run_args_bytes()} bytes) does not match the "
-                          f"launcher's ({ctypes.sizeof(args)}); rebuild the kernel cache")
+        raise LaunchError(f"{family}: the kernel's packed arguments ({lib.cnm_run_args_bytes()} bytes) do not match "
+                          f"the launcher's ({ctypes.sizeof(args)}); rebuild the kernel cache")
     vp = ctypes.c_void_p
-    return gil_holding(lib, "cnm_launch", ctypes.c_int, vp, vp, vp, vp)
+    return gil_holding(lib, entry, ctypes.c_int, vp, vp, vp, vp)
 
 
 class Plans(dict):

@@ -18,12 +18,21 @@ from typing import ClassVar
 import torch
 
 from ...arch import HOPPER, target
-from ...errors import LaunchError, ShapeError
+from ...errors import ShapeError
 from ...formats import meta_sm90
 from ...formats.fp8 import VNMFP8Weight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file
-from ..launch import Plans, capturing, check_status, gil_holding, steady_call, stream_of, workspace_buffer
+from ..launch import (
+    Plans,
+    capturing,
+    check_status,
+    gil_holding,
+    packed_launch,
+    steady_call,
+    stream_of,
+    workspace_buffer,
+)
 from ..sptc24_fp8_sm90.family import QUANTIZE_ROWS, fp8_types_rule, quantize_with
 from ..vnm_sm90.family import GATHERED_TILES, K_ALIGN, gather_estimate_ms, gather_kernel_rule
 
@@ -148,13 +157,9 @@ class _Launcher:
         lib.cnm_plan.restype = i32
         lib.cnm_quantize_rows.argtypes = [vp, vp, vp, i32, i32, i32, vp]
         lib.cnm_quantize_rows.restype = i32
-        lib.cnm_run_args_bytes.restype = ctypes.c_size_t
-        if lib.cnm_run_args_bytes() != ctypes.sizeof(QuantizedCall):
-            raise LaunchError(f"{FAMILY.name}: the kernel's QuantizedCall does not match the launcher's; rebuild the "
-                              "kernel cache")
         self.lib, self.cfg = lib, cfg
         self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp, i32, vp, vp, vp)
-        self.launch_quantized = gil_holding(lib, "cnm_launch_quantized", i32, vp, vp, vp, vp)
+        self.launch_quantized = packed_launch(lib, QuantizedCall, FAMILY.name, "cnm_launch_quantized")
         self.plans = Plans()
         atom = lib.cnm_meta_atom_k()
         self.layout_key = ("vnm_fp8_sm90", atom)
