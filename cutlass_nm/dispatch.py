@@ -90,7 +90,7 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
         # what may differ per tensor of that signature is checked again
         calls = getattr(w, "__dict__", _NO_CALLS).get("_calls")
         if calls is not None and calls[0] == RememberedCalls.epoch:
-            call = calls[1].get((x.shape, x.dtype, x.device, _bias_id(bias), out_dtype, family))
+            call = calls[1].get((x.shape, x.dtype, x.device, _bias_id(bias), out_dtype, family))  # _call_key, inline
             if call is not None and x.is_contiguous() and not x.data_ptr() % 16:
                 kernel, dtype, y_shape, flat, _ = call
                 y = torch.empty(y_shape, dtype=dtype, device=x.device)
@@ -135,7 +135,7 @@ def _matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: tor
         steady = getattr(kernel, "steady", None)  # a launcher's repeat of this call, its arguments fixed once
         call = kernel if steady is None else steady(x2, w, bias, y2)
         views = None if flat or getattr(call, "any_shape", False) else ((m, x.shape[-1]), (m, n))
-        _remember(w, (x.shape, x.dtype, x.device, _bias_id(bias), given_dtype, family),
+        _remember(w, _call_key(x, bias, given_dtype, family),
                   (call, out_dtype, tuple(y.shape), views, bias))
     return y
 
@@ -165,7 +165,7 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
     if decode:  # x as it comes, with its scale (e4m3) or none (16 bits)
         kernel(x2, w, bias, y.view(m, n), x_scale)
         if out is None and x_scale is None and type(x) is torch.Tensor:  # matmul's steady-state path takes it next
-            _remember(w, (x.shape, x.dtype, x.device, _bias_id(bias), given_dtype, family),
+            _remember(w, _call_key(x, bias, given_dtype, family),
                       (kernel, out_dtype, tuple(y.shape), None if x.dim() == 2 else ((m, k), (m, n)), bias))
         return y
     xq, sx = (x2, x_scale.reshape(-1)) if x.dtype == E4M3 else kernel.quantize(x2)
@@ -174,7 +174,7 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
     if steady is not None and out is None and x_scale is None and type(x) is torch.Tensor:
         call = steady(x2, w, bias, y.view(m, n))
         if call is not None:
-            _remember(w, (x.shape, x.dtype, x.device, _bias_id(bias), given_dtype, family),
+            _remember(w, _call_key(x, bias, given_dtype, family),
                       (call, out_dtype, tuple(y.shape), None, bias))
     return y
 
@@ -194,9 +194,9 @@ def _matmul_twin(x: torch.Tensor, w: NMFP8Weight | VNMFP8Weight, bias: torch.Ten
     if out is None and x.dtype == out_dtype and type(x) is torch.Tensor:
         calls = twin.__dict__.get("_calls")
         entry = None if calls is None or calls[0] != RememberedCalls.epoch else \
-            calls[1].get((x.shape, x.dtype, x.device, _bias_id(bias), out_dtype, None))
+            calls[1].get(_call_key(x, bias, out_dtype, None))
         if entry is not None:
-            _remember(w, (x.shape, x.dtype, x.device, _bias_id(bias), given_dtype, None),
+            _remember(w, _call_key(x, bias, given_dtype, None),
                       (_on_twin(entry[0], twin), *entry[1:]))
     return y
 
@@ -260,6 +260,13 @@ def check_fp8_inputs(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x
     elif x_scale is not None:
         raise InputError("x_scale goes with an e4m3 x; a float16/bfloat16 x is quantized per token here (used as "
                          "it is at one token)")
+
+
+def _call_key(x: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype | None, family: str | None
+              ) -> tuple:
+    """A remembered call's key on its weight: x's signature, the bias, the out_dtype asked for and the forced family
+    (matmul's steady path builds the same tuple inline)."""
+    return (x.shape, x.dtype, x.device, _bias_id(bias), out_dtype, family)
 
 
 def _bias_id(bias: torch.Tensor | None) -> tuple[int, int] | None:

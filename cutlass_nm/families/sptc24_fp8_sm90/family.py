@@ -8,7 +8,7 @@ import ctypes
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -165,16 +165,11 @@ class _Launcher:
         if status:
             check_status(status, FAMILY.name, (m, n, k))
 
-    def quantized(self, x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-        """A 16-bit x (m x k) quantized per token, then the GEMM: two launches, nothing kept."""
-        xq, sx = self.quantize(x)
-        self(xq, w, bias, y, sx)
-
     def steady(self, x: torch.Tensor, w: Sparse24FP8Weight, bias: torch.Tensor | None, y: torch.Tensor
                ) -> Callable[..., None] | None:
         """After a first call on a 16-bit x (m x k): the repeat of (w, bias, m) on this stream, one C call that
         quantizes x into the stream's scratch and launches the GEMM from a plan; other streams take
-        ``quantized``. None while a CUDA graph is being captured (its scratch is the graph's own, per call)."""
+        ``run_quantized``. None while a CUDA graph is being captured (its scratch is the graph's own, per call)."""
         if capturing():
             return None
         m, k = x.shape
@@ -197,7 +192,15 @@ class _Launcher:
             kept = self.plans.keep(key, (plan, scratch))
         plan, scratch = kept
         return steady_call(self.launch, plan, (w.values, e, w.scale, bias, scratch), FAMILY.name, (m, n, k),
-                           on=(stream, self.quantized))
+                           on=(stream, functools.partial(run_quantized, self)))
+
+
+def run_quantized(launcher: Callable[..., None], x: torch.Tensor, w: Any, bias: torch.Tensor | None,
+                  y: torch.Tensor) -> None:
+    """An FP8 GEMM ``launcher``'s call on a 16-bit x (m x k): x quantized per token into fresh tensors, then the
+    launch on them (the per-call path of a repeat on another stream)."""
+    xq, sx = launcher.quantize(x)
+    launcher(xq, w, bias, y, sx)
 
 
 def quantize_with(quantize_rows: Callable[..., int], family: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -33,7 +33,7 @@ from ..launch import (
     stream_of,
     workspace_buffer,
 )
-from ..sptc24_fp8_sm90.family import QUANTIZE_ROWS, fp8_types_rule, quantize_with
+from ..sptc24_fp8_sm90.family import QUANTIZE_ROWS, fp8_types_rule, quantize_with, run_quantized
 from ..vnm_sm90.family import GATHERED_TILES, K_ALIGN, gather_estimate_ms, gather_kernel_rule
 
 TILE_K = 128  # gathered columns (bytes) per pipeline stage: one 128-byte swizzle row of B per token
@@ -178,15 +178,10 @@ class _Launcher:
         if status:
             check_status(status, FAMILY.name, (m, w.out_features, k))
 
-    def quantized(self, x: torch.Tensor, w: VNMFP8Weight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-        """A 16-bit x (m x k) quantized per token into fresh tensors, then the call."""
-        xq, sx = self.quantize(x)
-        self(xq, w, bias, y, sx)
-
     def steady(self, x: torch.Tensor, w: VNMFP8Weight, bias: torch.Tensor | None, y: torch.Tensor
                ) -> Callable[..., None] | None:
         """After a first call on a 16-bit x (m x k): its repeat on this stream, one C call that quantizes x into the
-        stream's scratch, transposes it and runs the GEMM from the plan; other streams take ``quantized``. None
+        stream's scratch, transposes it and runs the GEMM from the plan; other streams take ``run_quantized``. None
         while a CUDA graph is being captured."""
         if capturing():
             return None
@@ -202,7 +197,7 @@ class _Launcher:
         values, e, gidx = w.layout(self.layout_key, self.build_layout)
         return steady_call(self.launch_quantized, ctypes.addressof(call),
                            (call, plan, values, e, gidx, w.scale, bias, scratch), FAMILY.name,
-                           (m, w.out_features, k), on=(stream, self.quantized))
+                           (m, w.out_features, k), on=(stream, functools.partial(run_quantized, self)))
 
     def _plan_for(self, x: torch.Tensor, w: VNMFP8Weight, xt: int) -> ctypes.Array:
         """The plan of (w, x's m), built on first use (``xt``: an xT scratch's address, which shapes B's TMA
