@@ -49,3 +49,23 @@ def test_compile_nm_decode(isolated_cache):
     lib = ctypes.CDLL(str(res.path))
     assert lib.cnm_abi_version() == 3 and lib.cnm_block_rows() == cfg.warps * cfg.rows
     assert hasattr(lib, "cnm_max_active_clusters")  # abi 3: the occupancy query, and cnm_run's pdl flag
+
+
+_TEMPLATE_STATIC = """
+template <int K> int remember(int value) { static int kept = 0; int old = kept; if (value) kept = value; return old; }
+extern "C" int probe_{name}(int value) {{ return remember<1>(value); }}
+"""
+
+
+def test_each_library_keeps_its_own_template_statics(isolated_cache):
+    """Two kernels built with the same header template (a launch helper's "attribute set" flag, say) do not share
+    its static: each library loaded in the process keeps its own (no STB_GNU_UNIQUE merging)."""
+    from cutlass_nm.build import build
+
+    libs = {}
+    for name in ("first", "second"):
+        source = _TEMPLATE_STATIC.replace("{{", "{").replace("}}", "}").replace("{name}", name)
+        libs[name] = ctypes.CDLL(str(build(source, "sm_90a", name=name).path))
+    assert libs["first"].probe_first(7) == 0
+    assert libs["second"].probe_second(0) == 0  # merged, it would read the first library's 7
+    assert libs["first"].probe_first(0) == 7

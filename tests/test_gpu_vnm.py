@@ -130,6 +130,9 @@ def _sm90_variant_kids() -> set:
             kid, helpers = _sm90_variant(v, c)
             kids.update([kid, *helpers])
     kids.update(_sm90_tile_m_256())
+    for variant in SAME_TEMPLATE_ARGS:
+        kid, helpers = _sm90_variant(variant, SM90_CASES[1])
+        kids.update([kid, *helpers])
     return kids
 
 
@@ -148,6 +151,26 @@ def test_sm90_variants_match_reference(variant, case):
     torch.cuda.synchronize()
     assert torch.isfinite(out).all(), "unwritten (poisoned) or non-finite outputs"
     assert rel_err(out, ref) < TOL[dtype]
+
+
+# two configs that differ only in their pipeline depth: one launch helper instantiation, different shared memory
+SAME_TEMPLATE_ARGS = [{"stages": 2}, {"stages": 5}]
+
+
+def test_sm90_kernels_of_one_launch_template_each_set_their_own_shared_memory():
+    """Two kernels whose launch helper has the same template arguments, run in one process, the smaller pipeline
+    first: each sets its own shared-memory attribute (none inherits the other's "already set")."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("vnm_sm90 needs sm_90")
+    from cutlass_nm.kernels import get_kernel
+
+    (m, n, k), pattern, dtype, with_bias = SM90_CASES[1]
+    x, w, bias, ref = _case(m, n, k, pattern, dtype, seed=17, with_bias=with_bias)
+    for variant in SAME_TEMPLATE_ARGS:
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        get_kernel(_sm90_variant(variant, SM90_CASES[1])[0])(x, w, bias, out)
+        torch.cuda.synchronize()
+        assert torch.isfinite(out).all() and rel_err(out, ref) < TOL[dtype], variant
 
 
 def _sm90_tile_m_256() -> list:

@@ -31,8 +31,11 @@ ARCH_FLAGS = {
     # e.g. setmaxnreg for nm_simt's producer warpgroup), so a kernel can use Hopper features where it runs there.
     "sm_80": ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90a,code=sm_90a"],
 }
-COMMON_FLAGS = ["-std=c++17", "-O3", "-shared", "-Xcompiler=-fPIC", "--expt-relaxed-constexpr",
-                "-DNDEBUG", "-lineinfo"]
+# -fno-gnu-unique: a static local of a header's template or inline function (a "shared memory set" flag, say) is
+# the library's own. GCC's default binding (STB_GNU_UNIQUE) merges such a variable across every library loaded in the
+# process, so one kernel's first launch would skip another's attribute call.
+COMMON_FLAGS = ["-std=c++17", "-O3", "-shared", "-Xcompiler=-fPIC", "-Xcompiler=-fno-gnu-unique",
+                "--expt-relaxed-constexpr", "-DNDEBUG", "-lineinfo"]
 
 
 @dataclass(frozen=True)
