@@ -92,8 +92,8 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
         if calls is not None and calls[0] == RememberedCalls.epoch:
             call = calls[1].get((x.shape, x.dtype, x.device, _bias_id(bias), out_dtype, family))  # _call_key, inline
             if call is not None and x.is_contiguous() and not x.data_ptr() % 16:
-                kernel, dtype, y_shape, flat, _ = call
-                y = torch.empty(y_shape, dtype=dtype, device=x.device)
+                kernel, y_like, flat, _ = call
+                y = torch.empty_like(y_like, memory_format=torch.contiguous_format)
                 if flat is None:
                     kernel(x, w, bias, y)
                 else:
@@ -135,8 +135,7 @@ def _matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: tor
         steady = getattr(kernel, "steady", None)  # a launcher's repeat of this call, its arguments fixed once
         call = kernel if steady is None else steady(x2, w, bias, y2)
         views = None if flat or getattr(call, "any_shape", False) else ((m, x.shape[-1]), (m, n))
-        _remember(w, _call_key(x, bias, given_dtype, family),
-                  (call, out_dtype, tuple(y.shape), views, bias))
+        _remember(w, _call_key(x, bias, given_dtype, family), (call, _like(y), views, bias))
     return y
 
 
@@ -166,7 +165,7 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
         kernel(x2, w, bias, y.view(m, n), x_scale)
         if out is None and x_scale is None and type(x) is torch.Tensor:  # matmul's steady-state path takes it next
             _remember(w, _call_key(x, bias, given_dtype, family),
-                      (kernel, out_dtype, tuple(y.shape), None if x.dim() == 2 else ((m, k), (m, n)), bias))
+                      (kernel, _like(y), None if x.dim() == 2 else ((m, k), (m, n)), bias))
         return y
     xq, sx = (x2, x_scale.reshape(-1)) if x.dtype == E4M3 else kernel.quantize(x2)
     kernel(xq, w, bias, y.view(m, n), sx)
@@ -174,8 +173,7 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
     if steady is not None and out is None and x_scale is None and type(x) is torch.Tensor:
         call = steady(x2, w, bias, y.view(m, n))
         if call is not None:
-            _remember(w, _call_key(x, bias, given_dtype, family),
-                      (call, out_dtype, tuple(y.shape), None, bias))
+            _remember(w, _call_key(x, bias, given_dtype, family), (call, _like(y), None, bias))
     return y
 
 
@@ -275,9 +273,15 @@ def _bias_id(bias: torch.Tensor | None) -> tuple[int, int] | None:
     return None if bias is None else (id(bias), bias.data_ptr())
 
 
+def _like(y: torch.Tensor) -> torch.Tensor:
+    """A remembered call's output template: y's shape, dtype and device over one element (``torch.empty_like`` of it,
+    contiguous, allocates the next output with less host time than ``torch.empty``)."""
+    return y.new_empty(()).expand(y.shape)
+
+
 def _remember(w: Any, key: tuple, call: tuple) -> None:
-    """Keep ``call`` (kernel, out dtype, y shape, the 2-D views it takes or None, bias) for ``key`` on the weight,
-    at most ``MAX_CALLS`` signatures."""
+    """Keep ``call`` (kernel, output template (``_like``), the 2-D views it takes or None, bias) for ``key`` on the
+    weight, at most ``MAX_CALLS`` signatures."""
     calls = w.__dict__.get("_calls")
     if calls is None or calls[0] != RememberedCalls.epoch or len(calls[1]) >= MAX_CALLS:
         calls = w.__dict__["_calls"] = (RememberedCalls.epoch, {})
