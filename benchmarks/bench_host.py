@@ -16,7 +16,8 @@ by the default route (``impl`` ``matmul_default``: the FP8 decode family at one 
 
 Part ``decode``: one LLaMA-7B decoder layer's 7 linears (q, k, v, o, gate, up, down) at batch 1 and 8, dense
 ``nn.Linear`` against ``SparseLinear`` 2:4, 128:2:8 and 2:8: time per step eager (the median of ROUNDS rounds, each
-timing dense and every pattern in turn) and replayed as a CUDA graph (``impl`` ``decode_step``).
+timing dense and every pattern in turn) and replayed as a CUDA graph (``impl`` ``decode_step``); ``host_us``: the
+host time to issue one step while the GPU is held busy, against dense's (whether eager steps are host-bound).
 ``decode_step_stacked``: the same layer with q/k/v and gate/up stacked, as ``sparsify_model`` builds it
 (``StackedSparseLinear``, outputs through ``split``: 4 launches), against dense stacked alike (one ``nn.Linear``
 each, its output split).
@@ -236,11 +237,15 @@ def decode_rows() -> list[dict]:
                         eager[label].append(eager_us(step, 1, calls=50, batches=3))
                 times = {label: (statistics.median(eager[label]), time_rotating(step, 1).p50_ms * 1e3)
                          for label, step in steps.items()}
+                hosts = {label: host_us(steps[label], steps["dense"], calls=20, batches=9)
+                         for label in MODULE_PATTERNS}
             for pattern in MODULE_PATTERNS:
                 se, sg = times["dense"][0] / times[pattern][0], times["dense"][1] / times[pattern][1]
                 rows.append({"impl": impl, "family": None, "pattern": pattern, "dtype": "f16", "m": batch,
                              "n": None, "k": None, "eager_us": times[pattern][0], "graph_us": times[pattern][1],
                              "eager_us_torch": times["dense"][0], "graph_us_torch": times["dense"][1],
+                             "host_us": hosts[pattern][0], "host_us_torch": hosts[pattern][1],
+                             "host_ratio": hosts[pattern][2],
                              "speedup_eager": se, "speedup_graph": sg, "eager_over_graph": se / sg})
                 print(f"{impl} batch {batch} {pattern}: eager {se:.2f}x, graph {sg:.2f}x dense", flush=True)
     return rows

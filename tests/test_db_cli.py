@@ -36,7 +36,7 @@ def _one_error_line(err: str) -> str:
 
 def test_silent_server_cli_exits_2_within_the_timeout():
     """The CLI gives up on a server that accepts and never answers after its 2 s timeout: it takes no more than
-    the same CLI's start-up and a failed connection to a closed port (timed just before), plus the timeout and 2 s."""
+    the same CLI's start-up and a failed connection to a closed port (timed just before), plus the timeout and 5 s."""
     pytest.importorskip("psycopg", reason="the PostgreSQL driver (psycopg) is needed for this test")
 
     def cli_db_ls(port: int) -> tuple[subprocess.CompletedProcess, float]:
@@ -52,7 +52,7 @@ def test_silent_server_cli_exits_2_within_the_timeout():
     refused, baseline = cli_db_ls(port)  # the server is gone: the connection is refused at once
     assert refused.returncode == 2 and proc.returncode == 2, proc.stderr
     assert "timeout" in _one_error_line(proc.stderr)
-    assert elapsed < baseline + 2 + 2, (elapsed, baseline)
+    assert elapsed < baseline + 2 + 5, (elapsed, baseline)  # the timeout, plus start-up noise on a busy 2-core host
 
 
 def test_user_errors_are_one_line_exit_2(tmp_path, capsys):

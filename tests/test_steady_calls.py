@@ -262,3 +262,20 @@ def test_a_repeat_holding_a_streams_workspace_runs_only_on_that_stream(monkeypat
     assert go.any_shape and fast.calls == [("plan", x.data_ptr(), y.data_ptr(), 5)]
     (x2, _, _, y2), = slow.calls
     assert (x2.shape, y2.shape, x2.data_ptr(), y2.data_ptr()) == ((6, 4), (6, 8), x.data_ptr(), y.data_ptr())
+
+
+def test_a_repeat_holding_a_streams_workspace_leaves_a_capture_on_that_stream_to_the_launcher(monkeypatch):
+    """While its own stream captures a CUDA graph, such a repeat hands the call to the launcher (which takes the
+    graph's memory for its scratch) instead of baking the stream's eager scratch into the graph."""
+    from cutlass_nm.families import launch
+
+    capturing = [False]
+    monkeypatch.setattr(launch, "_raw_stream", lambda index: 5)
+    monkeypatch.setattr(launch, "_stream_capturing", lambda: capturing[0])
+    fast, slow = Recorder(0), Recorder(None)
+    go = launch.steady_call(fast, "plan", (), "fake", (6, 8, 4), on=(5, slow))
+    x, y = torch.zeros(6, 4), torch.zeros(6, 8)
+    go(x, None, None, y)
+    capturing[0] = True
+    go(x, None, None, y)
+    assert fast.calls == [("plan", x.data_ptr(), y.data_ptr(), 5)] and len(slow.calls) == 1

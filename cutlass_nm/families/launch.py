@@ -84,6 +84,9 @@ def _stream_by_object(index: int) -> int:
 
 # torch's own cheap accessor (what its compiled code launches on); the public API where a build lacks it
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _stream_by_object)
+# capturing()'s check without its wrapper (a repeat that holds a stream's scratch asks it each call); never, without
+# CUDA in this build
+_stream_capturing = torch._C._cuda_isCurrentStreamCapturing if torch.backends.cuda.is_built() else lambda: False
 
 
 def gil_holding(lib: ctypes.CDLL, name: str, restype: type, *argtypes: type) -> Callable[..., int]:
@@ -130,7 +133,8 @@ def steady_call(launch: Callable[..., int], first: Any, keep: tuple, family: str
     """A remembered call's launcher, ``go(x, w, bias, y)``: ``launch(first, x, y, stream)`` with ``first`` (a plan,
     or the call's other arguments packed) fixed for one (weight, bias, m). ``keep``: the tensors ``first`` points
     into, held by ``go`` so that their memory outlives it. ``on`` = (stream, launcher): ``first`` holds that stream's
-    workspace, so a call on another stream goes to the launcher instead (with x and y as 2-D views). ``go`` reads
+    workspace, so a call on another stream, or on that one while it captures a CUDA graph (whose replays must not
+    share an eager scratch), goes to the launcher instead (with x and y as 2-D views). ``go`` reads
     only x's and y's addresses (``any_shape``): contiguous tensors of the call's rows, in any shape, will do."""
     stream_only, other = on or (None, None)
 
@@ -141,7 +145,7 @@ def steady_call(launch: Callable[..., int], first: Any, keep: tuple, family: str
 
     def go_on_its_stream(x: torch.Tensor, w: Any, bias: torch.Tensor | None, y: torch.Tensor) -> None:
         stream = _raw_stream(x.get_device())
-        if stream != stream_only:
+        if stream != stream_only or _stream_capturing():
             other(x.view(-1, x.shape[-1]), w, bias, y.view(-1, y.shape[-1]))
             return
         status = launch(first, x.data_ptr(), y.data_ptr(), stream)
