@@ -19,7 +19,7 @@ import torch
 
 from .errors import InputError, ShapeError
 from .families import FAMILIES, Family, KernelTypes, Problem, get_family
-from .families.launch import dtype_name, torch_dtype
+from .families.launch import capturing, dtype_name, torch_dtype
 from .formats import Sparse24Weight
 from .formats.fp8 import E4M3, FP8_WEIGHTS, NMFP8Weight, Sparse24FP8Weight, VNMFP8Weight
 from .formats.nm import NMWeight
@@ -131,7 +131,7 @@ def _matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: tor
     if kernel is None:
         kernel = _resolve(key)
     kernel(x2, w, bias, y2)
-    if out is None and type(x) is torch.Tensor:
+    if _rememberable(x, out):
         steady = getattr(kernel, "steady", None)  # a launcher's repeat of this call, its arguments fixed once
         call = kernel if steady is None else steady(x2, w, bias, y2)
         views = None if flat or getattr(call, "any_shape", False) else ((m, x.shape[-1]), (m, n))
@@ -163,14 +163,14 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
     kernel = _RESOLVED.get(key) or _resolve(key)
     if decode:  # x as it comes, with its scale (e4m3) or none (16 bits)
         kernel(x2, w, bias, y.view(m, n), x_scale)
-        if out is None and x_scale is None and type(x) is torch.Tensor:  # matmul's steady-state path takes it next
+        if _rememberable(x, out, x_scale):  # matmul's steady-state path takes it next
             _remember(w, _call_key(x, bias, given_dtype, family),
                       (kernel, _like(y), None if x.dim() == 2 else ((m, k), (m, n)), bias))
         return y
     xq, sx = (x2, x_scale.reshape(-1)) if x.dtype == E4M3 else kernel.quantize(x2)
     kernel(xq, w, bias, y.view(m, n), sx)
     steady = getattr(kernel, "steady", None)  # a 16-bit x's quantization and GEMM as one remembered call
-    if steady is not None and out is None and x_scale is None and type(x) is torch.Tensor:
+    if steady is not None and _rememberable(x, out, x_scale):
         call = steady(x2, w, bias, y.view(m, n))
         if call is not None:
             _remember(w, _call_key(x, bias, given_dtype, family), (call, _like(y), None, bias))
@@ -271,6 +271,12 @@ def _bias_id(bias: torch.Tensor | None) -> tuple[int, int] | None:
     """The bias in a remembered call's key: the object (held by the entry, so its id is not reused) and its data
     (``bias.data = ...`` gives the same object other data, checked again)."""
     return None if bias is None else (id(bias), bias.data_ptr())
+
+
+def _rememberable(x: torch.Tensor, out: torch.Tensor | None, x_scale: torch.Tensor | None = None) -> bool:
+    """Whether a call may be remembered for the steady path: a plain tensor x, no ``out`` or x scale, and not while a
+    CUDA graph is being captured (a repeat built then would hold the graph's scratch; capture runs the full path)."""
+    return out is None and x_scale is None and type(x) is torch.Tensor and not capturing()
 
 
 def _like(y: torch.Tensor) -> torch.Tensor:

@@ -279,3 +279,34 @@ def test_a_repeat_holding_a_streams_workspace_leaves_a_capture_on_that_stream_to
     capturing[0] = True
     go(x, None, None, y)
     assert fast.calls == [("plan", x.data_ptr(), y.data_ptr(), 5)] and len(slow.calls) == 1
+
+
+def test_calls_made_while_a_graph_is_captured_are_not_remembered(launcher, monkeypatch):
+    """A call captured into a CUDA graph runs the full path and leaves no repeat behind (a repeat built then would
+    hold the graph's scratch); the first call after the capture is remembered as usual."""
+    w, x = _weight(), torch.randn(3, 64, dtype=torch.float16)
+    monkeypatch.setattr(dispatch, "capturing", lambda: True)
+    cutlass_nm.matmul(x, w)
+    cutlass_nm.matmul(x, w)
+    assert (launcher.full, launcher.repeated) == (2, 0)
+    monkeypatch.setattr(dispatch, "capturing", lambda: False)
+    cutlass_nm.matmul(x, w)
+    cutlass_nm.matmul(x, w)
+    assert (launcher.full, launcher.repeated) == (3, 1)
+
+
+def test_a_per_call_scratch_comes_from_the_graph_while_capturing(monkeypatch):
+    """``call_scratch``: the stream's workspace (the same tensor call after call), but a tensor of its own for each call
+    made while the stream captures a CUDA graph."""
+    from cutlass_nm.families import launch
+
+    capturing = [False]
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(launch, "_raw_stream", lambda index: 11)
+    monkeypatch.setattr(launch, "_stream_capturing", lambda: capturing[0])
+    monkeypatch.setattr(launch, "_WORKSPACES", {})
+    eager = launch.call_scratch(cpu, 256)
+    assert launch.call_scratch(cpu, 256) is eager and launch.call_scratch(cpu, 0) is None
+    capturing[0] = True
+    own = launch.call_scratch(cpu, 256)
+    assert own is not eager and own.numel() == 256 and launch._WORKSPACES == {(cpu, 11): eager}

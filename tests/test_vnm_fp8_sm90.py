@@ -114,7 +114,7 @@ def _lib(fam, monkeypatch, stream: dict | None = None):
     entries_by_name(monkeypatch, fam)
     monkeypatch.setattr(fam, "stream_of", lambda x: stream["now"])
     monkeypatch.setattr("cutlass_nm.families.launch._raw_stream", lambda index: stream["now"])
-    monkeypatch.setattr(fam, "capturing", lambda: False)
+    monkeypatch.setattr("cutlass_nm.families.launch._stream_capturing", lambda: False)
     return type("Lib", (), {"cnm_meta_atom_k": _FakeFn(), "cnm_plan_bytes": _FakeFn(), "cnm_plan": _FakeFn(0),
                             "cnm_launch": _FakeFn(0), "cnm_quantize_rows": _FakeFn(0),
                             "cnm_launch_quantized": _FakeFn(0),

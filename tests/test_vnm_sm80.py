@@ -166,7 +166,7 @@ def test_repeat_packs_the_first_calls_arguments_with_its_streams_scratch(monkeyp
     stream = {"now": 3}
     monkeypatch.setattr(vnm_sm80, "stream_of", lambda x: stream["now"])
     monkeypatch.setattr("cutlass_nm.families.launch._raw_stream", lambda index: stream["now"])
-    monkeypatch.setattr(vnm_sm80, "capturing", lambda: False)
+    monkeypatch.setattr("cutlass_nm.families.launch._stream_capturing", lambda: False)
     lib = _lib(vnm_sm80, monkeypatch, cnm_run=Recorder(0), cnm_launch=cnm_launch)
     cfg = FAM.heuristic(Problem(20, 256, 256, F16))
     launcher = FAM.bind(lib, cfg, F16, [])
@@ -186,8 +186,11 @@ def test_repeat_packs_the_first_calls_arguments_with_its_streams_scratch(monkeyp
     stream["now"] = 8  # another stream: the launcher, per call
     go(x2, w, None, y2)
     assert len(seen) == 1 and lib.cnm_run.calls[-1][3] == x2.data_ptr() and lib.cnm_run.calls[-1][-1] == 8
-    monkeypatch.setattr(vnm_sm80, "capturing", lambda: True)
+    stream["now"] = 3  # its own stream, capturing: the repeat and the launcher take a scratch of their own
+    monkeypatch.setattr("cutlass_nm.families.launch._stream_capturing", lambda: True)
     assert launcher.steady(x, w, None, y) is launcher
+    go(x2, w, None, y2)
+    assert len(seen) == 1 and lib.cnm_run.calls[-1][4] != args.xt
     launcher(x, w, None, y)
     assert lib.cnm_run.calls[-1][4] != args.xt and ctypes.sizeof(args) == lib.cnm_run_args_bytes()
 

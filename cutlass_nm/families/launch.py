@@ -45,13 +45,6 @@ _WORKSPACES: dict[tuple[torch.device, int], torch.Tensor] = {}
 MAX_WORKSPACES = 16  # (device, stream) scratch buffers kept; the oldest goes first (a stream per request must not leak)
 
 
-def workspace(device: torch.device, nbytes: int) -> int | None:
-    """Pointer to the scratch buffer of torch's current stream on ``device``, at least ``nbytes`` (None when none is
-    needed)."""
-    buf = workspace_buffer(device, nbytes)
-    return None if buf is None else buf.data_ptr()
-
-
 def workspace_buffer(device: torch.device, nbytes: int, stream: int | None = None) -> torch.Tensor | None:
     """The scratch buffer of torch's current stream on ``device`` (``stream``: its raw handle, when the caller has
     it), at least ``nbytes`` (None when none is needed):
@@ -72,10 +65,23 @@ def workspace_buffer(device: torch.device, nbytes: int, stream: int | None = Non
     return buf
 
 
+def call_scratch(device: torch.device, nbytes: int, stream: int | None = None) -> torch.Tensor | None:
+    """Scratch for one per-call launch: the stream's workspace (``workspace_buffer``), or while torch's current stream
+    captures a CUDA graph a tensor of its own, from the graph's pool (a graph must not bake in an eager scratch)."""
+    if nbytes and capturing():
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return workspace_buffer(device, nbytes, stream)
+
+
+# torch's check (without its wrapper: a repeat that holds a stream's scratch asks it each call); never, in a build
+# without CUDA
+_stream_capturing = torch._C._cuda_isCurrentStreamCapturing if torch.backends.cuda.is_built() else lambda: False
+
+
 def capturing() -> bool:
     """Whether torch's current stream is capturing a CUDA graph (a scratch that no launch holds is then allocated
     per call, in the graph's own pool)."""
-    return torch.cuda.is_current_stream_capturing()
+    return _stream_capturing()
 
 
 def _stream_by_object(index: int) -> int:
@@ -84,9 +90,6 @@ def _stream_by_object(index: int) -> int:
 
 # torch's own cheap accessor (what its compiled code launches on); the public API where a build lacks it
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _stream_by_object)
-# capturing()'s check without its wrapper (a repeat that holds a stream's scratch asks it each call); never, without
-# CUDA in this build
-_stream_capturing = torch._C._cuda_isCurrentStreamCapturing if torch.backends.cuda.is_built() else lambda: False
 
 
 def gil_holding(lib: ctypes.CDLL, name: str, restype: type, *argtypes: type) -> Callable[..., int]:

@@ -22,7 +22,7 @@ from ...errors import LaunchError
 from ...formats.nm import VECTORS, NMWeight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem
-from ..launch import check_status, packed_launch, steady_call, stream_of, workspace_buffer
+from ..launch import call_scratch, check_status, packed_launch, steady_call, stream_of
 
 ELEMENTS = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
 MAX_GROUP = 64  # the largest M the launcher accepts (substituted into the template)
@@ -390,7 +390,7 @@ class _Launcher:
         nbytes = self.ws_bytes.get((m, n, k))
         if nbytes is None:
             nbytes = self.ws_bytes[(m, n, k)] = int(self.workspace(m, n, k))
-        return kg, layout, workspace_buffer(x.device, nbytes)
+        return kg, layout, call_scratch(x.device, nbytes)
 
 
 FAMILY = _SimtFamily()

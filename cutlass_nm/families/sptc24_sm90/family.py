@@ -13,7 +13,7 @@ import torch
 from ...arch import HOPPER, target
 from ...formats import Sparse24Weight, meta_sm90
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
-from ..launch import Plans, check_status, device_info, gil_holding, steady_call, stream_of, workspace
+from ..launch import Plans, call_scratch, check_status, device_info, gil_holding, steady_call, stream_of
 
 EPILOGUE_SMEM = 34 * 1024  # conservative TMA-epilogue carve-out
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread before spilling
@@ -231,9 +231,9 @@ class _Launcher:
         """Build the parameters and launch in one call (a problem with a workspace of ``nbytes``)."""
         a, e, bias, m, n, k = key
         sms = device_info(x.device).sm_count
-        ws = workspace(x.device, nbytes)
+        scratch = call_scratch(x.device, nbytes)
         status = self.lib.cnm_run(a, e, x.data_ptr(), y.data_ptr(), bias or None, n, m, k, sms, self.swizzle,
-                                  self.raster, ws, stream_of(x))
+                                  self.raster, None if scratch is None else scratch.data_ptr(), stream_of(x))
         check_status(status, FAMILY.name, (m, n, k))
 
 

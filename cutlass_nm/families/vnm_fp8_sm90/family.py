@@ -25,6 +25,7 @@ from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file
 from ..launch import (
     Plans,
+    call_scratch,
     capturing,
     check_status,
     gil_holding,
@@ -170,8 +171,7 @@ class _Launcher:
                  x_scale: torch.Tensor) -> None:
         m, k = x.shape
         xt_bytes = _xt_bytes(m, w)
-        xt = torch.empty(xt_bytes, dtype=torch.uint8, device=x.device) if capturing() else \
-            workspace_buffer(x.device, xt_bytes)
+        xt = call_scratch(x.device, xt_bytes)
         plan = self._plan_for(x, w, xt.data_ptr())
         status = self.launch(plan, x.data_ptr(), xt.data_ptr(), x_scale.data_ptr(), int(x_scale.numel() > 1),
                              y.data_ptr(), None if bias is None else bias.data_ptr(), stream_of(x))

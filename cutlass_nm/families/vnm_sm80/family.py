@@ -24,7 +24,7 @@ from ...formats import meta_sm80
 from ...formats.vnm import VNMWeight
 from ...patterns import Pattern, parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
-from ..launch import capturing, check_status, packed_launch, steady_call, stream_of, torch_dtype, workspace_buffer
+from ..launch import call_scratch, capturing, check_status, packed_launch, steady_call, stream_of, torch_dtype
 from ..sptc24_sm80.family import TILE_SHAPES
 
 SMEM_BYTES = ARCHS["sm_80"].smem_per_block  # the family targets sm_80 (and runs on sm_90)
@@ -186,7 +186,7 @@ class _Launcher:
             return
         m, k = x.shape
         n = w.out_features
-        (values, e, gidx, e_rows), ldx, xt = self._operands(x, w, capturing())
+        (values, e, gidx, e_rows), ldx, xt = self._operands(x, w)
         status = self.run(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), x.data_ptr(), xt.data_ptr(), y.data_ptr(),
                           None if bias is None else bias.data_ptr(), n, m, k, w.padded_k, ldx, gidx.shape[1], e_rows,
                           w.pattern.v, stream_of(x))
@@ -201,7 +201,7 @@ class _Launcher:
         if capturing():
             return self
         m, k = x.shape
-        (values, e, gidx, e_rows), ldx, xt = self._operands(x, w, False)
+        (values, e, gidx, e_rows), ldx, xt = self._operands(x, w)
         args = RunArgs(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), None if bias is None else bias.data_ptr(),
                        xt.data_ptr(), w.out_features, m, k, w.padded_k, ldx, gidx.shape[1], e_rows, w.pattern.v)
         return steady_call(self.launch, ctypes.addressof(args), (args, values, e, gidx, bias, xt), FAMILY.name,
@@ -218,12 +218,12 @@ class _Launcher:
         raise ShapeError(f"vnm_sm80 with tile_m={self.cfg.tile_m} needs V % tile_m == 0, got V={v} "
                          "(its CTA tiles are 64 or 128 rows: V >= 64)")
 
-    def _operands(self, x: torch.Tensor, w: VNMWeight, fresh: bool) -> tuple[tuple, int, torch.Tensor]:
+    def _operands(self, x: torch.Tensor, w: VNMWeight) -> tuple[tuple, int, torch.Tensor]:
         """The weight's kernel layout, x's padded token count (ldx) and the scratch its transpose (plus a zero row)
-        fills: the workspace of the current stream, or (``fresh``: under graph capture) a tensor of its own."""
+        fills (``call_scratch``: the current stream's workspace, or under graph capture a tensor of its own)."""
         ldx = -(-x.shape[0] // 8) * 8
         nbytes = (w.padded_k + 1) * ldx * self.itemsize
-        xt = torch.empty(nbytes, dtype=torch.uint8, device=x.device) if fresh else workspace_buffer(x.device, nbytes)
+        xt = call_scratch(x.device, nbytes)
         return w.layout(("vnm_sm80",), kernel_layout), ldx, xt
 
 

@@ -23,7 +23,7 @@ from ...formats import meta_sm90
 from ...formats.vnm import VNMWeight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
-from ..launch import Plans, capturing, check_status, gil_holding, stream_of, workspace_buffer
+from ..launch import Plans, call_scratch, check_status, gil_holding, stream_of
 
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per consumer thread before spilling
 K_ALIGN = 128  # gathered K is padded to this (a multiple of every tile_k), zero values / valid metadata
@@ -277,8 +277,7 @@ class _Launcher:
         def go(x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
             # x transposed into the stream's scratch; under graph capture into the graph's own memory
             stream = stream_of(x)
-            xt = torch.empty(nbytes, dtype=torch.uint8, device=x.device) if capturing() else workspace_buffer(
-                x.device, nbytes, stream)
+            xt = call_scratch(x.device, nbytes, stream)
             status = launch(plan, x.data_ptr(), xt.data_ptr(), y.data_ptr(), bias_ptr, stream)
             if status:
                 check_status(status, FAMILY.name, mnk)
