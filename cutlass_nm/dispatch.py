@@ -189,7 +189,7 @@ def _matmul_twin(x: torch.Tensor, w: NMFP8Weight | VNMFP8Weight, bias: torch.Ten
         return _matmul(x, _twin(w, out_dtype), bias, out_dtype, out, None)
     twin = _twin(w, out_dtype)
     y = _matmul(x.to(out_dtype), twin, bias, out_dtype, out, None)
-    if out is None and x.dtype == out_dtype and type(x) is torch.Tensor:
+    if x.dtype == out_dtype and _rememberable(x, out, x_scale):
         calls = twin.__dict__.get("_calls")
         entry = None if calls is None or calls[0] != RememberedCalls.epoch else \
             calls[1].get(_call_key(x, bias, out_dtype, None))
