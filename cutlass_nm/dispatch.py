@@ -20,6 +20,7 @@ import torch
 from .errors import InputError, ShapeError
 from .families import FAMILIES, Family, KernelTypes, Problem, get_family
 from .families.launch import capturing, dtype_name, torch_dtype
+from .fastcall import fast_call
 from .formats import Sparse24Weight
 from .formats.fp8 import E4M3, FP8_WEIGHTS, NMFP8Weight, Sparse24FP8Weight, VNMFP8Weight
 from .formats.nm import NMWeight
@@ -91,8 +92,12 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
         calls = getattr(w, "__dict__", _NO_CALLS).get("_calls")
         if calls is not None and calls[0] == RememberedCalls.epoch:
             call = calls[1].get((x.shape, x.dtype, x.device, _bias_id(bias), out_dtype, family))  # _call_key, inline
+            if call is not None and call[4] is not None:  # checks x, allocates y and launches in one C++ call
+                y = call[4](x)
+                if y is not None:
+                    return y
             if call is not None and x.is_contiguous() and not x.data_ptr() % 16:
-                kernel, y_like, flat, _ = call
+                kernel, y_like, flat, _, _ = call
                 y = torch.empty_like(y_like, memory_format=torch.contiguous_format)
                 if flat is None:
                     kernel(x, w, bias, y)
@@ -135,7 +140,8 @@ def _matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: tor
         steady = getattr(kernel, "steady", None)  # a launcher's repeat of this call, its arguments fixed once
         call = kernel if steady is None else steady(x2, w, bias, y2)
         views = None if flat or getattr(call, "any_shape", False) else ((m, x.shape[-1]), (m, n))
-        _remember(w, _call_key(x, bias, given_dtype, family), (call, _like(y), views, bias))
+        fast = fast_call(call, x, y) if views is None else None
+        _remember(w, _call_key(x, bias, given_dtype, family), (call, _like(y), views, bias, fast))
     return y
 
 
@@ -165,7 +171,7 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
         kernel(x2, w, bias, y.view(m, n), x_scale)
         if _rememberable(x, out, x_scale):  # matmul's steady-state path takes it next
             _remember(w, _call_key(x, bias, given_dtype, family),
-                      (kernel, _like(y), None if x.dim() == 2 else ((m, k), (m, n)), bias))
+                      (kernel, _like(y), None if x.dim() == 2 else ((m, k), (m, n)), bias, None))
         return y
     xq, sx = (x2, x_scale.reshape(-1)) if x.dtype == E4M3 else kernel.quantize(x2)
     kernel(xq, w, bias, y.view(m, n), sx)
@@ -173,7 +179,8 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
     if steady is not None and _rememberable(x, out, x_scale):
         call = steady(x2, w, bias, y.view(m, n))
         if call is not None:
-            _remember(w, _call_key(x, bias, given_dtype, family), (call, _like(y), None, bias))
+            _remember(w, _call_key(x, bias, given_dtype, family),
+                      (call, _like(y), None, bias, fast_call(call, x, y)))
     return y
 
 
@@ -286,12 +293,20 @@ def _like(y: torch.Tensor) -> torch.Tensor:
 
 
 def _remember(w: Any, key: tuple, call: tuple) -> None:
-    """Keep ``call`` (kernel, output template (``_like``), the 2-D views it takes or None, bias) for ``key`` on the
-    weight, at most ``MAX_CALLS`` signatures."""
+    """Keep ``call`` (kernel, output template (``_like``), the 2-D views it takes or None, bias, its C++ launch
+    (``fastcall.fast_call``) or None) for ``key`` on the weight, at most ``MAX_CALLS`` signatures."""
     calls = w.__dict__.get("_calls")
     if calls is None or calls[0] != RememberedCalls.epoch or len(calls[1]) >= MAX_CALLS:
         calls = w.__dict__["_calls"] = (RememberedCalls.epoch, {})
     calls[1][key] = call
+
+
+def remembered_call(w: Any, x: torch.Tensor, bias: torch.Tensor | None) -> tuple | None:
+    """The call ``matmul(x, w, bias)`` remembered on ``w`` (see ``_remember``), or None."""
+    calls = w.__dict__.get("_calls")
+    if calls is None or calls[0] != RememberedCalls.epoch:
+        return None
+    return calls[1].get(_call_key(x, bias, None, None))
 
 
 def kernel_for(family: str, x2: torch.Tensor, w: VNMWeight, out_dtype: torch.dtype) -> Callable:

@@ -158,7 +158,19 @@ def steady_call(launch: Callable[..., int], first: Any, keep: tuple, family: str
     chosen = go if on is None else go_on_its_stream
     chosen.keep = keep  # type: ignore[attr-defined]
     chosen.any_shape = True  # type: ignore[attr-defined]
+    # what a C++ caller needs to make the same launch (cutlass_nm.fastcall)
+    chosen.launch = launch  # type: ignore[attr-defined]
+    chosen.first_address = _address(first)  # type: ignore[attr-defined]
+    chosen.stream_only = stream_only or 0  # type: ignore[attr-defined]
+    chosen.what = f"{family} (m, n, k) = {mnk}"  # type: ignore[attr-defined]
     return chosen
+
+
+def _address(first: Any) -> int | None:
+    """A launch's first argument as an address: an int is one, a ctypes buffer or structure has one; else None."""
+    if isinstance(first, int):
+        return first
+    return ctypes.addressof(first) if isinstance(first, ctypes.Array | ctypes.Structure) else None
 
 
 def check_status(status: int, family: str, mnk: tuple[int, int, int]) -> None:

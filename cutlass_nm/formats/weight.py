@@ -24,10 +24,12 @@ class RememberedCalls:
     selector changes or cached layouts are rebuilt or dropped, so every call remembered before resolves again."""
 
     epoch = 0
+    state: ClassVar[dict[str, int]] = {"epoch": 0}  # the epoch in a dict: what a C++ call's guard watches
 
     @classmethod
     def forget(cls) -> None:
         cls.epoch += 1
+        cls.state["epoch"] = cls.epoch
 
 
 def refresh_layouts(w: CompressedWeight) -> None:

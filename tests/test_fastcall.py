@@ -1,0 +1,246 @@
+"""The C++ launch of remembered calls (cutlass_nm.fastcall), built against this torch and driven on the CPU by a
+ctypes stand-in for a kernel's C entry ``int launch(first, x, y, stream)``."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import weakref
+
+import pytest
+import torch
+from torch import nn
+
+import cutlass_nm
+from cutlass_nm import dispatch, fastcall
+from cutlass_nm.errors import BuildError, LaunchError
+from cutlass_nm.families.launch import steady_call
+from cutlass_nm.formats.weight import RememberedCalls
+from cutlass_nm.nn.linear import module_fast_call
+
+ENTRY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+@pytest.fixture(scope="session")
+def ext(tmp_path_factory):
+    """The extension, built once into a cache that every test worker shares."""
+    cache = tmp_path_factory.getbasetemp().parent / "fastcall-cache"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUTLASS_NM_CACHE", str(cache))
+        return fastcall.load(fastcall.build())
+
+
+@pytest.fixture
+def on(ext, monkeypatch):
+    """The extension switched on for dispatch (as with a GPU)."""
+    monkeypatch.setattr(fastcall, "_state", {"module": ext})
+    return ext
+
+
+class Entry:
+    """A kernel's C entry: copies x's bytes into y (a 'kernel' whose output is its input), records each launch."""
+
+    def __init__(self, status: int = 0) -> None:
+        self.status, self.calls = status, []
+        self.fn = ENTRY(self._launch)
+
+    def _launch(self, first, x, y, stream) -> int:
+        self.calls.append((first, x, y, stream))
+        if self.status == 0:
+            ctypes.memmove(y, x, self.nbytes)
+        return self.status
+
+
+def _call(entry: Entry, x: torch.Tensor, **kwargs):
+    first = ctypes.create_string_buffer(16)
+    go = steady_call(entry.fn, first, (first,), "standin", (x.shape[0], x.shape[-1], x.shape[-1]))
+    entry.nbytes = x.numel() * x.element_size()
+    return fastcall.fast_call(go, x, torch.empty_like(x), **kwargs), ctypes.addressof(first)
+
+
+def test_a_fast_call_checks_x_allocates_y_and_launches_the_entry(on):
+    entry = Entry()
+    x = torch.randn(3, 8, dtype=torch.float16)
+    fast, first = _call(entry, x)
+    x2 = torch.randn(3, 8, dtype=torch.float16)
+    y = fast(x2)
+    assert torch.equal(y, x2) and y.dtype == x2.dtype and y.data_ptr() != x2.data_ptr()
+    assert entry.calls == [(first, x2.data_ptr(), y.data_ptr(), None)]  # CPU build: stream 0
+
+
+@pytest.mark.parametrize("other", ["shape", "dtype", "strided", "misaligned", "subclass"])
+def test_what_does_not_fit_the_call_is_left_to_the_python_path(on, other):
+    entry = Entry()
+    fast, _ = _call(entry, torch.randn(4, 8, dtype=torch.float16))
+    x = {"shape": torch.randn(5, 8, dtype=torch.float16),
+         "dtype": torch.randn(4, 8, dtype=torch.bfloat16),
+         "strided": torch.randn(8, 4, dtype=torch.float16).t(),
+         "misaligned": torch.randn(33, dtype=torch.float16)[1:].view(4, 8),
+         "subclass": nn.Parameter(torch.randn(4, 8, dtype=torch.float16))}[other]
+    assert fast(x) is None and entry.calls == []
+
+
+def test_guards_end_the_call_when_a_tensor_is_replaced_or_moved(on):
+    entry = Entry()
+    x = torch.randn(2, 8, dtype=torch.float16)
+    holder = {"w": torch.zeros(4), "absent": None}
+    fast, _ = _call(entry, x, guards=((holder, "w", holder["w"]), (holder, "gone", None)))
+    assert fast(x) is not None
+    holder["w"].data = torch.zeros(4)  # same object, new memory
+    assert fast(x) is None
+    fast, _ = _call(entry, x, guards=((holder, "w", holder["w"]),))
+    holder["w"] = torch.zeros(4)  # another object
+    assert fast(x) is None
+    fast, _ = _call(entry, x, guards=((holder, "gone", None),))
+    holder["gone"] = torch.zeros(1)  # None expected: a tensor there ends it
+    assert fast(x) is None
+
+
+def test_a_gradient_to_record_is_left_to_autograd(on):
+    entry = Entry()
+    x = torch.randn(2, 8, dtype=torch.float16)
+    bias = nn.Parameter(torch.zeros(8))
+    fast, _ = _call(entry, x, grad_bias=bias)
+    assert fast(x) is None  # the bias wants a gradient
+    with torch.no_grad():
+        assert fast(x) is not None
+    bias.requires_grad_(False)
+    assert fast(x) is not None
+    assert fast(x.clone().requires_grad_()) is None
+
+
+@pytest.mark.parametrize(("status", "says"), [(1003, "CUDA error 3 launching"), (7, "refused the call (status 7)")])
+def test_a_failed_launch_raises_the_launch_error_naming_the_problem(on, status, says):
+    fast, _ = _call(Entry(status), torch.randn(2, 8, dtype=torch.float16))
+    pattern = r"standin \(m, n, k\) = \(2, 8, 8\): .*" + says.replace("(", ".").replace(")", ".")
+    with pytest.raises(LaunchError, match=pattern):
+        fast(torch.randn(2, 8, dtype=torch.float16))
+
+
+def test_the_call_keeps_its_launcher_and_what_it_points_into_alive(on):
+    entry = Entry()
+    x = torch.randn(2, 8, dtype=torch.float16)
+    first = ctypes.create_string_buffer(16)
+    go = steady_call(entry.fn, first, (first,), "standin", (2, 8, 8))
+    entry.nbytes = x.numel() * x.element_size()
+    gone = weakref.ref(go)
+    fast = fastcall.fast_call(go, x, torch.empty_like(x))
+    del go
+    gc.collect()
+    assert gone() is not None
+    del fast
+    gc.collect()
+    assert gone() is None
+
+
+def test_a_kernel_without_a_c_entry_has_no_fast_call(on):
+    def plain(x, w, bias, y):
+        pass
+    assert fastcall.fast_call(plain, torch.zeros(1, 8), torch.zeros(1, 8)) is None
+
+
+def test_off_means_no_extension(monkeypatch):
+    monkeypatch.setattr(fastcall, "_state", {})
+    monkeypatch.setenv("CUTLASS_NM_FASTCALL", "off")
+    assert fastcall.module() is None and not fastcall.enabled()
+    monkeypatch.setenv("CUTLASS_NM_FASTCALL", "on")
+    assert fastcall.enabled()
+
+
+def test_a_failed_build_warns_once_and_is_not_retried(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUTLASS_NM_CACHE", str(tmp_path))
+    monkeypatch.setenv("CUTLASS_NM_FASTCALL", "on")
+    monkeypatch.setattr(fastcall, "_key", lambda: "fastcall-broken")
+    monkeypatch.setattr(fastcall, "compile_command", lambda out: ["false"])
+    monkeypatch.setattr(fastcall, "_state", {})
+    with pytest.warns(RuntimeWarning, match="Python launch path: the C\\+\\+ launch extension failed to build"):
+        assert fastcall.module() is None
+    assert fastcall.module() is None  # decided for this process
+    with pytest.raises(BuildError, match="failed to build before"):  # a new process does not rebuild
+        fastcall.build()
+
+
+class _Launcher:
+    """A loaded kernel's stand-in whose repeat is a steady_call over a C entry that copies x into y."""
+
+    def __init__(self) -> None:
+        self.entry = Entry()
+        self.full = 0
+
+    def __call__(self, x, w, bias, y) -> None:
+        self.full += 1
+        y.copy_(x)
+
+    def steady(self, x, w, bias, y):
+        self.entry.nbytes = x.numel() * x.element_size()
+        first = ctypes.create_string_buffer(8)
+        return steady_call(self.entry.fn, first, (first,), "standin", (x.shape[0], 64, 64))
+
+
+@pytest.fixture
+def launcher(on, monkeypatch) -> _Launcher:
+    kernel = _Launcher()
+    monkeypatch.setattr(dispatch, "check_inputs", lambda *args, **kwargs: None)
+    monkeypatch.setattr(dispatch, "_resolve", lambda key: kernel)
+    monkeypatch.setattr(dispatch, "_RESOLVED", {})
+    return kernel
+
+
+def _square_weight() -> cutlass_nm.Sparse24Weight:
+    return cutlass_nm.prune(torch.randn(64, 64, dtype=torch.float16), "2:4")[0]
+
+
+def test_matmul_repeats_a_remembered_call_through_its_c_entry(launcher):
+    w = _square_weight()
+    x = torch.randn(2, 3, 64, dtype=torch.float16)
+    cutlass_nm.matmul(x, w)
+    x2 = torch.randn(2, 3, 64, dtype=torch.float16)
+    y = cutlass_nm.matmul(x2, w)
+    assert launcher.full == 1 and len(launcher.entry.calls) == 1 and torch.equal(y, x2) and y.shape == (2, 3, 64)
+    strided = torch.randn(2, 64, 3, dtype=torch.float16).transpose(1, 2)  # not contiguous: the full path
+    cutlass_nm.matmul(strided, w)
+    assert launcher.full == 2 and len(launcher.entry.calls) == 1
+
+
+def _module() -> cutlass_nm.SparseLinear:
+    return cutlass_nm.SparseLinear.from_linear(nn.Linear(64, 64, dtype=torch.float16))
+
+
+def test_a_module_repeats_its_call_until_its_tensors_or_the_remembered_calls_change(launcher, monkeypatch):
+    monkeypatch.setattr("cutlass_nm.nn.linear.direct_call", lambda x, bias: True)
+    mod = _module()
+    x = torch.randn(3, 64, dtype=torch.float16)
+    with torch.no_grad():
+        mod(x)
+        assert mod.__dict__["_fast"] is not None
+        assert torch.equal(mod(x), x) and len(launcher.entry.calls) == 1
+        for change in ("bias moved", "calls forgotten", "buffer replaced"):
+            if change == "bias moved":
+                mod.bias.data = mod.bias.data.clone()
+            elif change == "calls forgotten":
+                RememberedCalls.forget()
+            else:
+                mod.values = mod.values.clone()
+            full, repeats = launcher.full, len(launcher.entry.calls)
+            mod(x)  # not the stale C++ call: matmul's full path, which leaves a new one
+            assert (launcher.full, len(launcher.entry.calls)) == (full + 1, repeats), change
+            assert torch.equal(mod(x), x) and len(launcher.entry.calls) == repeats + 1, change
+
+
+def test_a_module_pickles_and_copies_without_its_c_call(launcher, monkeypatch):
+    import copy
+    import pickle
+
+    monkeypatch.setattr("cutlass_nm.nn.linear.direct_call", lambda x, bias: True)
+    mod = _module()
+    with torch.no_grad():
+        mod(torch.randn(3, 64, dtype=torch.float16))
+    assert "_fast" in mod.__dict__
+    for clone in (copy.deepcopy(mod), pickle.loads(pickle.dumps(mod))):
+        assert "_fast" not in clone.__dict__ and torch.equal(clone.values, mod.values)
+
+
+def test_module_fast_call_needs_a_remembered_c_entry(on):
+    mod = _module()
+    x = torch.randn(3, 64, dtype=torch.float16)
+    assert module_fast_call(mod, mod.compressed(), x, mod.bias, torch.empty(3, 64, dtype=torch.float16)) is None
