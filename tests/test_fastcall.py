@@ -244,3 +244,41 @@ def test_module_fast_call_needs_a_remembered_c_entry(on):
     mod = _module()
     x = torch.randn(3, 64, dtype=torch.float16)
     assert module_fast_call(mod, mod.compressed(), x, mod.bias, torch.empty(3, 64, dtype=torch.float16)) is None
+
+
+GPU_CASES = [  # (pattern, vector, m, n, k): the default path's families that repeat through a C entry
+    ("2:4", 0, 1, 1000, 1024),  # decode24
+    ("2:4", 0, 96, 512, 1024),  # sptc24_sm90
+    ("128:2:8", 0, 1, 1024, 2048),  # nm_decode
+    ("2:8", 32, 8, 512, 2048),  # nm_decode
+    ("2:8", 8, 1, 520, 1000),  # nm_decode_simt
+    ("3:7", 32, 40, 256, 700),  # nm_simt
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: f"{c[0]}-v{c[1]}-m{c[2]}")
+def test_gpu_module_calls_from_cpp_follow_new_inputs_streams_graphs_and_a_new_bias(case):
+    """A SparseLinear's repeated forward (no grad) takes its C++ call: fresh x each time against fp64, on two side
+    streams, captured in a CUDA graph (NaN-poisoned replays), and after its bias moves."""
+    from gpu_cases import repeats_on_two_streams_and_a_graph
+
+    pattern, vector, m, n, k = case
+    torch.manual_seed(n + m)
+    dense = nn.Linear(k, n, device="cuda", dtype=torch.float16)
+    layer = cutlass_nm.SparseLinear.from_linear(dense, pattern, **({"vector": vector} if vector else {}))
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.float16) for _ in range(4)]
+
+    def check(y: torch.Tensor, x: torch.Tensor) -> None:
+        ref = x.double() @ layer.weight_dense().double().T + layer.bias.double()
+        assert torch.isfinite(y).all() and y.shape == (m, n)
+        assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
+
+    with torch.no_grad():
+        for x in xs:
+            check(layer(x), x)
+        assert layer.__dict__.get("_fast") is not None  # built on this machine and taken
+        repeats_on_two_streams_and_a_graph(layer, xs, check)
+        layer.bias.data = torch.randn(n, device="cuda", dtype=torch.float16)
+        for x in xs:
+            check(layer(x), x)
