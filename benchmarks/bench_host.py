@@ -306,6 +306,9 @@ def main() -> None:
         result["rows"] += call_rows(families)
     if args.part in ("decode", "all"):
         result["rows"] += decode_rows()
+    from cutlass_nm import fastcall
+
+    result["environment"]["cpp_launch"] = fastcall.module() is not None  # CUTLASS_NM_FASTCALL=off: the Python path
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))

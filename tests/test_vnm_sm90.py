@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 
 import cutlass_nm
 from cutlass_nm import ConfigError
-from cutlass_nm.families import FAMILIES, KernelTypes, Problem, get_family
+from cutlass_nm.families import FAMILIES, KernelTypes, Problem, get_family, launch
 from cutlass_nm.families.vnm_sm90.family import Config, fallback_config, gathered_k, kernel_layout, smem_bytes
 from cutlass_nm.formats import Sparse24Weight, meta_sm90
 from cutlass_nm.formats.vnm import compress_vnm
@@ -138,7 +139,8 @@ class _FakeFn:
 
 def _fake_lib():
     return type("Lib", (), {"cnm_meta_atom_k": _FakeFn(), "cnm_transpose": _FakeFn(), "cnm_plan_bytes": _FakeFn(),
-                            "cnm_plan": _FakeFn(0), "cnm_launch": _FakeFn(0)})()
+                            "cnm_plan": _FakeFn(0), "cnm_launch": _FakeFn(0), "cnm_repeat": _FakeFn(0),
+                            "cnm_run_args_bytes": _FakeFn(24)})()
 
 
 @pytest.fixture(autouse=True)
@@ -147,7 +149,34 @@ def _fake_entry_points(monkeypatch):
     from cutlass_nm.families.vnm_sm90 import family as vnm_sm90
 
     monkeypatch.setattr(vnm_sm90, "gil_holding", lambda lib, name, *types: getattr(lib, name))
+    monkeypatch.setattr(launch, "gil_holding", lambda lib, name, *types: getattr(lib, name))
     monkeypatch.setattr(vnm_sm90, "stream_of", lambda x: 7)
+    monkeypatch.setattr(launch, "_raw_stream", lambda index: 7)
+
+
+def test_a_repeat_packs_the_plan_its_streams_scratch_and_the_bias_once(monkeypatch):
+    """``steady`` after a first call: ``cnm_repeat`` on the packed (plan, the stream's transpose scratch, bias) with
+    only x, y and the stream per call; a call on another stream takes the launcher (a plain launch)."""
+    from cutlass_nm.families.vnm_sm90 import family as vnm_sm90
+
+    workspace = torch.empty(1 << 16, dtype=torch.uint8)
+    monkeypatch.setattr(vnm_sm90, "workspace_buffer", lambda device, nbytes, stream: workspace)
+    lib = _fake_lib()
+    launcher = FAM.bind(lib, FAM.heuristic(Problem(2048, 4096, 4096, F16)), F16)
+    w, _ = cutlass_nm.prune(torch.randn(256, 512, dtype=torch.float16), "128:2:8")
+    bias = torch.randn(256, dtype=torch.float16)
+    x, y = torch.randn(5, 512, dtype=torch.float16), torch.empty(5, 256, dtype=torch.float16)
+    launcher(x, w, bias, y)
+    go = launcher.steady(x, w, bias, y)
+    x2, y2 = torch.randn(5, 512, dtype=torch.float16), torch.empty(5, 256, dtype=torch.float16)
+    go(x2, w, bias, y2)
+    assert lib.cnm_repeat.calls == [(go.first_address, x2.data_ptr(), y2.data_ptr(), 7)]
+    packed = vnm_sm90.RepeatArgs.from_address(go.first_address)
+    plan = lib.cnm_launch.calls[0][0]
+    assert (packed.plan, packed.xt, packed.bias) == (ctypes.addressof(plan), workspace.data_ptr(), bias.data_ptr())
+    monkeypatch.setattr(launch, "_raw_stream", lambda index: 8)
+    go(x2, w, bias, y2)
+    assert len(lib.cnm_repeat.calls) == 1 and lib.cnm_launch.calls[-1][0] is plan
 
 
 def test_a_plan_is_built_once_per_weight_and_m_then_only_pointers_change():

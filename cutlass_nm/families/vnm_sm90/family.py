@@ -23,7 +23,7 @@ from ...formats import meta_sm90
 from ...formats.vnm import VNMWeight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
-from ..launch import Plans, call_scratch, check_status, gil_holding, stream_of
+from ..launch import Plans, check_status, gil_holding, packed_launch, steady_call, stream_of, workspace_buffer
 
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per consumer thread before spilling
 K_ALIGN = 128  # gathered K is padded to this (a multiple of every tile_k), zero values / valid metadata
@@ -206,6 +206,12 @@ def fallback_config(cfg: Config) -> Config:
                                                                  raster=cfg.raster)
 
 
+class RepeatArgs(ctypes.Structure):
+    """The template's ``RepeatArgs``: a remembered call's plan, transpose scratch and bias."""
+
+    _fields_ = [("plan", ctypes.c_void_p), ("xt", ctypes.c_void_p), ("bias", ctypes.c_void_p)]
+
+
 class _Launcher:
     """A loaded vnm_sm90 kernel: ``launcher(x, w, bias, y)`` on torch's current stream.
 
@@ -223,6 +229,7 @@ class _Launcher:
         lib.cnm_plan.restype = i32
         self.lib, self.cfg, self.types = lib, cfg, types
         self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp, vp, vp)
+        self.repeat = packed_launch(lib, RepeatArgs, FAMILY.name, "cnm_repeat")
         self.plans = Plans()
         self.transpose_only = lib.cnm_transpose
         self.atom = lib.cnm_meta_atom_k()
@@ -261,8 +268,8 @@ class _Launcher:
 
     def steady(self, x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor
                ) -> Callable[..., None]:
-        """After a first call on (x, w, bias): its plan's launch, x transposed into the stream's scratch, for matmul
-        to repeat."""
+        """After a first call on (x, w, bias): its plan's launch with x transposed into the scratch of this call's
+        stream, packed once (``cnm_repeat``), for matmul to repeat; another stream, or a capture, takes the launcher."""
         if w.pattern.v % self.cfg.tile_m:
             return self.twin.steady(x, w, bias, y) if self.twin is not None else self
         m, k = x.shape
@@ -270,20 +277,11 @@ class _Launcher:
         plan = self.plans.get(self._key(m, w, values, e, gidx))
         if plan is None:
             return self
-        launch, mnk = self.launch, (m, w.out_features, k)
-        nbytes = w.padded_k * (-(-m // 8) * 8) * x.element_size()
-        bias_ptr = None if bias is None else bias.data_ptr()
-
-        def go(x: torch.Tensor, w: VNMWeight, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-            # x transposed into the stream's scratch; under graph capture into the graph's own memory
-            stream = stream_of(x)
-            xt = call_scratch(x.device, nbytes, stream)
-            status = launch(plan, x.data_ptr(), xt.data_ptr(), y.data_ptr(), bias_ptr, stream)
-            if status:
-                check_status(status, FAMILY.name, mnk)
-
-        go.keep = (values, e, gidx, bias)  # type: ignore[attr-defined]
-        return go
+        home = stream_of(x)
+        xt = workspace_buffer(x.device, w.padded_k * (-(-m // 8) * 8) * x.element_size(), home)
+        args = RepeatArgs(ctypes.addressof(plan), xt.data_ptr(), None if bias is None else bias.data_ptr())
+        return steady_call(self.repeat, ctypes.addressof(args), (args, plan, values, e, gidx, bias, xt), FAMILY.name,
+                           (m, w.out_features, k), on=(home, self))
 
     @staticmethod
     def _key(m: int, w: VNMWeight, values: torch.Tensor, e: torch.Tensor, gidx: torch.Tensor) -> tuple[int, ...]:

@@ -423,6 +423,21 @@ int cnm_launch(void* buf, const void* x, void* xt, void* y, const void* bias, cu
   return launch(p, stream);
 }
 
+// A remembered call's arguments but x, y and the stream: its plan, its stream's transpose scratch and the bias.
+struct RepeatArgs {
+  void* plan;
+  void* xt;
+  const void* bias;
+};
+
+size_t cnm_run_args_bytes() { return sizeof(RepeatArgs); }
+
+// cnm_launch with a remembered call's packed arguments: the launch it repeats.
+int cnm_repeat(const void* packed, const void* x, void* y, cudaStream_t stream) {
+  const RepeatArgs& r = *static_cast<const RepeatArgs*>(packed);
+  return cnm_launch(r.plan, x, r.xt, y, r.bias, stream);
+}
+
 }  // extern "C"
 
 #ifdef CNM_GLU_PROBE
