@@ -282,3 +282,10 @@ def test_gpu_module_calls_from_cpp_follow_new_inputs_streams_graphs_and_a_new_bi
         layer.bias.data = torch.randn(n, device="cuda", dtype=torch.float16)
         for x in xs:
             check(layer(x), x)
+
+
+def test_precompiling_kernels_builds_the_extension_beside_them(monkeypatch):
+    built = []
+    monkeypatch.setattr(fastcall, "module", lambda: built.append(True))
+    dispatch.precompile_ids([])
+    assert built == [True]

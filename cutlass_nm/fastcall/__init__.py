@@ -20,6 +20,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +37,7 @@ SOURCE = Path(__file__).with_name("fastcall.cpp")
 MODULE = "_cnm_fastcall"
 log = logging.getLogger("cutlass_nm.fastcall")
 _state: dict[str, Any] = {}  # "module": the loaded extension, or None once it could not be had
+_lock = threading.Lock()
 
 
 def enabled() -> bool:
@@ -133,16 +135,23 @@ def load(path: Path) -> ModuleType:
 
 
 def module() -> ModuleType | None:
-    """The extension, built and loaded on first use; None when it is off or could not be had (warned once)."""
+    """The extension, built and loaded on first use (one thread builds, the others wait); None when it is off or
+    could not be had (warned once)."""
     if "module" not in _state:
-        _state["module"] = None
-        if enabled():
-            try:
-                _state["module"] = load(build())
-            except (BuildError, OSError, ImportError) as exc:
-                warnings.warn(f"cutlass_nm: eager calls take the Python launch path: {exc}", RuntimeWarning,
-                              stacklevel=2)
+        with _lock:
+            if "module" not in _state:
+                _state["module"] = _load_or_warn()
     return _state["module"]
+
+
+def _load_or_warn() -> ModuleType | None:
+    if not enabled():
+        return None
+    try:
+        return load(build())
+    except (BuildError, OSError, ImportError) as exc:
+        warnings.warn(f"cutlass_nm: eager calls take the Python launch path: {exc}", RuntimeWarning, stacklevel=3)
+        return None
 
 
 def entry_address(launch: Any) -> int:
