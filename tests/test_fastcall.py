@@ -289,3 +289,17 @@ def test_precompiling_kernels_builds_the_extension_beside_them(monkeypatch):
     monkeypatch.setattr(fastcall, "module", lambda: built.append(True))
     dispatch.precompile_ids([])
     assert built == [True]
+
+
+def test_torch_compile_never_calls_a_modules_cpp_call():
+    import functools
+
+    mod = _module()
+    x = torch.randn(3, 64, dtype=torch.float16)
+
+    def fails(spec, x):
+        raise AssertionError("traced into the C++ call")
+
+    mod.__dict__["_fast"] = functools.partial(fails, None)
+    y = torch.compile(mod, fullgraph=True, backend="eager")(x)
+    assert torch.allclose(y.float(), x.float() @ mod.weight_dense().float().T + mod.bias.float(), atol=1e-2)

@@ -186,15 +186,16 @@ class SparseLinear(nn.Module):
         return self.compressed().to_dense()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fast = self.__dict__.get("_fast")
-        if fast is not None and not torch.compiler.is_compiling():
-            y = fast(x)  # the last direct call's launch, from C++, while x fits it and the module is unchanged
+        if not torch.compiler.is_compiling():
+            fast = self.__dict__.get("_fast")
+            y = None if fast is None else fast(x)  # the last direct call's launch, from C++, while x fits it
             if y is not None:
                 return y
         bias = self._parameters.get("bias")
         if direct_call(x, bias):
-            x = x if x.is_contiguous() else x.contiguous()
             view = self._view()
+            if not x.is_contiguous():
+                return matmul(x.contiguous(), view, bias)
             y = matmul(x, view, bias)
             self.__dict__["_fast"] = module_fast_call(self, view, x, bias, y)
             return y
