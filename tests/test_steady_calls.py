@@ -218,6 +218,45 @@ def test_nm_simt_repeat_packs_the_first_calls_arguments(monkeypatch):
     assert go.keep[4] is not None and go.keep[4].data_ptr() == packed.workspace
 
 
+def test_sptc24_sm80_repeat_packs_its_plan_and_its_streams_scratch(monkeypatch):
+    """sptc24_sm80's repeat: ``cnm_repeat`` on the packed (plan, the stream's yᵀ scratch), only x, y and the stream per
+    call; a call on another stream takes the launcher's own path."""
+    import ctypes
+    import types
+
+    from cutlass_nm.families.sptc24_sm80 import family as fam
+
+    seen = []
+
+    def cnm_repeat(address, x, y, stream):
+        seen.append((fam.RepeatArgs.from_buffer_copy(fam.RepeatArgs.from_address(address)), x, y, stream))
+        return 0
+
+    entries_by_name(monkeypatch, fam)
+    stream = [3]
+    monkeypatch.setattr(fam, "stream_of", lambda x: stream[0])
+    monkeypatch.setattr("cutlass_nm.families.launch._raw_stream", lambda index: stream[0])
+    workspace = torch.empty(1 << 12, dtype=torch.uint8)
+    monkeypatch.setattr(fam, "workspace_buffer", lambda device, nbytes, stream: workspace)
+    lib = types.SimpleNamespace(cnm_plan_bytes=lambda: 64, cnm_plan=Recorder(0), cnm_scratch_bytes=lambda n, m: 1024,
+                                cnm_run=Recorder(0), cnm_launch=Recorder(0), cnm_repeat=cnm_repeat,
+                                cnm_run_args_bytes=lambda: ctypes.sizeof(fam.RepeatArgs))
+    launcher = fam._Launcher(lib)
+    w = _weight()
+    x, y = torch.randn(3, 64, dtype=torch.float16), torch.empty(3, 32, dtype=torch.float16)
+    launcher(x, w, None, y)
+    plan = lib.cnm_launch.calls[0][0]
+    go = launcher.steady(x, w, None, y)
+    x2, y2 = torch.randn(1, 3, 64, dtype=torch.float16), torch.empty(1, 3, 32, dtype=torch.float16)
+    go(x2, w, None, y2)
+    (packed, x_ptr, y_ptr, at), = seen
+    assert (packed.plan, packed.scratch, x_ptr, y_ptr, at) == (ctypes.addressof(plan), workspace.data_ptr(),
+                                                               x2.data_ptr(), y2.data_ptr(), 3)
+    stream[0] = 4
+    go(x2, w, None, y2)
+    assert len(seen) == 1 and lib.cnm_launch.calls[-1][1:3] == (x2.data_ptr(), y2.data_ptr())
+
+
 def _nm_problem():
     from cutlass_nm.families import KernelTypes, Problem
 

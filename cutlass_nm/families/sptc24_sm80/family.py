@@ -18,7 +18,16 @@ import torch
 from ...arch import ARCHS
 from ...formats import Sparse24Weight, meta_sm80
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
-from ..launch import Plans, capturing, check_status, gil_holding, stream_of, workspace_buffer
+from ..launch import (
+    Plans,
+    capturing,
+    check_status,
+    gil_holding,
+    packed_launch,
+    steady_call,
+    stream_of,
+    workspace_buffer,
+)
 
 CAPTURING = -1  # cnm_launch's status on a capturing stream: nothing launched, the per-call path runs it
 SMEM_BYTES = ARCHS["sm_80"].smem_per_block  # the family targets sm_80 (and runs on sm_90)
@@ -97,6 +106,12 @@ class _Sm80Family(Family):
         return _Launcher(lib)
 
 
+class RepeatArgs(ctypes.Structure):
+    """The template's ``RepeatArgs``: a remembered call's plan and yᵀ scratch."""
+
+    _fields_ = [("plan", ctypes.c_void_p), ("scratch", ctypes.c_void_p)]
+
+
 class _Launcher:
     """A loaded sm80 2:4 kernel: ``launcher(x, w, bias, y)`` on torch's current stream.
 
@@ -115,6 +130,7 @@ class _Launcher:
         self.lib = lib
         self.run = gil_holding(lib, "cnm_run", i32, vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, vp)
         self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp, vp)
+        self.repeat = packed_launch(lib, RepeatArgs, FAMILY.name, "cnm_repeat")
         self.plan_bytes = lib.cnm_plan_bytes()
         self.plans = Plans()
         self.scratch_bytes: dict[tuple[int, int], int] = {}  # (n, m) -> bytes of yᵀ, asked once
@@ -137,36 +153,17 @@ class _Launcher:
             check_status(status, FAMILY.name, key[3:])
 
     def steady(self, x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> Callable[..., None]:
-        """After a first call on (x, w, bias): its plan's launch with the scratch of this call's stream, for matmul
-        to repeat (on another stream, or while that one captures a graph, it hands the call to the launcher)."""
+        """After a first call on (x, w, bias): its plan and the scratch of this call's stream packed once
+        (``cnm_repeat``), for matmul to repeat; another stream, or that one while it captures, takes the launcher."""
         key, e = self._key(x, w, bias)
         plan = self.plans.get(key)
         if plan is None or capturing():
             return self
         home = stream_of(x)
         scratch = workspace_buffer(x.device, self._scratch(key), home)
-        return self._repeat(plan, scratch, home, key[3:], (w.values, e, bias, scratch, plan))
-
-    def _repeat(self, plan: ctypes.Array, scratch: torch.Tensor, home: int, mnk: tuple[int, int, int],
-                keep: tuple) -> Callable[..., None]:
-        """``go(x, w, bias, y)``: ``plan`` launched on x and y through ``scratch`` on stream ``home`` (whose scratch
-        it is), the launcher itself on any other stream or while ``home`` captures. ``keep``: what the plan points
-        into, held by ``go``. Reads only x's and y's addresses (``any_shape``)."""
-        launch, at = self.launch, scratch.data_ptr()
-
-        def go(x: torch.Tensor, w, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-            stream = stream_of(x)
-            if stream == home:
-                status = launch(plan, x.data_ptr(), y.data_ptr(), at, stream)
-                if status == 0:
-                    return
-                if status != CAPTURING:
-                    check_status(status, FAMILY.name, mnk)
-            self(x.view(-1, x.shape[-1]), w, bias, y.view(-1, y.shape[-1]))
-
-        go.keep = keep  # type: ignore[attr-defined]
-        go.any_shape = True  # type: ignore[attr-defined]
-        return go
+        args = RepeatArgs(ctypes.addressof(plan), scratch.data_ptr())
+        return steady_call(self.repeat, ctypes.addressof(args), (args, w.values, e, bias, scratch, plan), FAMILY.name,
+                           key[3:], on=(home, self))
 
     @staticmethod
     def _key(x: torch.Tensor, w, bias: torch.Tensor | None) -> tuple[tuple[int, ...], torch.Tensor]:

@@ -201,4 +201,18 @@ int cnm_launch(void* buf, const void* b, void* y, void* scratch, cudaStream_t st
   return launch_plan(*aligned_plan(buf), b, y, scratch, stream);
 }
 
+// A remembered call's arguments but x, y and the stream: its plan and its stream's y^T scratch.
+struct RepeatArgs {
+  void* plan;
+  void* scratch;
+};
+
+size_t cnm_run_args_bytes() { return sizeof(RepeatArgs); }
+
+// cnm_launch with a remembered call's packed arguments: the launch it repeats.
+int cnm_repeat(const void* packed, const void* b, void* y, cudaStream_t stream) {
+  const RepeatArgs& r = *static_cast<const RepeatArgs*>(packed);
+  return cnm_launch(r.plan, b, y, r.scratch, stream);
+}
+
 }  // extern "C"
