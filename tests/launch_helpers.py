@@ -23,3 +23,13 @@ def entries_by_name(monkeypatch: pytest.MonkeyPatch, module) -> None:
     so a namespace of recorders stands in for the library."""
     for target in (module, launch):
         monkeypatch.setattr(target, "gil_holding", lambda lib, name, *types: getattr(lib, name), raising=False)
+
+
+def resolve_every_problem_to(monkeypatch: pytest.MonkeyPatch, kernel):
+    """Make ``matmul`` resolve every problem to ``kernel`` (a loaded kernel's stand-in), its input checks off."""
+    from cutlass_nm import dispatch
+
+    monkeypatch.setattr(dispatch, "check_inputs", lambda *args, **kwargs: None)
+    monkeypatch.setattr(dispatch, "_resolve", lambda key: kernel)
+    monkeypatch.setattr(dispatch, "_RESOLVED", {})
+    return kernel

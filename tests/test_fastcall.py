@@ -9,6 +9,7 @@ import weakref
 
 import pytest
 import torch
+from launch_helpers import resolve_every_problem_to
 from torch import nn
 
 import cutlass_nm
@@ -179,11 +180,7 @@ class _Launcher:
 
 @pytest.fixture
 def launcher(on, monkeypatch) -> _Launcher:
-    kernel = _Launcher()
-    monkeypatch.setattr(dispatch, "check_inputs", lambda *args, **kwargs: None)
-    monkeypatch.setattr(dispatch, "_resolve", lambda key: kernel)
-    monkeypatch.setattr(dispatch, "_RESOLVED", {})
-    return kernel
+    return resolve_every_problem_to(monkeypatch, _Launcher())
 
 
 def _square_weight() -> cutlass_nm.Sparse24Weight:

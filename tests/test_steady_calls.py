@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from gpu_cases import repeats_on_two_streams_and_a_graph
-from launch_helpers import Recorder, entries_by_name
+from launch_helpers import Recorder, entries_by_name, resolve_every_problem_to
 
 import cutlass_nm
 from cutlass_nm import dispatch
@@ -39,11 +39,7 @@ class _Launcher:
 
 @pytest.fixture
 def launcher(monkeypatch) -> _Launcher:
-    kernel = _Launcher()
-    monkeypatch.setattr(dispatch, "check_inputs", lambda *args, **kwargs: None)
-    monkeypatch.setattr(dispatch, "_resolve", lambda key: kernel)
-    monkeypatch.setattr(dispatch, "_RESOLVED", {})
-    return kernel
+    return resolve_every_problem_to(monkeypatch, _Launcher())
 
 
 def _weight() -> cutlass_nm.Sparse24Weight:
