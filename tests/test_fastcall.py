@@ -81,6 +81,25 @@ def test_what_does_not_fit_the_call_is_left_to_the_python_path(on, other):
     assert fast(x) is None and entry.calls == []
 
 
+@pytest.mark.parametrize(("home", "current", "hits"), [(None, 5, True), (0, 0, True), (0, 5, False), (7, 0, False)],
+                         ids=["any", "default-on-default", "default-elsewhere", "other"])
+def test_a_call_holding_a_streams_scratch_runs_only_on_that_stream(on, home, current, hits):
+    """``steady_call(..., on=(stream, launcher))``: the C++ call launches only on that stream, the default stream
+    (handle 0) included, and leaves any other to the Python path (a CPU build's current stream is set here)."""
+    on._set_stream(current)
+    entry = Entry()
+    x = torch.randn(2, 8, dtype=torch.float16)
+    first = ctypes.create_string_buffer(16)
+    on_arg = None if home is None else (home, lambda *args: None)
+    go = steady_call(entry.fn, first, (first,), "standin", (2, 8, 8), on=on_arg)
+    entry.nbytes = x.numel() * x.element_size()
+    fast = fastcall.fast_call(go, x, torch.empty_like(x))
+    try:
+        assert (fast(x) is not None) == hits and len(entry.calls) == int(hits)
+    finally:
+        on._set_stream(0)
+
+
 def test_guards_end_the_call_when_a_tensor_is_replaced_or_moved(on):
     entry = Entry()
     x = torch.randn(2, 8, dtype=torch.float16)

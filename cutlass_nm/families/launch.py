@@ -161,7 +161,7 @@ def steady_call(launch: Callable[..., int], first: Any, keep: tuple, family: str
     # what a C++ caller needs to make the same launch (cutlass_nm.fastcall)
     chosen.launch = launch  # type: ignore[attr-defined]
     chosen.first_address = _address(first)  # type: ignore[attr-defined]
-    chosen.stream_only = stream_only or 0  # type: ignore[attr-defined]
+    chosen.stream_only = stream_only  # type: ignore[attr-defined]  # None: any stream (0 is the default stream)
     chosen.what = f"{family} (m, n, k) = {mnk}"  # type: ignore[attr-defined]
     return chosen
 

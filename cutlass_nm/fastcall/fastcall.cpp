@@ -4,7 +4,8 @@
 // make(fn, first, x, y, stream_only, what, guards, grad_bias, owner) -> spec (a capsule)
 //   fn, first: the entry's address and its first argument (a plan or packed arguments, which owner keeps alive);
 //   x, y: tensors of the call's signature (shape, dtype, device; y's shape and dtype are what a call returns);
-//   stream_only: 0, or the one stream the call may take (others, or that one while it captures a CUDA graph, miss);
+//   stream_only: None, or the one stream the call may take (0 is the default stream); on another stream, or on that
+//   one while it captures a CUDA graph, the call misses;
 //   what: the family and problem, for a launch error's message;
 //   guards: ((dict, key, object), ...): the call holds while dict[key] is that object (None: or absent), and, for a
 //   tensor, has the same data pointer (a module's buffers and bias: .to(), reassignment or .data = ... end it);
@@ -47,6 +48,7 @@ struct Spec {
   c10::Device device{c10::kCPU};
   std::vector<int64_t> y_sizes;
   at::TensorOptions y_options;
+  bool one_stream = false;
   uintptr_t stream_only = 0;
   std::string what;
   std::vector<Guard> guards;
@@ -79,12 +81,18 @@ bool tensor_arg(PyObject* obj, const char* name) {
   return false;
 }
 
+#ifndef CNM_WITH_CUDA
+uintptr_t cpu_stream = 0;  // a build without CUDA: the "current stream" its tests set (_set_stream)
+#endif
+
 uintptr_t current_stream(const c10::Device& device) {
 #ifdef CNM_WITH_CUDA
   if (device.is_cuda()) return reinterpret_cast<uintptr_t>(c10::cuda::getCurrentCUDAStream(device.index()).stream());
-#endif
-  (void)device;
   return 0;
+#else
+  (void)device;
+  return cpu_stream;
+#endif
 }
 
 bool capturing() {
@@ -96,12 +104,17 @@ bool capturing() {
 }
 
 PyObject* make(PyObject*, PyObject* args) {
-  unsigned long long fn = 0, first = 0, stream_only = 0;
-  PyObject *x_obj, *y_obj, *guards, *grad_bias, *owner;
+  unsigned long long fn = 0, first = 0;
+  PyObject *x_obj, *y_obj, *stream_only, *guards, *grad_bias, *owner;
   const char* what;
-  if (!PyArg_ParseTuple(args, "KKOOKsOOO", &fn, &first, &x_obj, &y_obj, &stream_only, &what, &guards, &grad_bias,
+  if (!PyArg_ParseTuple(args, "KKOOOsOOO", &fn, &first, &x_obj, &y_obj, &stream_only, &what, &guards, &grad_bias,
                         &owner))
     return nullptr;
+  unsigned long long only = 0;
+  if (stream_only != Py_None) {
+    only = PyLong_AsUnsignedLongLong(stream_only);
+    if (PyErr_Occurred()) return nullptr;
+  }
   if (fn == 0) {
     PyErr_SetString(PyExc_ValueError, "fastcall: the launch entry's address is 0");
     return nullptr;
@@ -121,7 +134,8 @@ PyObject* make(PyObject*, PyObject* args) {
   spec->device = x.device();
   spec->y_sizes.assign(y.sizes().begin(), y.sizes().end());
   spec->y_options = at::TensorOptions().dtype(y.scalar_type()).device(y.device());
-  spec->stream_only = static_cast<uintptr_t>(stream_only);
+  spec->one_stream = stream_only != Py_None;
+  spec->stream_only = static_cast<uintptr_t>(only);
   spec->what = what;
   Py_INCREF(owner);
   spec->owner = owner;
@@ -187,7 +201,7 @@ PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       (x.requires_grad() || (spec->grad_bias != nullptr && THPVariable_Unpack(spec->grad_bias).requires_grad())))
     Py_RETURN_NONE;
   uintptr_t stream = current_stream(spec->device);
-  if (spec->stream_only != 0 && (stream != spec->stream_only || capturing())) Py_RETURN_NONE;
+  if (spec->one_stream && (stream != spec->stream_only || capturing())) Py_RETURN_NONE;
   at::Tensor y = at::empty(spec->y_sizes, spec->y_options);
   int status = spec->fn(spec->first, x.data_ptr(), y.data_ptr(), reinterpret_cast<void*>(stream));
   if (status != 0) {
@@ -211,11 +225,22 @@ PyObject* set_error(PyObject*, PyObject* type) {
   Py_RETURN_NONE;
 }
 
+#ifndef CNM_WITH_CUDA
+PyObject* set_stream(PyObject*, PyObject* value) {
+  cpu_stream = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(value));
+  if (PyErr_Occurred()) return nullptr;
+  Py_RETURN_NONE;
+}
+#endif
+
 PyMethodDef methods[] = {
     {"make", make, METH_VARARGS, "make(fn, first, x, y, stream_only, what, guards, grad_bias, owner) -> spec"},
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call)), METH_FASTCALL,
      "call(spec, x) -> y, or None when x does not fit the spec"},
     {"set_error", set_error, METH_O, "set_error(type): what a failed launch raises"},
+#ifndef CNM_WITH_CUDA
+    {"_set_stream", set_stream, METH_O, "_set_stream(handle): the current stream of a build without CUDA (tests)"},
+#endif
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cnm_fastcall", nullptr, -1, methods};
