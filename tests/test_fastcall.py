@@ -319,3 +319,11 @@ def test_torch_compile_never_calls_a_modules_cpp_call():
     mod.__dict__["_fast"] = functools.partial(fails, None)
     y = torch.compile(mod, fullgraph=True, backend="eager")(x)
     assert torch.allclose(y.float(), x.float() @ mod.weight_dense().float().T + mod.bias.float(), atol=1e-2)
+
+
+def test_missing_python_headers_are_named_with_what_to_install(monkeypatch, tmp_path):
+    import sysconfig
+
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
+    with pytest.raises(BuildError, match=r"Python's C headers are missing .*python3-dev"):
+        fastcall.compile_command(tmp_path / "lib.so")

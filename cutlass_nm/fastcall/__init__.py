@@ -70,10 +70,14 @@ def compile_command(out: Path) -> list[str]:
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         raise BuildError("no C++ compiler on PATH (c++ or g++; or set CXX)")
+    python_include = sysconfig.get_paths()["include"]
+    if not (Path(python_include) / "Python.h").exists():
+        raise BuildError(f"Python's C headers are missing ({python_include}/Python.h): install them (python3-dev, "
+                         "python3-devel) or set CUTLASS_NM_FASTCALL=off")
     torch_lib = str(Path(torch.__file__).parent / "lib")
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     cmd = [cxx, "-O2", "-std=c++20", "-shared", "-fPIC", "-fvisibility=hidden", "-w",
-           f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{sysconfig.get_paths()['include']}",
+           f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{python_include}",
            *[f"-I{d}" for d in cpp_extension.include_paths()]]
     libs = ["-lc10", "-ltorch_cpu", "-ltorch_python"]
     if _with_cuda():
