@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import io
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -123,6 +124,7 @@ def _check_on_gpu(shapes: list[tuple[int, int, int]], jobs: int | None) -> int:
 
     import cutlass_nm
 
+    from . import fastcall
     from .build.progress import build_progress
     from .dispatch import kernels_for
     from .kernels import precompile
@@ -135,8 +137,11 @@ def _check_on_gpu(shapes: list[tuple[int, int, int]], jobs: int | None) -> int:
         ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16))[0] for _ in range(copies)]
         cases.append((xs, ws, [w.to_dense() for w in ws]))
     kids = kernels_for([(xs[0].shape[0], ws[0], xs[0].dtype, False) for xs, ws, _ in cases])
+    beside = threading.Thread(target=fastcall.module, daemon=True)  # the C++ launch extension, built beside them
+    beside.start()
     with build_progress(len(kids), console) as progress:
         failed = [r for r in precompile(kids, workers=jobs, progress=progress) if isinstance(r, Exception)]
+    beside.join()
     if failed:
         console.print(f"[red]{len(failed)} kernel(s) failed to compile: {failed[0]}")
         return 1
@@ -165,6 +170,7 @@ def _check_on_gpu(shapes: list[tuple[int, int, int]], jobs: int | None) -> int:
     console.print("Eager calls (plain PyTorch, HF generate) get the eager column: each call also pays its host time, "
                   "which small problems feel; CUDA graphs (torch.compile mode='reduce-overhead') get the graph column.",
                   highlight=False)
+    console.print(fastcall.status(), highlight=False)
     return 1 if bad else 0
 
 

@@ -327,3 +327,13 @@ def test_missing_python_headers_are_named_with_what_to_install(monkeypatch, tmp_
     monkeypatch.setattr(sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
     with pytest.raises(BuildError, match=r"Python's C headers are missing .*python3-dev"):
         fastcall.compile_command(tmp_path / "lib.so")
+
+
+def test_status_says_how_eager_calls_launch(monkeypatch, ext):
+    monkeypatch.setenv("CUTLASS_NM_FASTCALL", "off")
+    assert "Python (CUTLASS_NM_FASTCALL=off)" in fastcall.status()
+    monkeypatch.setenv("CUTLASS_NM_FASTCALL", "on")
+    monkeypatch.setattr(fastcall, "_state", {"module": None})
+    assert "could not be built" in fastcall.status()
+    monkeypatch.setattr(fastcall, "_state", {"module": ext})
+    assert fastcall.status().startswith("eager calls launch from C++")

@@ -158,6 +158,15 @@ def _load_or_warn() -> ModuleType | None:
         return None
 
 
+def status() -> str:
+    """One line on how remembered calls launch in this process (builds the extension if it is on)."""
+    if not enabled():
+        return "eager calls launch from Python (CUTLASS_NM_FASTCALL=off)"
+    if module() is None:
+        return "eager calls launch from Python: the C++ launch extension could not be built (see the warning above)"
+    return f"eager calls launch from C++ (the launch extension for torch {torch.__version__})"
+
+
 def entry_address(launch: Any) -> int:
     """The C address of a ctypes function (what ``make`` takes as ``fn``)."""
     return ctypes.cast(launch, ctypes.c_void_p).value or 0
