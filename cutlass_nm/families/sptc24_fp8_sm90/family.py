@@ -16,7 +16,7 @@ from ...arch import target
 from ...formats import meta_sm90
 from ...formats.fp8 import Sparse24FP8Weight
 from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file
-from ..launch import Plans, capturing, check_status, device_info, gil_holding, steady_call, stream_of, workspace_buffer
+from ..launch import Plans, check_status, device_info, gil_holding, steady_call, stream_of, workspace_buffer
 from ..sptc24_sm90.family import EPILOGUE_SMEM, RASTER_ORDER, SM90_PLAN, schedule_rule
 
 K_MULTIPLE = 32  # the compressed rows (k / 2 bytes) and x's rows (k bytes) are TMA boxes: 16-byte aligned
@@ -169,9 +169,7 @@ class _Launcher:
                ) -> Callable[..., None] | None:
         """After a first call on a 16-bit x (m x k): the repeat of (w, bias, m) on this stream, one C call that
         quantizes x into the stream's scratch and launches the GEMM from a plan; other streams take
-        ``run_quantized``. None while a CUDA graph is being captured (its scratch is the graph's own, per call)."""
-        if capturing():
-            return None
+        ``run_quantized``. Made outside graph capture (``matmul`` remembers no call made during one)."""
         m, k = x.shape
         n = w.out_features
         stream = stream_of(x)

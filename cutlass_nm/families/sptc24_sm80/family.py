@@ -157,7 +157,7 @@ class _Launcher:
         (``cnm_repeat``), for matmul to repeat; another stream, or that one while it captures, takes the launcher."""
         key, e = self._key(x, w, bias)
         plan = self.plans.get(key)
-        if plan is None or capturing():
+        if plan is None:
             return self
         home = stream_of(x)
         scratch = workspace_buffer(x.device, self._scratch(key), home)

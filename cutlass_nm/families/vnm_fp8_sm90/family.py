@@ -26,7 +26,6 @@ from ..base import Family, FamilyConfig, KernelTypes, Problem, package_file
 from ..launch import (
     Plans,
     call_scratch,
-    capturing,
     check_status,
     gil_holding,
     packed_launch,
@@ -181,10 +180,8 @@ class _Launcher:
     def steady(self, x: torch.Tensor, w: VNMFP8Weight, bias: torch.Tensor | None, y: torch.Tensor
                ) -> Callable[..., None] | None:
         """After a first call on a 16-bit x (m x k): its repeat on this stream, one C call that quantizes x into the
-        stream's scratch, transposes it and runs the GEMM from the plan; other streams take ``run_quantized``. None
-        while a CUDA graph is being captured."""
-        if capturing():
-            return None
+        stream's scratch, transposes it and runs the GEMM from the plan; other streams take ``run_quantized``. Made
+        outside graph capture (``matmul`` remembers no call made during one)."""
         m, k = x.shape
         stream = stream_of(x)
         q_at = _aligned(_xt_bytes(m, w))

@@ -24,7 +24,7 @@ from ...formats import meta_sm80
 from ...formats.vnm import VNMWeight
 from ...patterns import Pattern, parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only
-from ..launch import call_scratch, capturing, check_status, packed_launch, steady_call, stream_of, torch_dtype
+from ..launch import call_scratch, check_status, packed_launch, steady_call, stream_of, torch_dtype
 from ..sptc24_sm80.family import TILE_SHAPES
 
 SMEM_BYTES = ARCHS["sm_80"].smem_per_block  # the family targets sm_80 (and runs on sm_90)
@@ -198,8 +198,6 @@ class _Launcher:
         the transpose scratch the workspace of this call's stream (calls on another stream take the launcher)."""
         if (twin := self._twin_for(w)) is not None:
             return twin.steady(x, w, bias, y)
-        if capturing():
-            return self
         m, k = x.shape
         (values, e, gidx, e_rows), ldx, xt = self._operands(x, w)
         args = RunArgs(values.data_ptr(), e.data_ptr(), gidx.data_ptr(), None if bias is None else bias.data_ptr(),
