@@ -337,3 +337,17 @@ def test_status_says_how_eager_calls_launch(monkeypatch, ext):
     assert "could not be built" in fastcall.status()
     monkeypatch.setattr(fastcall, "_state", {"module": ext})
     assert fastcall.status().startswith("eager calls launch from C++")
+
+
+def test_a_spec_is_refused_with_what_is_wrong(on):
+    x = torch.zeros(2, 8)
+    with pytest.raises(ValueError, match="address is 0"):
+        on.make(0, 0, x, x, None, "standin", (), None, None)
+    with pytest.raises(TypeError, match="x must be a tensor"):
+        on.make(1, 0, "x", x, None, "standin", (), None, None)
+    with pytest.raises(TypeError, match=r"each guard is \(dict, key, object\)"):
+        on.make(1, 0, x, x, None, "standin", (([], "k", None),), None, None)
+    with pytest.raises(TypeError, match="grad_bias must be a tensor"):
+        on.make(1, 0, x, x, None, "standin", (), 3, None)
+    with pytest.raises(TypeError, match="call"):
+        on.call(on.make(1, 0, x, x, None, "standin", (), None, None))
