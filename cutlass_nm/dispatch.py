@@ -198,9 +198,7 @@ def _matmul_twin(x: torch.Tensor, w: NMFP8Weight | VNMFP8Weight, bias: torch.Ten
     twin = _twin(w, out_dtype)
     y = _matmul(x.to(out_dtype), twin, bias, out_dtype, out, None)
     if x.dtype == out_dtype and _rememberable(x, out, x_scale):
-        calls = twin.__dict__.get("_calls")
-        entry = None if calls is None or calls[0] != RememberedCalls.epoch else \
-            calls[1].get(_call_key(x, bias, out_dtype, None))
+        entry = remembered_call(twin, x, bias, out_dtype)
         if entry is not None:
             _remember(w, _call_key(x, bias, given_dtype, None),
                       (_on_twin(entry[0], twin), *entry[1:]))
@@ -302,12 +300,13 @@ def _remember(w: Any, key: tuple, call: tuple) -> None:
     calls[1][key] = call
 
 
-def remembered_call(w: Any, x: torch.Tensor, bias: torch.Tensor | None) -> tuple | None:
-    """The call ``matmul(x, w, bias)`` remembered on ``w`` (see ``_remember``), or None."""
+def remembered_call(w: Any, x: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype | None = None
+                    ) -> tuple | None:
+    """The call ``matmul(x, w, bias, out_dtype=out_dtype)`` remembered on ``w`` (see ``_remember``), or None."""
     calls = w.__dict__.get("_calls")
     if calls is None or calls[0] != RememberedCalls.epoch:
         return None
-    return calls[1].get(_call_key(x, bias, None, None))
+    return calls[1].get(_call_key(x, bias, out_dtype, None))
 
 
 def kernel_for(family: str, x2: torch.Tensor, w: VNMWeight, out_dtype: torch.dtype) -> Callable:
