@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import io
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -137,11 +136,9 @@ def _check_on_gpu(shapes: list[tuple[int, int, int]], jobs: int | None) -> int:
         ws = [cutlass_nm.prune(torch.randn(n, k, device="cuda", dtype=torch.float16))[0] for _ in range(copies)]
         cases.append((xs, ws, [w.to_dense() for w in ws]))
     kids = kernels_for([(xs[0].shape[0], ws[0], xs[0].dtype, False) for xs, ws, _ in cases])
-    beside = threading.Thread(target=fastcall.module, daemon=True)  # the C++ launch extension, built beside them
-    beside.start()
-    with build_progress(len(kids), console) as progress:
-        failed = [r for r in precompile(kids, workers=jobs, progress=progress) if isinstance(r, Exception)]
-    beside.join()
+    with build_progress(len(kids), console) as progress:  # the C++ launch extension is built beside the kernels
+        results = fastcall.beside(lambda: precompile(kids, workers=jobs, progress=progress))
+    failed = [r for r in results if isinstance(r, Exception)]
     if failed:
         console.print(f"[red]{len(failed)} kernel(s) failed to compile: {failed[0]}")
         return 1

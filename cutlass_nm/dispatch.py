@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -406,13 +405,11 @@ def precompile_for(problems: list[tuple[int, Any, torch.dtype, bool]], progress:
 def precompile_ids(kids: list[tuple], progress: Callable | None = None) -> None:
     """Compile kernel ids in parallel ahead of use, and the C++ launch extension beside them (``fastcall``: where it
     is on); failures are logged (their first call raises them)."""
-    from .fastcall import module as fastcall_module
+    from .fastcall import beside
     from .kernels import precompile
 
-    beside = threading.Thread(target=fastcall_module, name="cutlass_nm-fastcall-build", daemon=True)
-    beside.start()
-    failed = [r for r in precompile(kids, progress=progress) if isinstance(r, Exception)] if kids else []
-    beside.join()
+    results = beside(lambda: precompile(kids, progress=progress) if kids else [])
+    failed = [r for r in results if isinstance(r, Exception)]
     if failed:
         log.warning("cutlass_nm: %d kernel(s) failed to compile ahead of use: %s", len(failed), failed[0])
 

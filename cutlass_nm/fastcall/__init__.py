@@ -158,6 +158,16 @@ def _load_or_warn() -> ModuleType | None:
         return None
 
 
+def beside(work: Callable[[], Any]) -> Any:
+    """``work()`` (a kernel build, say) with the extension built or loaded in a thread beside it; returns its result."""
+    thread = threading.Thread(target=module, name="cutlass_nm-fastcall-build", daemon=True)
+    thread.start()
+    try:
+        return work()
+    finally:
+        thread.join()
+
+
 def status() -> str:
     """One line on how remembered calls launch in this process (builds the extension if it is on)."""
     if not enabled():
