@@ -109,20 +109,26 @@ def test_gpu_fp8_vnm_repeated_calls_agree_and_graph_capture_works():
     assert torch.equal(first, again) and torch.equal(first, captured)
 
 
-@pytest.mark.parametrize(("m", "with_bias"), [(17, True), (300, False)])
-def test_gpu_fp8_vnm_16bit_x_repeats_follow_new_inputs_streams_and_graphs(m, with_bias):
-    """A 16-bit x's repeats (quantization, transpose and GEMM in one call through the stream's scratch) give each
-    new x its own result, on two side streams at once and in a graph captured after them."""
-    n, k = 512, 1000
+@pytest.mark.parametrize(("m", "k", "with_bias", "dtype"), [(1, 1000, False, torch.float16),
+                                                           (17, 1000, True, torch.bfloat16),
+                                                           (300, 1001, False, torch.float16)])
+def test_gpu_fp8_vnm_16bit_x_repeats_follow_new_inputs_streams_and_graphs(m, k, with_bias, dtype):
+    """A 16-bit x's repeats (one launch quantizes and transposes x through the stream's scratch, then the GEMM) equal
+    the first call's separate quantization and transpose bit for bit, give each new x its own result, on two side
+    streams at once and in a graph captured after them; k = 1001 takes the unaligned rows' path."""
+    n = 512
     w8 = _weight("128:2:8", n, k, seed=m)
-    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if with_bias else None
+    bias = torch.randn(n, device="cuda", dtype=dtype) if with_bias else None
 
     def check(y: torch.Tensor, x: torch.Tensor) -> None:
         xq, sx = quantize_rows(x)
         ref = (xq.double() * sx.double()[:, None]) @ w8.to_dense().double().T + (bias.double() if with_bias else 0)
         assert torch.isfinite(y).all() and _rel(y, ref) < 1e-2
 
-    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    xs = [torch.randn(m, k, device="cuda", dtype=dtype) for _ in range(4)]
+    first = cutlass_nm.matmul(xs[0], w8, bias, family="vnm_fp8_sm90")
+    again = cutlass_nm.matmul(xs[0], w8, bias, family="vnm_fp8_sm90")
+    assert torch.equal(first, again)
     for x in xs:
         check(cutlass_nm.matmul(x, w8, bias, family="vnm_fp8_sm90"), x)
     repeats_on_two_streams_and_a_graph(lambda x: cutlass_nm.matmul(x, w8, bias, family="vnm_fp8_sm90"), xs, check)
