@@ -113,9 +113,9 @@ def test_gpu_fp8_vnm_repeated_calls_agree_and_graph_capture_works():
                                                            (17, 1000, True, torch.bfloat16),
                                                            (300, 1001, False, torch.float16)])
 def test_gpu_fp8_vnm_16bit_x_repeats_follow_new_inputs_streams_and_graphs(m, k, with_bias, dtype):
-    """A 16-bit x's repeats (one launch quantizes and transposes x through the stream's scratch, then the GEMM) equal
-    the first call's separate quantization and transpose bit for bit, give each new x its own result, on two side
-    streams at once and in a graph captured after them; k = 1001 takes the unaligned rows' path."""
+    """A 16-bit x's repeats (quantization, transpose and GEMM in one call through the stream's scratch) equal the
+    first call bit for bit, give each new x its own result, on two side streams at once and in a graph captured
+    after them; m = 1, fp16 and bf16, and k = 1001 (rows not 16-byte aligned)."""
     n = 512
     w8 = _weight("128:2:8", n, k, seed=m)
     bias = torch.randn(n, device="cuda", dtype=dtype) if with_bias else None

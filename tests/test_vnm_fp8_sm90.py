@@ -149,8 +149,8 @@ def test_a_plan_per_weight_and_m_then_only_pointers_change(monkeypatch):
 
 def test_a_16bit_x_repeat_packs_its_plan_and_the_streams_scratch(monkeypatch):
     """A 16-bit x's repeat: one C call on the plan of (weight, m) with the scratch of the first call's stream (xT
-    first, then the per-token scales, 16-byte aligned); another stream quantizes into fresh tensors and launches per
-    call; a kernel whose packed call differs in size is refused."""
+    first, then e4m3 x and the per-token scales, 16-byte aligned); another stream quantizes into fresh tensors and
+    launches per call; a kernel whose packed call differs in size is refused."""
     import ctypes
 
     from cutlass_nm.families.vnm_fp8_sm90 import family as fam
@@ -171,8 +171,9 @@ def test_a_16bit_x_repeat_packs_its_plan_and_the_streams_scratch(monkeypatch):
     address, gx, gy, gstream = lib.cnm_launch_quantized.calls[0]
     call = fam.QuantizedCall.from_address(address)
     assert (gx, gy, gstream) == (x2.data_ptr(), y2.data_ptr(), 7) and call.plan == ctypes.addressof(plan_call[0])
-    assert call.xt == scratch.data_ptr() and call.scale == scratch.data_ptr() + xt_bytes
-    assert call.bias is None and call.x_bf16 == 1 and scratch.numel() >= xt_bytes + 4 * 20
+    assert call.xt == scratch.data_ptr() and call.q == scratch.data_ptr() + xt_bytes
+    assert call.scale == call.q + 20 * 512 and call.bias is None and call.x_bf16 == 1
+    assert scratch.numel() >= xt_bytes + 20 * 512 + 4 * 20
     stream["now"] = 9  # another stream: fresh quantized tensors, the per-call launch
     go(x2, w, None, y2)
     assert len(lib.cnm_launch_quantized.calls) == 1 and lib.cnm_quantize_rows.calls[-1][0] == x2.data_ptr()

@@ -137,10 +137,10 @@ class _VnmFp8Family(Family):
 
 
 class QuantizedCall(ctypes.Structure):
-    """The template's ``QuantizedCall``: a 16-bit x's plan and the scratch its quantize-transpose and GEMM use."""
+    """The template's ``QuantizedCall``: a 16-bit x's plan and the scratch its quantization, transpose and GEMM use."""
 
-    _fields_ = [("plan", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("xt", ctypes.c_void_p),
-                ("bias", ctypes.c_void_p), ("x_bf16", ctypes.c_int)]
+    _fields_ = [("plan", ctypes.c_void_p), ("q", ctypes.c_void_p), ("scale", ctypes.c_void_p),
+                ("xt", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("x_bf16", ctypes.c_int)]
 
 
 class _Launcher:
@@ -179,16 +179,17 @@ class _Launcher:
 
     def steady(self, x: torch.Tensor, w: VNMFP8Weight, bias: torch.Tensor | None, y: torch.Tensor
                ) -> Callable[..., None] | None:
-        """After a first call on a 16-bit x (m x k): its repeat on this stream, one C call that quantizes and
-        transposes x into the stream's scratch (one launch) and runs the GEMM from the plan; other streams take
-        ``run_quantized``. Made outside graph capture (``matmul`` remembers no call made during one)."""
+        """After a first call on a 16-bit x (m x k): its repeat on this stream, one C call that quantizes x into the
+        stream's scratch, transposes it and runs the GEMM from the plan; other streams take ``run_quantized``. Made
+        outside graph capture (``matmul`` remembers no call made during one)."""
         m, k = x.shape
         stream = stream_of(x)
-        scale_at = _aligned(_xt_bytes(m, w))
+        q_at = _aligned(_xt_bytes(m, w))
+        scale_at = q_at + _aligned(m * k)
         scratch = workspace_buffer(x.device, scale_at + 4 * m, stream)
         base = scratch.data_ptr()
         plan = self._plan_for(x, w, base)
-        call = QuantizedCall(ctypes.addressof(plan), base + scale_at, base,
+        call = QuantizedCall(ctypes.addressof(plan), base + q_at, base + scale_at, base,
                              None if bias is None else bias.data_ptr(), int(x.dtype == torch.bfloat16))
         values, e, gidx = w.layout(self.layout_key, self.build_layout)
         return steady_call(self.launch_quantized, ctypes.addressof(call),

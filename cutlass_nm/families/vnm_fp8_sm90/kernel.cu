@@ -284,120 +284,6 @@ void transpose(const uint8_t* x, uint8_t* xt, int m, int k, int padded_k, int ld
   transpose_bytes<<<grid, kTrThreads, 0, stream>>>(x, xt, m, k, padded_k, ldx);
 }
 
-// A 16-bit x's quantization and transpose in one launch: one CTA per 16 tokens computes each token's scale (max|x| /
-// 448, at least 1e-12, as quantize_rows), then writes xt(padded_k x ldx) = e4m3(x / scale)^T, zero past m and k. A
-// thread takes 16-column chunks of the 16 tokens: 16 x 32 bytes read (twice: for the maxima, then for the values,
-// from L1/L2), 16 stores of 16 bytes (a column's 16 tokens), through the same 4 x 4 byte transposes as above.
-constexpr int kQtTokens = 16;
-
-template <class T>
-__device__ __forceinline__ void load16(const T* __restrict__ x, int t, int c0, int m, int k, bool vec, float (&v)[16]) {
-  if (t < m && vec && c0 + 16 <= k) {
-    const uint4* src = reinterpret_cast<const uint4*>(x + size_t(t) * k + c0);
-    const uint4 lo = __ldg(src), hi = __ldg(src + 1);
-    const T* a = reinterpret_cast<const T*>(&lo);
-    const T* b = reinterpret_cast<const T*>(&hi);
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < 8; ++j) {
-      v[j] = float(a[j]);
-      v[8 + j] = float(b[j]);
-    }
-  } else {
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < 16; ++j) v[j] = (t < m && c0 + j < k) ? float(x[size_t(t) * k + c0 + j]) : 0.f;
-  }
-}
-
-template <class T>
-__global__ void __launch_bounds__(kTrThreads) quantize_transpose_kernel(const T* __restrict__ x,
-                                                                        uint8_t* __restrict__ xt,
-                                                                        float* __restrict__ scale, int m, int k,
-                                                                        int padded_k, int ldx, bool vec) {
-  __shared__ float warp_max[kTrThreads / 32][kQtTokens];
-  __shared__ float token_scale[kQtTokens];
-  const int t0 = blockIdx.x * kQtTokens, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int chunks = (padded_k + 15) / 16;
-  float amax[kQtTokens];
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < kQtTokens; ++i) amax[i] = 0.f;
-  for (int chunk = threadIdx.x; chunk < chunks; chunk += kTrThreads) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kQtTokens; ++i) {
-      if (t0 + i >= m) break;
-      float v[16];
-      load16(x, t0 + i, chunk * 16, m, k, vec, v);
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < 16; ++j) amax[i] = fmaxf(amax[i], fabsf(v[j]));
-    }
-  }
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < kQtTokens; ++i) {
-    for (int off = 16; off > 0; off >>= 1) amax[i] = fmaxf(amax[i], __shfl_xor_sync(0xffffffffu, amax[i], off));
-    if (lane == 0) warp_max[warp][i] = amax[i];
-  }
-  __syncthreads();
-  if (threadIdx.x < kQtTokens) {
-    float a = 0.f;
-    for (int w = 0; w < kTrThreads / 32; ++w) a = fmaxf(a, warp_max[w][threadIdx.x]);
-    const float s = fmaxf(a / 448.f, 1e-12f);
-    token_scale[threadIdx.x] = s;
-    if (t0 + threadIdx.x < m) scale[t0 + threadIdx.x] = s;
-  }
-  __syncthreads();
-  for (int chunk = threadIdx.x; chunk < chunks; chunk += kTrThreads) {
-    const int c0 = chunk * 16;
-    uint32_t out[16][4];
-    CUTLASS_PRAGMA_UNROLL
-    for (int a = 0; a < 4; ++a) {
-      uint32_t word[4][4];  // token 4a + r, columns 4q..4q+3
-      CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < 4; ++r) {
-        float v[16];
-        load16(x, t0 + 4 * a + r, c0, m, k, vec, v);
-        const float s = token_scale[4 * a + r];
-        CUTLASS_PRAGMA_UNROLL
-        for (int q = 0; q < 4; ++q) {
-          uint32_t packed = 0;
-          CUTLASS_PRAGMA_UNROLL
-          for (int j = 0; j < 4; ++j) {
-            const __nv_fp8_e4m3 f(fminf(fmaxf(v[4 * q + j] / s, -448.f), 448.f));
-            packed |= uint32_t(f.__x) << (8 * j);
-          }
-          word[r][q] = packed;
-        }
-      }
-      CUTLASS_PRAGMA_UNROLL
-      for (int q = 0; q < 4; ++q)
-        transpose4(word[0][q], word[1][q], word[2][q], word[3][q], out[4 * q][a], out[4 * q + 1][a],
-                   out[4 * q + 2][a], out[4 * q + 3][a]);
-    }
-    CUTLASS_PRAGMA_UNROLL
-    for (int cc = 0; cc < 16; ++cc) {
-      if (c0 + cc < padded_k)
-        *reinterpret_cast<uint4*>(xt + size_t(c0 + cc) * ldx + t0) = make_uint4(out[cc][0], out[cc][1], out[cc][2],
-                                                                                out[cc][3]);
-    }
-  }
-}
-
-// x (m x k, bf16 when x_bf16 else fp16) -> scale (m floats) and xt (padded_k x ldx e4m3, ldx % 16 == 0). 0 on
-// success, else 1000 + cudaError_t.
-int quantize_transpose(const void* x, uint8_t* xt, float* scale, int m, int k, int padded_k, int ldx, int x_bf16,
-                       cudaStream_t stream) {
-  if (m < 1 || k < 1 || ldx % kQtTokens) return 1000 + int(cudaErrorInvalidValue);
-  const bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const dim3 grid(ldx / kQtTokens);
-  if (x_bf16) {
-    quantize_transpose_kernel<<<grid, kTrThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), xt, scale, m, k,
-                                                               padded_k, ldx, vec);
-  } else {
-    quantize_transpose_kernel<<<grid, kTrThreads, 0, stream>>>(static_cast<const __half*>(x), xt, scale, m, k,
-                                                               padded_k, ldx, vec);
-  }
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? 0 : 1000 + int(err);
-}
-
 // Registers a thread with two consumer warpgroups: the producer holds 16 x 16 bytes in flight plus their transpose
 // (more than a TMA-only producer). setmaxnreg.inc takes registers only from those the CTA's decs release, so the
 // producer's release must cover the consumers' requests from the launch's allocation (a 96 / 208 split deadlocked).
@@ -523,24 +409,22 @@ int cnm_launch(void* buf, const void* x, void* xt, const float* sx, int sx_vecto
 // A 16-bit x's call, packed once per (weight, bias, m, stream): its plan and the stream's scratch it runs through.
 struct QuantizedCall {
   void* plan;
+  void* q;      // m x k e4m3
   float* scale;  // m
-  void* xt;      // padded_k x ldx e4m3
+  void* xt;     // padded_k x ldx e4m3
   const void* bias;
   int x_bf16;
 };
 
 size_t cnm_run_args_bytes() { return sizeof(QuantizedCall); }
 
-// x (m x k, fp16/bf16) quantized per token into the call's scale and transposed into its xt, then the GEMM into y:
-// one C call, two launches. 0 on success, else 1000 + cudaError_t.
+// x (m x k, fp16/bf16) quantized per token into the call's q and scale, transposed into its xt, then the GEMM into
+// y: one C call, three launches. 0 on success, else 1000 + cudaError_t.
 int cnm_launch_quantized(const void* packed, const void* x, void* y, cudaStream_t stream) {
   const QuantizedCall& c = *static_cast<const QuantizedCall*>(packed);
   Plan* plan = cnm::aligned_plan<Params>(c.plan);
-  const Params& p = plan->p;
-  if (int err = quantize_transpose(x, static_cast<uint8_t*>(c.xt), c.scale, p.m, plan->k, p.padded_k, p.ldx,
-                                   c.x_bf16, stream))
-    return err;
-  return cnm_launch(c.plan, nullptr, c.xt, c.scale, 1, y, c.bias, stream);
+  if (int err = cnm::quantize_rows(x, c.q, c.scale, plan->p.m, plan->k, c.x_bf16, stream)) return err;
+  return cnm_launch(c.plan, c.q, c.xt, c.scale, 1, y, c.bias, stream);
 }
 
 }  // extern "C"
