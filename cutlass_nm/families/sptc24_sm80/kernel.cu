@@ -25,7 +25,6 @@ using ElementE = typename Gemm::ElementE;
 using LayoutE = typename Gemm::LayoutE;
 using TileShape = typename Gemm::ThreadblockShape;
 
-constexpr int kCapturing = -1;  // cnm_launch's status on a stream that is capturing a CUDA graph: nothing launched
 constexpr int kSmemBytes = int(sizeof(typename GemmKernel::SharedStorage));
 constexpr int kMisaligned = int(cutlass::Status::kErrorMisalignedOperand);
 
@@ -190,14 +189,10 @@ int cnm_plan(void* buf, const void* a, const void* e, const void* bias, int M, i
   return set_attributes();
 }
 
-// Launches a plan on x (b) and y through scratch (cnm_scratch_bytes(M, N), 16-byte aligned). On a stream that is
-// capturing a CUDA graph it launches nothing and returns -1 (the caller's scratch may not outlive the graph).
-// Otherwise 0, a cutlass::Status (< 1000) or 1000 + cudaError_t.
+// Launches a plan on x (b) and y through scratch (cnm_scratch_bytes(M, N), 16-byte aligned). Eager streams only: the
+// callers check for graph capture first and run cnm_run there, with a scratch of the graph's own. 0, a
+// cutlass::Status (< 1000) or 1000 + cudaError_t.
 int cnm_launch(void* buf, const void* b, void* y, void* scratch, cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  cudaError_t err = cudaStreamIsCapturing(stream, &capture);
-  if (err != cudaSuccess) return 1000 + int(err);
-  if (capture != cudaStreamCaptureStatusNone) return kCapturing;
   return launch_plan(*aligned_plan(buf), b, y, scratch, stream);
 }
 
