@@ -284,6 +284,141 @@ void transpose(const uint8_t* x, uint8_t* xt, int m, int k, int padded_k, int ld
   transpose_bytes<<<grid, kTrThreads, 0, stream>>>(x, xt, m, k, padded_k, ldx);
 }
 
+// xt and the per-token scales straight from a 16-bit x (bit for bit quantize_rows, then transpose_bytes), for small
+// x: a CTA takes 16 tokens x one slab of kFqCols columns, a thread 16 tokens x 16 columns (32 loads of 16 bytes in
+// flight). A token's max |x| covers its whole row: where padded_k > kFqCols, the other slabs' columns are read once
+// more (so this runs for few tokens or one slab only: fused_quantize_fits).
+constexpr int kFqThreads = 256, kFqCols = kFqThreads * 16;
+
+__host__ __device__ constexpr bool fused_quantize_fits(int m, int padded_k) { return m <= 64 || padded_k <= kFqCols; }
+
+template <bool kBf16>
+__device__ __forceinline__ float fq_float(uint16_t bits) {
+  if constexpr (kBf16) {
+    return __bfloat162float(__ushort_as_bfloat16(bits));
+  } else {
+    return __half2float(__ushort_as_half(bits));
+  }
+}
+
+// 16 elements (columns c0.. of token t; zeros past m and k) as 8 words of 16-bit pairs.
+__device__ __forceinline__ void fq_load(const uint16_t* __restrict__ x, int t, int c0, int m, int k, uint32_t (&w)[8]) {
+  if (t < m && k % 8 == 0 && c0 + 16 <= k) {
+    const uint4* src = reinterpret_cast<const uint4*>(x + size_t(t) * k + c0);
+    const uint4 lo = __ldg(src), hi = __ldg(src + 1);
+    w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
+  } else {
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t a = (t < m && c0 + 2 * j < k) ? x[size_t(t) * k + c0 + 2 * j] : 0u;
+      const uint32_t b = (t < m && c0 + 2 * j + 1 < k) ? x[size_t(t) * k + c0 + 2 * j + 1] : 0u;
+      w[j] = a | (b << 16);
+    }
+  }
+}
+
+// max |x| over 16 elements as the bits of a 16-bit float (sign-magnitude: the largest magnitude has the largest bits),
+// NaNs skipped as fmaxf skips them.
+template <bool kBf16>
+__device__ __forceinline__ uint32_t fq_amax_bits(const uint32_t (&w)[8], uint32_t acc) {
+  constexpr uint32_t kInf2 = kBf16 ? 0x7f807f80u : 0x7c007c00u;
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t a = w[j] & 0x7fff7fffu;
+    acc = __vmaxu2(acc, a & __vcmpleu2(a, kInf2));
+  }
+  return acc;
+}
+
+__device__ __forceinline__ uint32_t fq_byte(float v, float s) {
+  return uint32_t(__nv_fp8_e4m3(fminf(fmaxf(v / s, -448.f), 448.f)).__x);
+}
+
+template <bool kBf16>
+__global__ void __launch_bounds__(kFqThreads) fused_quantize_transpose(const uint16_t* __restrict__ x,
+                                                                       uint8_t* __restrict__ xt,
+                                                                       float* __restrict__ scale, int m, int k,
+                                                                       int padded_k, int ldx) {
+  __shared__ float warp_max[16][kFqThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int t0 = blockIdx.x * 16, c0 = blockIdx.y * kFqCols + threadIdx.x * 16;
+  uint32_t amax[16];  // bit pairs (fq_amax_bits)
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < 16; ++i) amax[i] = 0u;
+  for (int slab = 0; slab * kFqCols < padded_k; ++slab) {  // the other slabs: their share of each token's max
+    if (slab == int(blockIdx.y)) continue;
+    const int c = slab * kFqCols + threadIdx.x * 16;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < 16; i += 4) {
+      uint32_t w[4][8];
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < 4; ++j) fq_load(x, t0 + i + j, c, m, k, w[j]);
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < 4; ++j) amax[i + j] = fq_amax_bits<kBf16>(w[j], amax[i + j]);
+    }
+  }
+  uint32_t in[16][8];
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < 16; ++i) fq_load(x, t0 + i, c0, m, k, in[i]);
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t pair = fq_amax_bits<kBf16>(in[i], amax[i]);
+    float a = fq_float<kBf16>(uint16_t(max(pair & 0xffffu, pair >> 16)));
+    for (int off = 16; off > 0; off >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, off));
+    if (lane == 0) warp_max[i][warp] = a;
+  }
+  __syncthreads();
+  uint32_t q[16][4];  // token i's 16 bytes
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < 16; ++i) {
+    float a = 0.f;
+    CUTLASS_PRAGMA_UNROLL
+    for (int w = 0; w < kFqThreads / 32; ++w) a = fmaxf(a, warp_max[i][w]);
+    const float s = fmaxf(a / 448.f, 1e-12f);
+    if (blockIdx.y == 0 && threadIdx.x == i && t0 + i < m) scale[t0 + i] = s;
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t lo = in[i][2 * j], hi = in[i][2 * j + 1];
+      q[i][j] = fq_byte(fq_float<kBf16>(uint16_t(lo & 0xffffu)), s) |
+                fq_byte(fq_float<kBf16>(uint16_t(lo >> 16)), s) << 8 |
+                fq_byte(fq_float<kBf16>(uint16_t(hi & 0xffffu)), s) << 16 |
+                fq_byte(fq_float<kBf16>(uint16_t(hi >> 16)), s) << 24;
+    }
+  }
+  uint32_t out[16][4];  // column c0 + c's 16 tokens
+  CUTLASS_PRAGMA_UNROLL
+  for (int a = 0; a < 4; ++a) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      transpose4(q[4 * a][j], q[4 * a + 1][j], q[4 * a + 2][j], q[4 * a + 3][j], out[4 * j][a], out[4 * j + 1][a],
+                 out[4 * j + 2][a], out[4 * j + 3][a]);
+    }
+  }
+  CUTLASS_PRAGMA_UNROLL
+  for (int cc = 0; cc < 16; ++cc) {
+    if (c0 + cc < padded_k)
+      *reinterpret_cast<uint4*>(xt + size_t(c0 + cc) * ldx + t0) = make_uint4(out[cc][0], out[cc][1], out[cc][2],
+                                                                              out[cc][3]);
+  }
+}
+
+// x (m x k, bf16 when x_bf16 else fp16) -> xt (padded_k x ldx e4m3) and scale (m floats) in one launch. 0 on
+// success, else 1000 + cudaError_t.
+int fused_quantize(const void* x, void* xt, float* scale, int m, int k, int padded_k, int ldx, int x_bf16,
+                   cudaStream_t stream) {
+  if (m < 1 || k < 1 || ldx % 16 || ldx < m) return 1000 + int(cudaErrorInvalidValue);
+  const dim3 grid(ldx / 16, (padded_k + kFqCols - 1) / kFqCols);
+  auto* src = static_cast<const uint16_t*>(x);
+  auto* dst = static_cast<uint8_t*>(xt);
+  if (x_bf16) {
+    fused_quantize_transpose<true><<<grid, kFqThreads, 0, stream>>>(src, dst, scale, m, k, padded_k, ldx);
+  } else {
+    fused_quantize_transpose<false><<<grid, kFqThreads, 0, stream>>>(src, dst, scale, m, k, padded_k, ldx);
+  }
+  cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? 0 : 1000 + int(err);
+}
+
 // Registers a thread with two consumer warpgroups: the producer holds 16 x 16 bytes in flight plus their transpose
 // (more than a TMA-only producer). setmaxnreg.inc takes registers only from those the CTA's decs release, so the
 // producer's release must cover the consumers' requests from the launch's allocation (a 96 / 208 split deadlocked).
@@ -372,6 +507,15 @@ int cnm_quantize_rows(const void* x, void* q, float* scale, int m, int k, int x_
   return cnm::quantize_rows(x, q, scale, m, k, x_bf16, stream);
 }
 
+// x (m x k, bf16 when x_bf16 else fp16) -> xt (padded_k x ldx e4m3, zeros past m and k) and scale (m floats) in one
+// launch: quantize_rows then the transpose, bit for bit (the fused step of a small x's repeat).
+int cnm_fused_quantize(const void* x, void* xt, float* scale, int m, int k, int padded_k, int ldx, int x_bf16,
+                       cudaStream_t stream) {
+  return fused_quantize(x, xt, scale, m, k, padded_k, ldx, x_bf16, stream);
+}
+
+int cnm_fused_quantize_fits(int m, int padded_k) { return int(fused_quantize_fits(m, padded_k)); }
+
 // Bytes of a caller-owned buffer that holds one Plan (any alignment).
 size_t cnm_plan_bytes() { return cnm::plan_bytes<Params>(); }
 
@@ -418,12 +562,18 @@ struct QuantizedCall {
 
 size_t cnm_run_args_bytes() { return sizeof(QuantizedCall); }
 
-// x (m x k, fp16/bf16) quantized per token into the call's q and scale, transposed into its xt, then the GEMM into
-// y: one C call, three launches. 0 on success, else 1000 + cudaError_t.
+// x (m x k, fp16/bf16) quantized per token into the call's scale and transposed into its xt (one launch where
+// fused_quantize_fits, else through q: two), then the GEMM into y, in one C call. 0 on success, else
+// 1000 + cudaError_t.
 int cnm_launch_quantized(const void* packed, const void* x, void* y, cudaStream_t stream) {
   const QuantizedCall& c = *static_cast<const QuantizedCall*>(packed);
   Plan* plan = cnm::aligned_plan<Params>(c.plan);
-  if (int err = cnm::quantize_rows(x, c.q, c.scale, plan->p.m, plan->k, c.x_bf16, stream)) return err;
+  const Params& p = plan->p;
+  if (fused_quantize_fits(p.m, p.padded_k)) {
+    if (int err = fused_quantize(x, c.xt, c.scale, p.m, plan->k, p.padded_k, p.ldx, c.x_bf16, stream)) return err;
+    return cnm_launch(c.plan, nullptr, c.xt, c.scale, 1, y, c.bias, stream);
+  }
+  if (int err = cnm::quantize_rows(x, c.q, c.scale, p.m, plan->k, c.x_bf16, stream)) return err;
   return cnm_launch(c.plan, c.q, c.xt, c.scale, 1, y, c.bias, stream);
 }
 
