@@ -284,54 +284,54 @@ void transpose(const uint8_t* x, uint8_t* xt, int m, int k, int padded_k, int ld
   transpose_bytes<<<grid, kTrThreads, 0, stream>>>(x, xt, m, k, padded_k, ldx);
 }
 
-// xt and the per-token scales straight from a 16-bit x (bit for bit quantize_rows, then transpose_bytes), for small
-// x: a CTA takes 16 tokens x one slab of kFqCols columns, a thread 16 tokens x 16 columns (32 loads of 16 bytes in
-// flight). A token's max |x| covers its whole row: where padded_k > kFqCols, the other slabs' columns are read once
-// more (so this runs for few tokens or one slab only: fused_quantize_fits).
-constexpr int kFqThreads = 256, kFqCols = kFqThreads * 16;
+// xt and the per-token scales straight from a 16-bit x, bit for bit quantize_rows then transpose_bytes: a CTA takes
+// 4 tokens' whole rows (so each token's max |x| stays inside it), a thread 8-column chunks of them (4 loads of 16
+// bytes a chunk): a first pass takes the maxima, a second reloads the chunks (L1), quantizes them and stores each
+// column's 4 tokens as one 4-byte word of xt. CTAs past m write xt's zero columns.
+constexpr int kFqThreads = 256, kFqTokens = 4, kFqChunk = 8;
 
-__host__ __device__ constexpr bool fused_quantize_fits(int m, int padded_k) { return m <= 64 || padded_k <= kFqCols; }
+// Where a repeat takes the fused step: every x for now (the experiment's verdict sets the bound).
+__host__ __device__ constexpr bool fused_quantize_fits(int m, int padded_k) { return m > 0 && padded_k > 0; }
 
 template <bool kBf16>
-__device__ __forceinline__ float fq_float(uint16_t bits) {
+__device__ __forceinline__ float fq_float(uint32_t bits) {
   if constexpr (kBf16) {
-    return __bfloat162float(__ushort_as_bfloat16(bits));
+    return __bfloat162float(__ushort_as_bfloat16(uint16_t(bits)));
   } else {
-    return __half2float(__ushort_as_half(bits));
+    return __half2float(__ushort_as_half(uint16_t(bits)));
   }
 }
 
-// 16 elements (columns c0.. of token t; zeros past m and k) as 8 words of 16-bit pairs.
-__device__ __forceinline__ void fq_load(const uint16_t* __restrict__ x, int t, int c0, int m, int k, uint32_t (&w)[8]) {
-  if (t < m && k % 8 == 0 && c0 + 16 <= k) {
-    const uint4* src = reinterpret_cast<const uint4*>(x + size_t(t) * k + c0);
-    const uint4 lo = __ldg(src), hi = __ldg(src + 1);
-    w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
-  } else {
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < 8; ++j) {
-      const uint32_t a = (t < m && c0 + 2 * j < k) ? x[size_t(t) * k + c0 + 2 * j] : 0u;
-      const uint32_t b = (t < m && c0 + 2 * j + 1 < k) ? x[size_t(t) * k + c0 + 2 * j + 1] : 0u;
-      w[j] = a | (b << 16);
-    }
-  }
-}
-
-// max |x| over 16 elements as the bits of a 16-bit float (sign-magnitude: the largest magnitude has the largest bits),
-// NaNs skipped as fmaxf skips them.
-template <bool kBf16>
-__device__ __forceinline__ uint32_t fq_amax_bits(const uint32_t (&w)[8], uint32_t acc) {
-  constexpr uint32_t kInf2 = kBf16 ? 0x7f807f80u : 0x7c007c00u;
+// The chunk of columns c0.. of token t (zeros past m and k) as 4 words of 16-bit pairs.
+__device__ __forceinline__ uint4 fq_load(const uint16_t* __restrict__ x, int t, int c0, int m, int k) {
+  if (t < m && k % 8 == 0 && c0 + kFqChunk <= k) return __ldg(reinterpret_cast<const uint4*>(x + size_t(t) * k + c0));
+  uint32_t w[4];
   CUTLASS_PRAGMA_UNROLL
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t a = (t < m && c0 + 2 * j < k) ? x[size_t(t) * k + c0 + 2 * j] : 0u;
+    const uint32_t b = (t < m && c0 + 2 * j + 1 < k) ? x[size_t(t) * k + c0 + 2 * j + 1] : 0u;
+    w[j] = a | (b << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// max |x| of a chunk folded into acc, as the bits of 16-bit floats (sign-magnitude: the largest magnitude has the
+// largest bits), NaNs skipped as fmaxf skips them.
+template <bool kBf16>
+__device__ __forceinline__ uint32_t fq_amax_bits(uint4 v, uint32_t acc) {
+  constexpr uint32_t kInf2 = kBf16 ? 0x7f807f80u : 0x7c007c00u;
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < 4; ++j) {
     const uint32_t a = w[j] & 0x7fff7fffu;
     acc = __vmaxu2(acc, a & __vcmpleu2(a, kInf2));
   }
   return acc;
 }
 
-__device__ __forceinline__ uint32_t fq_byte(float v, float s) {
-  return uint32_t(__nv_fp8_e4m3(fminf(fmaxf(v / s, -448.f), 448.f)).__x);
+template <bool kBf16>
+__device__ __forceinline__ uint32_t fq_byte(uint32_t bits, float s) {
+  return uint32_t(__nv_fp8_e4m3(fminf(fmaxf(fq_float<kBf16>(bits) / s, -448.f), 448.f)).__x);
 }
 
 template <bool kBf16>
@@ -339,66 +339,62 @@ __global__ void __launch_bounds__(kFqThreads) fused_quantize_transpose(const uin
                                                                        uint8_t* __restrict__ xt,
                                                                        float* __restrict__ scale, int m, int k,
                                                                        int padded_k, int ldx) {
-  __shared__ float warp_max[16][kFqThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int t0 = blockIdx.x * 16, c0 = blockIdx.y * kFqCols + threadIdx.x * 16;
-  uint32_t amax[16];  // bit pairs (fq_amax_bits)
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < 16; ++i) amax[i] = 0u;
-  for (int slab = 0; slab * kFqCols < padded_k; ++slab) {  // the other slabs: their share of each token's max
-    if (slab == int(blockIdx.y)) continue;
-    const int c = slab * kFqCols + threadIdx.x * 16;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < 16; i += 4) {
-      uint32_t w[4][8];
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < 4; ++j) fq_load(x, t0 + i + j, c, m, k, w[j]);
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < 4; ++j) amax[i + j] = fq_amax_bits<kBf16>(w[j], amax[i + j]);
-    }
+  __shared__ float warp_max[kFqTokens][kFqThreads / 32];
+  const int t0 = blockIdx.x * kFqTokens;
+  const int stride = kFqThreads * kFqChunk;
+  uint32_t* col = reinterpret_cast<uint32_t*>(xt) + t0 / kFqTokens;  // column c's 4 tokens: col[c * ldx / 4]
+  if (t0 >= m) {
+    for (int c = threadIdx.x; c < padded_k; c += kFqThreads) col[size_t(c) * (ldx / kFqTokens)] = 0u;
+    return;
   }
-  uint32_t in[16][8];
+  uint32_t amax[kFqTokens] = {0u, 0u, 0u, 0u};
+  for (int c0 = threadIdx.x * kFqChunk; c0 < k; c0 += stride) {
+    uint4 v[kFqTokens];
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kFqTokens; ++i) v[i] = fq_load(x, t0 + i, c0, m, k);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kFqTokens; ++i) amax[i] = fq_amax_bits<kBf16>(v[i], amax[i]);
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < 16; ++i) fq_load(x, t0 + i, c0, m, k, in[i]);
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < 16; ++i) {
-    const uint32_t pair = fq_amax_bits<kBf16>(in[i], amax[i]);
-    float a = fq_float<kBf16>(uint16_t(max(pair & 0xffffu, pair >> 16)));
+  for (int i = 0; i < kFqTokens; ++i) {
+    float a = fq_float<kBf16>(max(amax[i] & 0xffffu, amax[i] >> 16));
     for (int off = 16; off > 0; off >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, off));
     if (lane == 0) warp_max[i][warp] = a;
   }
   __syncthreads();
-  uint32_t q[16][4];  // token i's 16 bytes
+  float s[kFqTokens];
   CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < 16; ++i) {
+  for (int i = 0; i < kFqTokens; ++i) {
     float a = 0.f;
     CUTLASS_PRAGMA_UNROLL
     for (int w = 0; w < kFqThreads / 32; ++w) a = fmaxf(a, warp_max[i][w]);
-    const float s = fmaxf(a / 448.f, 1e-12f);
-    if (blockIdx.y == 0 && threadIdx.x == i && t0 + i < m) scale[t0 + i] = s;
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t lo = in[i][2 * j], hi = in[i][2 * j + 1];
-      q[i][j] = fq_byte(fq_float<kBf16>(uint16_t(lo & 0xffffu)), s) |
-                fq_byte(fq_float<kBf16>(uint16_t(lo >> 16)), s) << 8 |
-                fq_byte(fq_float<kBf16>(uint16_t(hi & 0xffffu)), s) << 16 |
-                fq_byte(fq_float<kBf16>(uint16_t(hi >> 16)), s) << 24;
-    }
+    s[i] = fmaxf(a / 448.f, 1e-12f);
+    if (threadIdx.x == i && t0 + i < m) scale[t0 + i] = s[i];
   }
-  uint32_t out[16][4];  // column c0 + c's 16 tokens
-  CUTLASS_PRAGMA_UNROLL
-  for (int a = 0; a < 4; ++a) {
+  for (int c0 = threadIdx.x * kFqChunk; c0 < padded_k; c0 += stride) {
+    uint32_t q[kFqTokens][2];  // token i's 8 bytes of the chunk
     CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < 4; ++j) {
-      transpose4(q[4 * a][j], q[4 * a + 1][j], q[4 * a + 2][j], q[4 * a + 3][j], out[4 * j][a], out[4 * j + 1][a],
-                 out[4 * j + 2][a], out[4 * j + 3][a]);
+    for (int i = 0; i < kFqTokens; ++i) {
+      const uint4 v = fq_load(x, t0 + i, c0, m, k);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      CUTLASS_PRAGMA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        q[i][h] = t0 + i >= m ? 0u
+                              : fq_byte<kBf16>(w[2 * h] & 0xffffu, s[i]) | fq_byte<kBf16>(w[2 * h] >> 16, s[i]) << 8 |
+                                    fq_byte<kBf16>(w[2 * h + 1] & 0xffffu, s[i]) << 16 |
+                                    fq_byte<kBf16>(w[2 * h + 1] >> 16, s[i]) << 24;
+      }
     }
-  }
-  CUTLASS_PRAGMA_UNROLL
-  for (int cc = 0; cc < 16; ++cc) {
-    if (c0 + cc < padded_k)
-      *reinterpret_cast<uint4*>(xt + size_t(c0 + cc) * ldx + t0) = make_uint4(out[cc][0], out[cc][1], out[cc][2],
-                                                                              out[cc][3]);
+    CUTLASS_PRAGMA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      uint32_t o[4];  // columns c0 + 4h + j: tokens t0..t0+3
+      transpose4(q[0][h], q[1][h], q[2][h], q[3][h], o[0], o[1], o[2], o[3]);
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        if (c0 + 4 * h + j < padded_k) col[size_t(c0 + 4 * h + j) * (ldx / kFqTokens)] = o[j];
+      }
+    }
   }
 }
 
@@ -407,7 +403,7 @@ __global__ void __launch_bounds__(kFqThreads) fused_quantize_transpose(const uin
 int fused_quantize(const void* x, void* xt, float* scale, int m, int k, int padded_k, int ldx, int x_bf16,
                    cudaStream_t stream) {
   if (m < 1 || k < 1 || ldx % 16 || ldx < m) return 1000 + int(cudaErrorInvalidValue);
-  const dim3 grid(ldx / 16, (padded_k + kFqCols - 1) / kFqCols);
+  const dim3 grid(ldx / kFqTokens);
   auto* src = static_cast<const uint16_t*>(x);
   auto* dst = static_cast<uint8_t*>(xt);
   if (x_bf16) {
