@@ -284,137 +284,6 @@ void transpose(const uint8_t* x, uint8_t* xt, int m, int k, int padded_k, int ld
   transpose_bytes<<<grid, kTrThreads, 0, stream>>>(x, xt, m, k, padded_k, ldx);
 }
 
-// xt and the per-token scales straight from a 16-bit x, bit for bit quantize_rows then transpose_bytes: a CTA takes
-// 4 tokens' whole rows (so each token's max |x| stays inside it), a thread 8-column chunks of them (4 loads of 16
-// bytes a chunk): a first pass takes the maxima, a second reloads the chunks (L1), quantizes them and stores each
-// column's 4 tokens as one 4-byte word of xt. CTAs past m write xt's zero columns.
-constexpr int kFqThreads = 256, kFqTokens = 4, kFqChunk = 8;
-
-// Where a repeat takes the fused step: every x for now (the experiment's verdict sets the bound).
-__host__ __device__ constexpr bool fused_quantize_fits(int m, int padded_k) { return m > 0 && padded_k > 0; }
-
-template <bool kBf16>
-__device__ __forceinline__ float fq_float(uint32_t bits) {
-  if constexpr (kBf16) {
-    return __bfloat162float(__ushort_as_bfloat16(uint16_t(bits)));
-  } else {
-    return __half2float(__ushort_as_half(uint16_t(bits)));
-  }
-}
-
-// The chunk of columns c0.. of token t (zeros past m and k) as 4 words of 16-bit pairs.
-__device__ __forceinline__ uint4 fq_load(const uint16_t* __restrict__ x, int t, int c0, int m, int k) {
-  if (t < m && k % 8 == 0 && c0 + kFqChunk <= k) return __ldg(reinterpret_cast<const uint4*>(x + size_t(t) * k + c0));
-  uint32_t w[4];
-  CUTLASS_PRAGMA_UNROLL
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t a = (t < m && c0 + 2 * j < k) ? x[size_t(t) * k + c0 + 2 * j] : 0u;
-    const uint32_t b = (t < m && c0 + 2 * j + 1 < k) ? x[size_t(t) * k + c0 + 2 * j + 1] : 0u;
-    w[j] = a | (b << 16);
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-// max |x| of a chunk folded into acc, as the bits of 16-bit floats (sign-magnitude: the largest magnitude has the
-// largest bits), NaNs skipped as fmaxf skips them.
-template <bool kBf16>
-__device__ __forceinline__ uint32_t fq_amax_bits(uint4 v, uint32_t acc) {
-  constexpr uint32_t kInf2 = kBf16 ? 0x7f807f80u : 0x7c007c00u;
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  CUTLASS_PRAGMA_UNROLL
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t a = w[j] & 0x7fff7fffu;
-    acc = __vmaxu2(acc, a & __vcmpleu2(a, kInf2));
-  }
-  return acc;
-}
-
-template <bool kBf16>
-__device__ __forceinline__ uint32_t fq_byte(uint32_t bits, float s) {
-  return uint32_t(__nv_fp8_e4m3(fminf(fmaxf(fq_float<kBf16>(bits) / s, -448.f), 448.f)).__x);
-}
-
-template <bool kBf16>
-__global__ void __launch_bounds__(kFqThreads) fused_quantize_transpose(const uint16_t* __restrict__ x,
-                                                                       uint8_t* __restrict__ xt,
-                                                                       float* __restrict__ scale, int m, int k,
-                                                                       int padded_k, int ldx) {
-  __shared__ float warp_max[kFqTokens][kFqThreads / 32];
-  const int t0 = blockIdx.x * kFqTokens;
-  const int stride = kFqThreads * kFqChunk;
-  uint32_t* col = reinterpret_cast<uint32_t*>(xt) + t0 / kFqTokens;  // column c's 4 tokens: col[c * ldx / 4]
-  if (t0 >= m) {
-    for (int c = threadIdx.x; c < padded_k; c += kFqThreads) col[size_t(c) * (ldx / kFqTokens)] = 0u;
-    return;
-  }
-  uint32_t amax[kFqTokens] = {0u, 0u, 0u, 0u};
-  for (int c0 = threadIdx.x * kFqChunk; c0 < k; c0 += stride) {
-    uint4 v[kFqTokens];
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kFqTokens; ++i) v[i] = fq_load(x, t0 + i, c0, m, k);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kFqTokens; ++i) amax[i] = fq_amax_bits<kBf16>(v[i], amax[i]);
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < kFqTokens; ++i) {
-    float a = fq_float<kBf16>(max(amax[i] & 0xffffu, amax[i] >> 16));
-    for (int off = 16; off > 0; off >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, off));
-    if (lane == 0) warp_max[i][warp] = a;
-  }
-  __syncthreads();
-  float s[kFqTokens];
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < kFqTokens; ++i) {
-    float a = 0.f;
-    CUTLASS_PRAGMA_UNROLL
-    for (int w = 0; w < kFqThreads / 32; ++w) a = fmaxf(a, warp_max[i][w]);
-    s[i] = fmaxf(a / 448.f, 1e-12f);
-    if (threadIdx.x == i && t0 + i < m) scale[t0 + i] = s[i];
-  }
-  for (int c0 = threadIdx.x * kFqChunk; c0 < padded_k; c0 += stride) {
-    uint32_t q[kFqTokens][2];  // token i's 8 bytes of the chunk
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kFqTokens; ++i) {
-      const uint4 v = fq_load(x, t0 + i, c0, m, k);
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-      CUTLASS_PRAGMA_UNROLL
-      for (int h = 0; h < 2; ++h) {
-        q[i][h] = t0 + i >= m ? 0u
-                              : fq_byte<kBf16>(w[2 * h] & 0xffffu, s[i]) | fq_byte<kBf16>(w[2 * h] >> 16, s[i]) << 8 |
-                                    fq_byte<kBf16>(w[2 * h + 1] & 0xffffu, s[i]) << 16 |
-                                    fq_byte<kBf16>(w[2 * h + 1] >> 16, s[i]) << 24;
-      }
-    }
-    CUTLASS_PRAGMA_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      uint32_t o[4];  // columns c0 + 4h + j: tokens t0..t0+3
-      transpose4(q[0][h], q[1][h], q[2][h], q[3][h], o[0], o[1], o[2], o[3]);
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < 4; ++j) {
-        if (c0 + 4 * h + j < padded_k) col[size_t(c0 + 4 * h + j) * (ldx / kFqTokens)] = o[j];
-      }
-    }
-  }
-}
-
-// x (m x k, bf16 when x_bf16 else fp16) -> xt (padded_k x ldx e4m3) and scale (m floats) in one launch. 0 on
-// success, else 1000 + cudaError_t.
-int fused_quantize(const void* x, void* xt, float* scale, int m, int k, int padded_k, int ldx, int x_bf16,
-                   cudaStream_t stream) {
-  if (m < 1 || k < 1 || ldx % 16 || ldx < m) return 1000 + int(cudaErrorInvalidValue);
-  const dim3 grid(ldx / kFqTokens);
-  auto* src = static_cast<const uint16_t*>(x);
-  auto* dst = static_cast<uint8_t*>(xt);
-  if (x_bf16) {
-    fused_quantize_transpose<true><<<grid, kFqThreads, 0, stream>>>(src, dst, scale, m, k, padded_k, ldx);
-  } else {
-    fused_quantize_transpose<false><<<grid, kFqThreads, 0, stream>>>(src, dst, scale, m, k, padded_k, ldx);
-  }
-  cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? 0 : 1000 + int(err);
-}
-
 // Registers a thread with two consumer warpgroups: the producer holds 16 x 16 bytes in flight plus their transpose
 // (more than a TMA-only producer). setmaxnreg.inc takes registers only from those the CTA's decs release, so the
 // producer's release must cover the consumers' requests from the launch's allocation (a 96 / 208 split deadlocked).
@@ -503,15 +372,6 @@ int cnm_quantize_rows(const void* x, void* q, float* scale, int m, int k, int x_
   return cnm::quantize_rows(x, q, scale, m, k, x_bf16, stream);
 }
 
-// x (m x k, bf16 when x_bf16 else fp16) -> xt (padded_k x ldx e4m3, zeros past m and k) and scale (m floats) in one
-// launch: quantize_rows then the transpose, bit for bit (the fused step of a small x's repeat).
-int cnm_fused_quantize(const void* x, void* xt, float* scale, int m, int k, int padded_k, int ldx, int x_bf16,
-                       cudaStream_t stream) {
-  return fused_quantize(x, xt, scale, m, k, padded_k, ldx, x_bf16, stream);
-}
-
-int cnm_fused_quantize_fits(int m, int padded_k) { return int(fused_quantize_fits(m, padded_k)); }
-
 // Bytes of a caller-owned buffer that holds one Plan (any alignment).
 size_t cnm_plan_bytes() { return cnm::plan_bytes<Params>(); }
 
@@ -558,18 +418,12 @@ struct QuantizedCall {
 
 size_t cnm_run_args_bytes() { return sizeof(QuantizedCall); }
 
-// x (m x k, fp16/bf16) quantized per token into the call's scale and transposed into its xt (one launch where
-// fused_quantize_fits, else through q: two), then the GEMM into y, in one C call. 0 on success, else
-// 1000 + cudaError_t.
+// x (m x k, fp16/bf16) quantized per token into the call's q and scale, transposed into its xt, then the GEMM into
+// y: one C call, three launches. 0 on success, else 1000 + cudaError_t.
 int cnm_launch_quantized(const void* packed, const void* x, void* y, cudaStream_t stream) {
   const QuantizedCall& c = *static_cast<const QuantizedCall*>(packed);
   Plan* plan = cnm::aligned_plan<Params>(c.plan);
-  const Params& p = plan->p;
-  if (fused_quantize_fits(p.m, p.padded_k)) {
-    if (int err = fused_quantize(x, c.xt, c.scale, p.m, plan->k, p.padded_k, p.ldx, c.x_bf16, stream)) return err;
-    return cnm_launch(c.plan, nullptr, c.xt, c.scale, 1, y, c.bias, stream);
-  }
-  if (int err = cnm::quantize_rows(x, c.q, c.scale, p.m, plan->k, c.x_bf16, stream)) return err;
+  if (int err = cnm::quantize_rows(x, c.q, c.scale, plan->p.m, plan->k, c.x_bf16, stream)) return err;
   return cnm_launch(c.plan, c.q, c.xt, c.scale, 1, y, c.bias, stream);
 }
 
