@@ -49,8 +49,14 @@ LLAMA3_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers
 FAILURES: list[dict] = []  # measurements that raised (kept in the result JSON)
 PROMPT = 32  # generate()'s prompt tokens per sequence
 ERR_TOKENS = 128  # the prompt rel_err compares logits on
+START = time.monotonic()
 TINY = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 512}
+
+
+def say(msg: str) -> None:
+    """One progress line, with the seconds since the script started (where a long run spends its time)."""
+    print(f"[{time.monotonic() - START:6.0f} s] {msg}", flush=True)
 
 
 def build(shape: dict, dtype: torch.dtype, device: str) -> nn.Module:
@@ -133,7 +139,7 @@ def decode_tok_s(models: dict[str, nn.Module], batch: int, device: str, compiled
                 FAILURES.append({"model": name, "metric": "decode_tok_s", "m": batch,
                                  "mode": "compiled" if compiled else "eager",
                                  "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
-                print(f"{name}: decode batch {batch} FAILED: {FAILURES[-1]['error']}", flush=True)
+                say(f"{name}: decode batch {batch} FAILED: {FAILURES[-1]['error']}")
                 del rates[name]
                 continue
             if rep:
@@ -231,7 +237,7 @@ def measure(model: nn.Module, args: argparse.Namespace, label: str, modes: list[
                 if not rate:
                     continue
                 out[("decode_tok_s", batch, mode)] = rate[label]
-                print(f"{label}: decode batch {batch} {mode} {rate[label]:.1f} tok/s", flush=True)
+                say(f"{label}: decode batch {batch} {mode} {rate[label]:.1f} tok/s")
             elif args.device == "cuda":
                 generate_s(model, batch, args.steps[1], args.device, False)
             if args.device == "cuda":
@@ -239,11 +245,11 @@ def measure(model: nn.Module, args: argparse.Namespace, label: str, modes: list[
     if static and args.device == "cuda":
         for batch in sorted({*args.decode_batches, *args.compiled_batches}):
             out[("linear_ms", batch, "graph")] = linear_ms(model, batch)
-            print(f"{label}: projections at batch {batch}: {out[('linear_ms', batch, 'graph')]:.3f} ms", flush=True)
+            say(f"{label}: projections at batch {batch}: {out[('linear_ms', batch, 'graph')]:.3f} ms")
         for batch in args.prefill_batches:
             out[("linear_ms", batch, "prefill")] = linear_ms(model, batch, args.prefill_tokens)
-            print(f"{label}: projections at prefill {batch}x{args.prefill_tokens}: "
-                  f"{out[('linear_ms', batch, 'prefill')]:.2f} ms", flush=True)
+            say(f"{label}: projections at prefill {batch}x{args.prefill_tokens}: "
+                  f"{out[('linear_ms', batch, 'prefill')]:.2f} ms")
     return out
 
 
@@ -290,11 +296,11 @@ def eager_pass(models: dict[str, nn.Module], got: dict[str, dict], args: argpars
     for batch in args.prefill_batches:
         for name, ms in prefill_ms(on, batch, args.prefill_tokens, args.device, args.reps).items():
             got[name][("prefill_ms", batch, "eager")] = ms
-            print(f"{label} {name}: prefill {batch}x{args.prefill_tokens} {ms:.1f} ms", flush=True)
+            say(f"{label} {name}: prefill {batch}x{args.prefill_tokens} {ms:.1f} ms")
     for batch in args.decode_batches if "eager" in args.modes else ():
         for name, rate in decode_tok_s(on, batch, args.device, False, args.steps, args.decode_reps).items():
             got[name][("decode_tok_s", batch, "eager")] = rate
-            print(f"{label} {name}: decode batch {batch} eager {rate:.1f} tok/s", flush=True)
+            say(f"{label} {name}: decode batch {batch} eager {rate:.1f} tok/s")
     for model in on.values():
         model.cpu()
     on = None
@@ -321,6 +327,7 @@ def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda ro
     rows: list[dict] = []
     for dtype_name in args.dtypes:
         model = build(shape, DTYPES[dtype_name], args.device)
+        say(f"{dtype_name} dense: built")
         got = {"dense": measure(model, args, f"{dtype_name} dense", eager_modes)}
         extra: dict[str, dict] = {"dense": {}}
         original = model.cpu()  # off the GPU: its peak memory is the measured model's alone
@@ -331,15 +338,16 @@ def run(args: argparse.Namespace, save: Callable[[list[dict]], None] = lambda ro
             model = fresh_copy(original, args.device)
             sparsify_model(model, pattern.removesuffix("+fp8"), force=args.force, fp8=pattern.endswith("+fp8"))
             summary = model.sparsify_summary
+            say(f"{dtype_name} {pattern}: sparsified")
             if args.device == "cuda":  # every kernel the timed calls reach, in parallel, before any is timed
                 precompile_model(model, token_counts(args))
+                say(f"{dtype_name} {pattern}: kernels compiled")
             err = errors(model, masked_dense_twin(original, model).to(args.device), args.device)
             if args.device == "cuda":
                 torch.cuda.empty_cache()  # the fp32 twin is gone
             sparse, kept = len(summary.replaced), len(summary.kept_dense)
-            print(f"{dtype_name} {pattern}: {sparse} layers sparse, {kept} kept dense, rel err {err['rel_err']:.2e} "
-                  f"(vs fp32 {err['rel_err_vs_fp32']:.2e}; dense vs fp32 {err['dense_rel_err_vs_fp32']:.2e})",
-                  flush=True)
+            say(f"{dtype_name} {pattern}: {sparse} layers sparse, {kept} kept dense, rel err {err['rel_err']:.2e} "
+                  f"(vs fp32 {err['rel_err_vs_fp32']:.2e}; dense vs fp32 {err['dense_rel_err_vs_fp32']:.2e})")
             got[pattern] = measure(model, args, f"{dtype_name} {pattern}", eager_modes)
             extra[pattern] = {**err, "layers_sparse": sparse, "layers_kept_dense": kept}
             models[pattern] = model.cpu()
@@ -372,7 +380,7 @@ def compile_only(args: argparse.Namespace) -> None:
             sparsify_model(model, pattern.removesuffix("+fp8"), force=args.force, fp8=pattern.endswith("+fp8"))
             if args.device == "cuda":
                 precompile_model(model, token_counts(args))
-            print(f"{dtype_name} {pattern}: kernels compiled", flush=True)
+            say(f"{dtype_name} {pattern}: kernels compiled")
             model = None
             release(args.device)
 
