@@ -123,6 +123,8 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
     tokens, exclude = tuple(tokens), list(exclude)
     if not tokens or not all(isinstance(t, int) and t >= 1 for t in tokens) or not min_speedup > 0:
         raise InputError(f"tokens must be positive ints and min_speedup > 0, got {tokens!r} and {min_speedup!r}")
+    if not isinstance(model, nn.Module):
+        raise InputError(f"sparsify_model takes an nn.Module (a transformers model), got {type(model).__name__}")
     layers = decoder_layers(model)
     if not layers:
         raise InputError(f"no decoder layers (modules with 'self_attn' and 'mlp' children) in {type(model).__name__}")

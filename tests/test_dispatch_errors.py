@@ -5,6 +5,7 @@ import torch
 
 import cutlass_nm
 from cutlass_nm import InputError, ShapeError
+from cutlass_nm.hf import sparsify_model
 from cutlass_nm.patterns import Pattern
 from cutlass_nm.routing import default_family
 
@@ -17,6 +18,22 @@ def w():
 def test_dense_weight_is_rejected():
     with pytest.raises(InputError, match="compressed weight"):
         cutlass_nm.matmul(torch.randn(4, 512, dtype=torch.float16), torch.randn(256, 512, dtype=torch.float16))
+
+
+def test_non_tensor_x_is_rejected(w):
+    for x in (None, [[1.0] * 512], 3.0):
+        with pytest.raises(InputError, match=r"x must be a torch\.Tensor"):
+            cutlass_nm.matmul(x, w)
+    w8 = cutlass_nm.prune(torch.randn(256, 512, dtype=torch.bfloat16), "2:4", dtype=torch.float8_e4m3fn)[0]
+    with pytest.raises(InputError, match=r"x must be a torch\.Tensor"):
+        cutlass_nm.matmul(None, w8)
+
+
+def test_sparsify_takes_a_module():
+    with pytest.raises(InputError, match=r"takes an nn\.Module"):
+        cutlass_nm.sparsify(5, "2:4")
+    with pytest.raises(InputError, match=r"takes an nn\.Module"):
+        sparsify_model("a model name", "2:4")
 
 
 def test_wrong_dtype(w):

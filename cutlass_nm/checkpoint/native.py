@@ -83,7 +83,13 @@ def save_sparse(model_or_state_dict: nn.Module | Mapping[str, torch.Tensor | Any
         out[name] = t.clone() if ptr in seen and t.numel() else t
         seen.add(ptr)
     metadata = {"format": f"{FORMAT}/{VERSION}", "layers": json.dumps(layers, sort_keys=True)}
-    st.torch.save_file(out, str(path), metadata=metadata)
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise CheckpointError(f"save_sparse: the folder {folder} does not exist; create it first")
+    try:
+        st.torch.save_file(out, str(path), metadata=metadata)
+    except (OSError, st.SafetensorError) as exc:
+        raise CheckpointError(f"save_sparse could not write {path}: {exc}") from exc
 
 
 def _version(path: Path, header: dict[str, str] | None) -> int:

@@ -280,6 +280,8 @@ def sparsify(model: nn.Module, pattern: str | Pattern = "2:4", include: Iterable
     check_runnable(p)
     if fp8 and not p.is_24:
         raise PatternError(f"fp8=True takes the 2:4 pattern, got {p}")
+    if not isinstance(model, nn.Module):
+        raise InputError(f"sparsify takes an nn.Module (a model or an nn.Linear), got {type(model).__name__}")
     tokens = tuple(tokens)
     if not tokens or not all(isinstance(t, int) and t >= 1 for t in tokens):
         raise InputError(f"tokens must be positive ints (rows of x to decide at), got {tokens!r}")
