@@ -622,3 +622,18 @@ def test_stack_sparse_linears_only_where_the_layers_stack():
         before = dict(mod.items())
         assert stack_sparse_linears(mod, ("q_proj", "k_proj", "v_proj"), "qkv_proj") is None
         assert dict(mod.items()) == before
+
+
+def test_modules_refuse_what_they_cannot_take():
+    """A non-tensor input, a non-positive size, and precompile_model's model and token counts get one clear error
+    each (no AttributeError from deep inside)."""
+    lin = sparsify(nn.Linear(128, 64).to(H), "2:4", force=True)
+    with pytest.raises(InputError, match="SparseLinear takes a tensor, got NoneType"):
+        lin(None)
+    with pytest.raises(cutlass_nm.ShapeError, match="in_features and out_features >= 1, got -1 and 64"):
+        SparseLinear(-1, 64, pattern="2:4")
+    with pytest.raises(InputError, match=r"precompile_model takes an nn\.Module, got int"):
+        cutlass_nm.precompile_model(3, tokens=(1,))
+    for tokens in ((), (0,), (1.5,)):
+        with pytest.raises(InputError, match="tokens must be positive ints"):
+            cutlass_nm.precompile_model(lin, tokens=tokens)

@@ -100,15 +100,15 @@ class SparseLinear(nn.Module):
         super().__init__()
         self.pattern = Pattern.parse(pattern)
         check_runnable(self.pattern)
+        if in_features < 1 or out_features < 1:
+            raise ShapeError(f"SparseLinear needs in_features and out_features >= 1, got {in_features} and "
+                             f"{out_features}")
         if fp8 and (not self.pattern.is_24 or in_features % FP8_K_MULTIPLE):
             raise PatternError(f"FP8 SparseLinear is 2:4 with in_features % {FP8_K_MULTIPLE} == 0, got "
                                f"{self.pattern} and in_features = {in_features}")
         self.fp8 = fp8
         if self.pattern.is_24 and in_features % 4:
             raise PatternError(f"2:4 needs in_features % 4 == 0, got {in_features}")
-        if in_features < 1 or out_features < 1:
-            raise ShapeError(f"SparseLinear needs in_features and out_features >= 1, got {in_features} and "
-                               f"{out_features}")
         if not self.pattern.is_24 and not self.pattern.is_vnm and vector not in VECTORS:
             raise InputError(f"vector must be one of {VECTORS}, got {vector}")
         self.in_features, self.out_features = in_features, out_features
@@ -191,6 +191,8 @@ class SparseLinear(nn.Module):
             y = None if fast is None else fast(x)  # the last direct call's launch, from C++, while x fits it
             if y is not None:
                 return y
+        if not isinstance(x, torch.Tensor):
+            raise InputError(f"{type(self).__name__} takes a tensor, got {type(x).__name__}")
         bias = self._parameters.get("bias")
         if direct_call(x, bias):
             view = self._view()

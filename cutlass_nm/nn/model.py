@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ..dispatch import kernels_for, precompile_ids
+from ..errors import InputError
 from ..formats.weight import refresh_layouts
 from ..gated_mlp import gated_mlp_kernels
 from .gated import SparseGatedMLP
@@ -20,7 +21,11 @@ def precompile_model(model: nn.Module, tokens: Iterable[int], progress: Callable
     in ``tokens`` (batch x sequence of one forward: prefill and decode sizes alike), so that no first call compiles.
     Activations are taken in each module's dtype (FP8 modules: their bias's, else bf16). ``progress``: as
     ``cutlass_nm.kernels.precompile``'s. Returns how many kernels that is (compiled or already cached)."""
+    if not isinstance(model, nn.Module):
+        raise InputError(f"precompile_model takes an nn.Module, got {type(model).__name__}")
     tokens = tuple(tokens)
+    if not tokens or not all(isinstance(t, int) and t >= 1 for t in tokens):
+        raise InputError(f"tokens must be positive ints (rows of x a forward takes), got {tokens!r}")
     kids: dict[tuple, None] = {}
     inside = {id(mod.down_proj) for mod in model.modules() if isinstance(mod, SparseGatedMLP)}
     for mod in model.modules():
