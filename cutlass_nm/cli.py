@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import sys
 import time
 import traceback
@@ -52,24 +53,44 @@ def _need_gpu(command: str) -> None:
 
 
 def _shape(text: str) -> tuple[int, int, int]:
+    from .bench.shapes import parse_mnk
+
     try:
-        m, n, k = (int(v) for v in text.split(","))
+        return parse_mnk(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count(text: str) -> int:
+    """A positive integer argument (a count of tokens, trials, jobs)."""
+    try:
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected M,N,K (e.g. 2048,4096,4096), got {text!r}") from None
-    return m, n, k
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 def _kernel_ids(shapes, families, dtype: str, bias: bool, all_types: bool = False):
-    """The (family, heuristic config, types) ids for the shapes; ``all_types``: every input dtype, output
-    (input dtype or f32) and bias choice, i.e. whatever a model may ask for."""
+    """The (family, heuristic config, types) ids for the shapes, and {(family, shape): why} for those the family
+    cannot run; ``all_types``: every input dtype, output (input dtype or f32) and bias choice, i.e. whatever a
+    model may ask for."""
     from .families import KernelTypes, Problem, get_family
 
     if all_types:
         variants = [KernelTypes(d, o, b) for d in ("f16", "bf16") for o in (d, "f32") for b in (False, True)]
     else:
         variants = [KernelTypes(dtype, dtype, bias)]
-    return sorted({(f, get_family(f).heuristic(Problem(*s, t)), t) for s in shapes for f in families for t in variants},
-                  key=str)
+    kids, skipped = set(), {}
+    for s, f, t in itertools.product(shapes, families, variants):
+        fam, problem = get_family(f), Problem(*s, t)
+        cfg = fam.heuristic(problem)
+        if (why := fam.check(cfg, problem)) is None:
+            kids.add((f, cfg, t))
+        else:
+            skipped[(f, s)] = why
+    return sorted(kids, key=str), skipped
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -82,7 +103,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     if not args.shape:
         raise UsageError("give --shape M,N,K or --model NAME")
 
-    kids = _kernel_ids(args.shape, args.family, args.dtype, args.bias, getattr(args, "all_types", False))
+    kids, skipped = _kernel_ids(args.shape, args.family, args.dtype, args.bias, getattr(args, "all_types", False))
+    for (family, (m, n, k)), why in sorted(skipped.items()):
+        console.print(f"skip {family} at {m}x{n}x{k}: {why}", highlight=False)
+    if not kids:
+        raise UsageError("no kernel to build: every family given refuses every shape (see above)")
     t0 = time.time()
     console.print(f"compiling {len(kids)} kernel(s) on {args.jobs or 'all'} cores "
                   "(a new sm90 kernel takes 1-2 min on one core)", highlight=False)
@@ -516,7 +541,7 @@ def _problem_args(p: argparse.ArgumentParser) -> None:
     """The problem selection shared by build and tune: shapes or model layers, dtype, bias."""
     p.add_argument("--shape", type=_shape, action="append", help="M,N,K (tokens, out, in); repeatable")
     p.add_argument("--model", action="append", help="a model of the campaign file, e.g. llama-7b; repeatable")
-    p.add_argument("--tokens", type=int, default=2048, help="m for --model (default 2048)")
+    p.add_argument("--tokens", type=_count, default=2048, help="m for --model (default 2048)")
     p.add_argument("--campaigns", help="campaign file, JSON {model: [[layer, n, k], ...]} (default: the shipped one)")
     p.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
     p.add_argument("--bias", action="store_true", help="kernels with a fused bias")
@@ -569,7 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "command line)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("check", help="compile this machine's 2:4 kernels and verify them on its GPU")
-    p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: all cores)")
+    p.add_argument("--jobs", type=_count, default=None, help="parallel nvcc processes (default: all cores)")
     p.set_defaults(fn=cmd_check)
     p = sub.add_parser("build", help="precompile the kernels matmul picks for given shapes")
     _problem_args(p)
@@ -577,7 +602,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kernel family (repeatable; default: sptc24_sm90)")
     p.add_argument("--all-types", action="store_true",
                    help="every dtype (f16, bf16) x output (same, f32) x bias variant, not just --dtype/--bias")
-    p.add_argument("--jobs", type=int, default=None, help="parallel nvcc processes (default: all cores)")
+    p.add_argument("--jobs", type=_count, default=None, help="parallel nvcc processes (default: all cores)")
     p.set_defaults(fn=cmd_build)
     p = sub.add_parser("cache", help="the compiled-kernel cache: its folder, kernels, size; clear or prune it",
                        description="With no subcommand: the folder, its kernel count and size.",
@@ -630,12 +655,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pattern", default="2:4", help="2:4, V:N:M (e.g. 128:2:8) or N:M (e.g. 2:8); winners are kept "
                    "per pattern (default 2:4)")
     p.add_argument("--family", help="the kernel family to tune (default: the one matmul picks for the pattern and m)")
-    p.add_argument("--trials", type=int, default=40, help="Optuna trials per problem (default 40)")
+    p.add_argument("--trials", type=_count, default=40, help="Optuna trials per problem (default 40)")
     p.add_argument("--timeout", type=float, help="seconds per problem")
     p.add_argument("--storage", help="Optuna storage URL (default: in memory); share one to tune from many GPUs")
     p.add_argument("--db", help="tuning DB URL (default: $CUTLASS_NM_DB or the user cache's SQLite)")
     p.add_argument("--fix", action="append", help="pin a parameter, e.g. --fix stages=0; repeatable")
-    p.add_argument("--jobs", type=int, help="parallel nvcc processes (default: all cores)")
+    p.add_argument("--jobs", type=_count, help="parallel nvcc processes (default: all cores)")
     p.add_argument("--objective", default="time", choices=("time", "energy", "edp", "pareto"),
                    help="minimize time (default), energy per call (NVML), energy x time, or both (Pareto study)")
     p.add_argument("--gpus", type=_gpu_list, help="tune on several GPUs of this host, one process each sharing one "

@@ -54,6 +54,12 @@ def _user_error(capsys, argv: list[str]) -> str:
     (["db", "--url", "nosuchdb://host/x", "ls"], "nosuchdb"),
     (["db", "--url", "postgresql+nosuchdriver://u@localhost/db", "ls"], "nosuchdriver"),
     (["build", "--shape", "1,2"], "--shape"),
+    (["build", "--shape", "0,4096,4096"], "M, N and K must be >= 1"),
+    (["bench", "--dry-run", "--shape", "16,0,4096"], "M, N and K must be >= 1"),
+    (["build", "--model", "llama-7b", "--tokens", "0"], "--tokens: expected a positive integer, got 0"),
+    (["build", "--shape", "16,4096,4096", "--jobs", "-1"], "--jobs: expected a positive integer"),
+    (["tune", "--shape", "16,4096,4096", "--trials", "0"], "--trials: expected a positive integer"),
+    (["build", "--shape", "16,4096,4095", "--family", "decode24"], "every family given refuses every shape"),
     (["build"], "--shape M,N,K or --model"),
     ([], "command"),
     (["tune", "--shape", "16,256,256"], "tune needs a CUDA GPU; none is visible"),
@@ -226,6 +232,13 @@ def test_build_prints_a_line_per_kernel_when_piped(capsys, fake_nvcc):
     assert len(lines) == 4
     for i, line in enumerate(lines, start=1):
         assert re.fullmatch(rf"\[{i}/4\] \d+ s (sptc24_sm90_\S+ built|sptc24_sm80_\S+ cached)", line), line
+
+
+def test_build_skips_what_a_family_cannot_run_and_says_why(capsys, fake_nvcc):
+    rc = cli.main(["build", "--shape", "16,4096,4095", "--shape", "16,4096,4096", "--family", "decode24"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "skip decode24 at 16x4096x4095: " in out and "k % 16 == 0" in out
+    assert len([ln for ln in out.splitlines() if ln.startswith("[")]) == 1
 
 
 def test_check_compiles_only_without_a_gpu(capsys, fake_nvcc):

@@ -15,6 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def parse_mnk(text: str) -> tuple[int, int, int]:
+    """``"M,N,K"`` as three integers >= 1 (a command line's problem); ValueError naming the rule otherwise."""
+    try:
+        m, n, k = (int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"expected M,N,K (e.g. 2048,4096,4096), got {text!r}") from None
+    if min(m, n, k) < 1:
+        raise ValueError(f"M, N and K must be >= 1, got {text!r}")
+    return m, n, k
+
+
 @dataclass(frozen=True, slots=True)
 class Shape:
     """One problem, y (m x n) = x (m x k) · W (n x k)ᵀ; ``name`` says where it comes from."""

@@ -119,10 +119,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _shape(text: str) -> shp.Shape:
     try:
-        m, n, k = (int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected M,N,K (e.g. 2048,4096,4096), got {text!r}") from None
-    return shp.Shape(m, n, k, "cli")
+        return shp.Shape(*shp.parse_mnk(text), "cli")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def selected(args: argparse.Namespace) -> tuple[list[shp.Shape], list[str], dict[str, list[str]]]:
