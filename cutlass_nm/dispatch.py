@@ -47,6 +47,8 @@ log = logging.getLogger("cutlass_nm.dispatch")
 def set_selector(selector: Selector | None) -> None:
     """Install the config source consulted on a problem's first call; None restores the default (tuning DB)."""
     global _selector
+    if selector is not None and not callable(selector):
+        raise InputError(f"a selector is called as selector(family, problem); got a {type(selector).__name__}")
     _selector = selector
     RememberedCalls.forget()  # the calls weights remember resolve again
     _RESOLVED.clear()
@@ -485,6 +487,9 @@ def use_tuning_db(url: str | None = None, objective: str | None = None) -> Selec
     follow it."""
     from .store.chooser import default_chooser
 
+    if url is not None and not isinstance(url, str):
+        raise InputError(f"use_tuning_db takes a database URL string (or None: the default), got "
+                         f"{type(url).__name__}")
     selector = default_chooser(url, db=True, objective=objective, quiet_if_missing=False)
     set_selector(selector)
     return selector

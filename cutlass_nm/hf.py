@@ -120,7 +120,7 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
     check_runnable(p)
     if fp8 and not p.is_24:
         raise PatternError(f"fp8=True takes the 2:4 pattern, got {p}")
-    tokens, exclude = tuple(tokens), list(exclude)
+    tokens, exclude = tuple(tokens), [exclude] if isinstance(exclude, str) else list(exclude)
     if not tokens or not all(isinstance(t, int) and t >= 1 for t in tokens) or not min_speedup > 0:
         raise InputError(f"tokens must be positive ints and min_speedup > 0, got {tokens!r} and {min_speedup!r}")
     if not isinstance(model, nn.Module):

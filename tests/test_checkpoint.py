@@ -377,6 +377,8 @@ def test_own_format_refusals(tmp_path):
     with pytest.raises(CheckpointError, match=r"model tensor\(s\) not in the checkpoint, e.g. \['4.weight'"):
         load_sparse_into(extra, good)
     load_sparse_into(extra, good, strict=False)
+    with pytest.raises(CheckpointError, match="a folder, not a file"):
+        load_sparse(tmp_path)
     with pytest.raises(CheckpointError, match="does not exist; create it first"):
         save_sparse(_sparse_model(), tmp_path / "no" / "such" / "folder" / "m.safetensors")
 

@@ -29,6 +29,14 @@ def test_non_tensor_x_is_rejected(w):
         cutlass_nm.matmul(None, w8)
 
 
+def test_selector_and_tuning_db_arguments_are_checked():
+    with pytest.raises(InputError, match=r"selector\(family, problem\); got a int"):
+        cutlass_nm.set_selector(5)
+    with pytest.raises(InputError, match="takes a database URL string"):
+        cutlass_nm.use_tuning_db(5)
+    cutlass_nm.set_selector(None)
+
+
 def test_sparsify_takes_a_module():
     with pytest.raises(InputError, match=r"takes an nn\.Module"):
         cutlass_nm.sparsify(5, "2:4")

@@ -54,6 +54,17 @@ def test_sparsify_replaces_selected_layers():
     assert "in_features % 16" in model.sparsify_summary.skipped["4"]
 
 
+def test_sparsify_takes_one_include_or_exclude_pattern_as_a_string():
+    """A string is one fnmatch pattern (not its characters, which would match every one-letter name)."""
+    model = _mlp()
+    with pytest.warns(UserWarning, match="1 of 2 nn.Linear"):
+        sparsify(model, "2:4", exclude="2")
+    assert model.sparsify_summary.replaced == ["0"] and model.sparsify_summary.excluded == ["2"]
+    model = _mlp()
+    sparsify(model, "2:4", include="2", force=True)
+    assert model.sparsify_summary.replaced == ["2"] and type(model[0]) is nn.Linear
+
+
 def test_opcheck_and_compile_fullgraph_on_cpu():
     sl = SparseLinear.from_linear(nn.Linear(64, 48).to(H))
     x = torch.randn(6, 64, dtype=H)

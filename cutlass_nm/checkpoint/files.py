@@ -50,7 +50,7 @@ def safetensors_module() -> Any:
 def open_safetensors(path: Path, stack: ExitStack, device: str = "cpu") -> Any:
     """An open safetensors file; every error safetensors raises becomes one CheckpointError."""
     if not path.is_file():
-        raise CheckpointError(f"{path}: no such file")
+        raise CheckpointError(f"{path}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
     try:
         return stack.enter_context(safetensors_module().safe_open(str(path), framework="pt", device=device))
     except ImportError:

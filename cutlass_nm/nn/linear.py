@@ -290,7 +290,8 @@ def sparsify(model: nn.Module, pattern: str | Pattern = "2:4", include: Iterable
     if not min_speedup > 0:
         raise InputError(f"min_speedup must be > 0, got {min_speedup!r}")
     summary = SparsifySummary(str(p))
-    include, exclude = list(include or ["*"]), list(exclude or [])
+    include = [include] if isinstance(include, str) else list(include or ["*"])  # one pattern, or several
+    exclude = [exclude] if isinstance(exclude, str) else list(exclude or [])
     if type(model) is nn.Linear:
         layers = [(None, "", "", model)]
     else:
