@@ -648,3 +648,30 @@ def test_modules_refuse_what_they_cannot_take():
     for tokens in ((), (0,), (1.5,)):
         with pytest.raises(InputError, match="tokens must be positive ints"):
             cutlass_nm.precompile_model(lin, tokens=tokens)
+
+
+@pytest.mark.parametrize("pattern", ["2:4", "128:2:8", "2:8"])
+def test_load_state_dict_refuses_positions_off_the_pattern(pattern):
+    """A state dict whose meta (2:4, V:N:M) or indices (N:M) break the pattern raises and leaves the module as it
+    was; the module's own state dict loads back."""
+    lin = sparsify(nn.Linear(128, 128).to(H), pattern, force=True)
+    good = {k: v.clone() for k, v in lin.state_dict().items()}
+    key = "indices" if "indices" in good else "meta"
+    bad = {**good, key: torch.full_like(good[key], 0 if key == "indices" else 0b0001)}
+    before = lin.weight_dense().clone()
+    with pytest.raises(RuntimeError, match="not ascending"):
+        lin.load_state_dict(bad)
+    assert torch.equal(lin.weight_dense(), before)
+    lin.load_state_dict(good)
+    assert torch.equal(lin.weight_dense(), before)
+
+
+def test_gated_mlp_load_state_dict_refuses_gate_up_positions_off_the_pattern():
+    from cutlass_nm.nn import SparseGatedMLP
+
+    lins = [nn.Linear(256, 256, bias=False).to(H) for _ in range(3)]
+    mlp = SparseGatedMLP.from_linears(*lins, pattern="128:2:8")
+    good = {k: v.clone() for k, v in mlp.state_dict().items()}
+    with pytest.raises(RuntimeError, match="fused gate/up weight's positions"):
+        mlp.load_state_dict({**good, "gate_up_columns": torch.zeros_like(good["gate_up_columns"])})
+    mlp.load_state_dict(good)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..errors import CheckpointError, CutlassNMError
-from ..formats import AnyWeight, NMWeight, Sparse24Weight, VNMWeight
+from ..formats import AnyWeight, NMWeight, Sparse24Weight, VNMWeight, positions_problem
 from ..formats.fp8 import E4M3, NMFP8Weight, Sparse24FP8Weight, VNMFP8Weight
 from ..formats.nm import VECTORS
 from ..nn import SparseLinear
@@ -135,20 +135,6 @@ def _expected(info: dict[str, Any]) -> tuple[Pattern, int, dict[str, tuple[tuple
     return p, vector, {"values": ((n, g * p.n), dtype), "indices": ((-(-n // vector), g * p.n), u8)}
 
 
-def _check_positions(p: Pattern, t: dict[str, torch.Tensor]) -> str | None:
-    """Why the position tensors are invalid (None: valid): 2:4 nibbles first < second, offsets ascending < M."""
-    if "meta" in t:
-        m = t["meta"].to(torch.int64)
-        if bool(((m >> 4) != 0).any() or ((m & 3) >= ((m >> 2) & 3)).any()):
-            return "meta holds a nibble whose kept positions are not ascending (or bits above the nibble)"
-    offsets = t["columns"] if p.is_vnm else t.get("indices")
-    if offsets is not None:
-        o = offsets.to(torch.int64).reshape(offsets.shape[0], -1, 4 if p.is_vnm else p.n)
-        if bool((o >= p.m).any() or (o[..., 1:] <= o[..., :-1]).any()):
-            return f"{'columns' if p.is_vnm else 'indices'} hold offsets not ascending or not < M = {p.m}"
-    return None
-
-
 def _weight(p: Pattern, t: dict[str, torch.Tensor], shape: tuple[int, int], vector: int) -> AnyWeight:
     if "scale" in t:
         return Sparse24FP8Weight(t["values"].view(E4M3), t["meta"], shape, scale=t["scale"])
@@ -192,7 +178,7 @@ def load_sparse(path: PathLike, *, device: torch.device | str = "cpu") -> Sparse
         if info["bias"] != (bias is not None) or (bias is not None and tuple(bias.shape) != (info["out_features"],)):
             raise CheckpointError(f"{path}: layer {name!r}: metadata says bias={info['bias']}, the file holds "
                                   f"{'no bias' if bias is None else f'a bias of shape {tuple(bias.shape)}'}")
-        if (why := _check_positions(p, parts)) is not None:
+        if (why := positions_problem(p, parts)) is not None:
             raise CheckpointError(f"{path}: layer {name!r} ({p}): {why}")
         layers[name] = _weight(p, parts, (int(info["out_features"]), int(info["in_features"])), vector)
     return SparseCheckpoint(layers, {k: t.to(device) for k, t in tensors.items()}, version)

@@ -41,3 +41,19 @@ def compress_as(w: torch.Tensor, pattern: Pattern, *, prune: bool = False, vecto
 
 __all__ = ["AnyWeight", "NMWeight", "Sparse24Weight", "VNMWeight", "compress_24", "compress_as", "mask_24",
            "mask_for", "prune_24", "validate_24", "weight_class"]
+
+
+def positions_problem(pattern: Pattern, tensors: dict[str, torch.Tensor]) -> str | None:
+    """Why a compressed weight's position tensors (``meta``, ``columns``, ``indices`` by name) are invalid, None
+    when they are valid: 2:4 nibbles first < second with nothing above the nibble, offsets ascending and < M. A
+    kernel fed invalid positions would compute a wrong product silently."""
+    if "meta" in tensors:
+        m = tensors["meta"].to(torch.int64)
+        if bool(((m >> 4) != 0).any() or ((m & 3) >= ((m >> 2) & 3)).any()):
+            return "meta holds a nibble whose kept positions are not ascending (or bits above the nibble)"
+    offsets = tensors["columns"] if pattern.is_vnm else tensors.get("indices")
+    if offsets is not None:
+        o = offsets.to(torch.int64).reshape(offsets.shape[0], -1, 4 if pattern.is_vnm else pattern.n)
+        if bool((o >= pattern.m).any() or (o[..., 1:] <= o[..., :-1]).any()):
+            return f"{'columns' if pattern.is_vnm else 'indices'} hold offsets not ascending or not < M = {pattern.m}"
+    return None

@@ -7,12 +7,12 @@ import fnmatch
 import functools
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 import torch
 from torch import nn
 
 from ..errors import PatternError
+from ..formats import positions_problem
 from ..formats.glu import PAIR_V, fuse_glu, split_glu
 from ..formats.weight import refresh_layouts
 from ..gated_mlp import gated_mlp
@@ -72,10 +72,19 @@ class SparseGatedMLP(nn.Module):
         """``gate_up()``, kept while the gate/up buffers are the same tensors."""
         return cached_view(self, tuple(self._buffers.values()), self.gate_up)
 
-    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, local_metadata: dict, strict: bool,
+                              missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
         """``nn.Module``'s, then the gate/up kernel layouts already built are rebuilt in place (``down_proj``, a
-        SparseLinear, does its own)."""
-        super()._load_from_state_dict(*args, **kwargs)
+        SparseLinear, does its own). Gate/up positions that break the pattern are refused, as SparseLinear refuses
+        them."""
+        incoming = {name: t for name in ("meta", "columns")
+                    if isinstance(t := state_dict.get(f"{prefix}gate_up_{name}"), torch.Tensor)
+                    and t.shape == self._buffers[f"gate_up_{name}"].shape}
+        if (why := positions_problem(self.pattern, incoming)) is not None:
+            error_msgs.append(f"{prefix or 'the module'}: {why} (the fused gate/up weight's positions)")
+            return
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
         refresh_layouts(self._gate_up_view())
 
     def dense_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

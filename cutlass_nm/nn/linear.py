@@ -18,7 +18,7 @@ from ..dispatch import matmul, remembered_call
 from ..errors import CutlassNMError, InputError, PatternError, ShapeError
 from ..families.sptc24_fp8_sm90.family import K_MULTIPLE as FP8_K_MULTIPLE
 from ..fastcall import fast_call
-from ..formats import compress_as
+from ..formats import compress_as, positions_problem
 from ..formats.fp8 import Sparse24FP8Weight, quantize
 from ..formats.nm import VECTORS
 from ..formats.weight import RememberedCalls, refresh_layouts
@@ -176,9 +176,19 @@ class SparseLinear(nn.Module):
         state.pop("_fast", None)
         return state
 
-    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
-        """``nn.Module``'s, then the kernel layouts already built from the old weight are rebuilt in place."""
-        super()._load_from_state_dict(*args, **kwargs)
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, local_metadata: dict, strict: bool,
+                              missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+        """``nn.Module``'s, then the kernel layouts already built from the old weight are rebuilt in place. Position
+        tensors (``meta``, ``columns``, ``indices``) that break the pattern are refused, the module left as it was
+        (``load_state_dict`` raises), since a kernel would read them as a silently wrong weight."""
+        incoming = {name: t for name in ("meta", "columns", "indices")
+                    if isinstance(t := state_dict.get(prefix + name), torch.Tensor) and name in self._buffers
+                    and t.shape == self._buffers[name].shape}
+        if (why := positions_problem(self.pattern, incoming)) is not None:
+            error_msgs.append(f"{prefix or 'the module'}: {why} (a {self.pattern} weight's positions)")
+            return
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
         refresh_layouts(self._view())
 
     def weight_dense(self) -> torch.Tensor:
