@@ -635,6 +635,21 @@ def test_stack_sparse_linears_only_where_the_layers_stack():
         assert dict(mod.items()) == before
 
 
+def test_module_builders_refuse_what_they_cannot_take():
+    from cutlass_nm.nn import StackedSparseLinear, sparsify_gated_mlps
+
+    with pytest.raises(InputError, match=r"sparsify_gated_mlps takes an nn\.Module, got int"):
+        sparsify_gated_mlps(5, "128:2:8")
+    with pytest.raises(cutlass_nm.PatternError, match="takes 2:4 or 128:2:M patterns, got 2:8"):
+        sparsify_gated_mlps(nn.Sequential(), "2:8")
+    with pytest.raises(InputError, match=r"takes SparseLinear layers, got \['int'\]"):
+        StackedSparseLinear.stack([5])
+    with pytest.raises(InputError, match=r"float16, bfloat16 or float32 \(FP8: fp8=True\), got torch\.int32"):
+        SparseLinear(64, 32, pattern="2:4", dtype=torch.int32)
+    with pytest.raises(InputError, match=r"from_linear takes an nn\.Linear, got int"):
+        SparseLinear.from_linear(5, "2:4")
+
+
 def test_modules_refuse_what_they_cannot_take():
     """A non-tensor input, a non-positive size, and precompile_model's model and token counts get one clear error
     each (no AttributeError from deep inside)."""

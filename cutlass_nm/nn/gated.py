@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from ..errors import PatternError
+from ..errors import InputError, PatternError
 from ..formats import positions_problem
 from ..formats.glu import PAIR_V, fuse_glu, split_glu
 from ..formats.weight import refresh_layouts
@@ -158,7 +158,12 @@ def sparsify_gated_mlps(model: nn.Module, pattern: str | Pattern = "128:2:8", in
     ``Sparse24GatedMLP`` (``2:4``; ``fp8``: e4m3 weights). Its forward is ``down(silu(gate(x)) * up(x))``: use it
     for models whose MLP computes exactly that (LLaMA, Mistral, Qwen). Other ``nn.Linear`` layers are left to
     ``sparsify``. Returns the same model."""
-    include, is_24 = list(include), Pattern.parse(pattern).is_24
+    if not isinstance(model, nn.Module):
+        raise InputError(f"sparsify_gated_mlps takes an nn.Module, got {type(model).__name__}")
+    p = Pattern.parse(pattern)
+    if not p.is_24 and p.v != PAIR_V:
+        raise PatternError(f"sparsify_gated_mlps takes 2:4 or {PAIR_V}:2:M patterns, got {p}")
+    include, is_24 = [include] if isinstance(include, str) else list(include), p.is_24
     fuse = (functools.partial(Sparse24GatedMLP.from_linears, fp8=fp8) if is_24
             else functools.partial(SparseGatedMLP.from_linears, pattern=pattern))
     rows = 1 if is_24 else PAIR_V  # hidden a multiple of this

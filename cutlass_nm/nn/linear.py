@@ -100,6 +100,8 @@ class SparseLinear(nn.Module):
         super().__init__()
         self.pattern = Pattern.parse(pattern)
         check_runnable(self.pattern)
+        if dtype is not None and dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            raise InputError(f"SparseLinear's dtype is float16, bfloat16 or float32 (FP8: fp8=True), got {dtype}")
         if in_features < 1 or out_features < 1:
             raise ShapeError(f"SparseLinear needs in_features and out_features >= 1, got {in_features} and "
                              f"{out_features}")
@@ -144,6 +146,8 @@ class SparseLinear(nn.Module):
         """Compress ``linear``'s weight (magnitude-pruned to the pattern unless ``prune=False``; ``fp8``: its kept
         values in e4m3 with per-output-channel scales, 2:4 only, Hopper); refused as ``cutlass_nm.prune`` refuses
         (pattern, dtype, NaN/Inf, shape), naming the rule."""
+        if not isinstance(linear, nn.Linear):
+            raise InputError(f"from_linear takes an nn.Linear, got {type(linear).__name__}")
         w = linear.weight.detach()
         mod = cls(linear.in_features, linear.out_features, linear.bias is not None, pattern, w.device, w.dtype,
                   vector=vector, fp8=fp8)

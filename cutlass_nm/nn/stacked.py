@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..dispatch import matmul
-from ..errors import PatternError
+from ..errors import InputError, PatternError
 from ..formats.weight import refresh_layouts
 from ..ops import fp8_view, nm_view, vnm_view, weight_view
 from ..patterns import Pattern
@@ -55,6 +55,9 @@ class StackedSparseLinear(SparseLinear):
         every layer but the last fills whole blocks of rows."""
         if not layers:
             raise PatternError("StackedSparseLinear.stack takes at least one layer")
+        if not all(isinstance(lin, SparseLinear) for lin in layers):
+            raise InputError("StackedSparseLinear.stack takes SparseLinear layers, got "
+                             f"{[type(lin).__name__ for lin in layers]}")
         first = layers[0]
         biased = first.bias is not None
         if not all(isinstance(lin, SparseLinear) and (lin.bias is not None) == biased and
