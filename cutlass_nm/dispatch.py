@@ -106,6 +106,8 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
                 else:
                     kernel(x.view(flat[0]), w, bias, y.view(flat[1]))
                 return y
+    if not isinstance(x, torch.Tensor):  # before any path reads x's dtype
+        raise InputError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if type(w) in FP8_WEIGHTS:
         return _matmul_fp8(x, w, bias, x_scale, out_dtype, out, family)
     if x_scale is not None:
@@ -117,9 +119,9 @@ def matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torc
 def _matmul(x: torch.Tensor, w: Sparse24Weight | VNMWeight | NMWeight, bias: torch.Tensor | None,
             out_dtype: torch.dtype | None, out: torch.Tensor | None, family: str | None) -> torch.Tensor:
     """matmul with every input check; remembers the call on the weight for the steady-state path."""
-    check_inputs(x, w, bias)
     given_dtype = out_dtype
     out_dtype = out_dtype or (out.dtype if out is not None else x.dtype)
+    check_inputs(x, w, bias)
     n = w.out_features
     flat = x.dim() == 2
     x2 = x if flat else x.reshape(-1, x.shape[-1])
@@ -151,8 +153,6 @@ def _matmul_fp8(x: torch.Tensor, w: FP8Weight, bias: torch.Tensor | None, x_scal
                 out_dtype: torch.dtype | None, out: torch.Tensor | None, family: str | None) -> torch.Tensor:
     """matmul for an FP8 weight: x e4m3 with its scale, or fp16/bf16 quantized per token (amax / 448) for the GEMM
     and taken as it is by the one-token decode path."""
-    if not isinstance(x, torch.Tensor):
-        raise InputError(f"x must be a torch.Tensor, got {type(x).__name__}")
     given_dtype = out_dtype
     out_dtype = out_dtype or (out.dtype if out is not None else fp8_default_out(x.dtype))
     check_fp8_inputs(x, w, bias, x_scale, out_dtype)
