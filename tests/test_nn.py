@@ -454,6 +454,36 @@ def test_kernel_layouts_are_freed_with_their_module():
     assert key not in ops._LAYOUTS
 
 
+@pytest.mark.parametrize("kind", ["linear", "stacked", "gated_vnm"])
+def test_a_device_move_or_cast_frees_the_old_tensors(kind):
+    """``.to()`` / ``.cpu()`` / ``.half()`` drop a module's cached views, layouts and C++ launch with the tensors
+    they hold: the old copy is freed at once (a model moved off the GPU kept its GPU weights alive before), and the
+    module still computes its weight after the move."""
+    import gc
+    import weakref
+
+    from cutlass_nm.nn import SparseGatedMLP
+
+    torch.manual_seed(0)
+    if kind == "gated_vnm":
+        lins = [nn.Linear(64, 256, bias=False), nn.Linear(64, 256, bias=False), nn.Linear(256, 64, bias=False)]
+        mod = SparseGatedMLP.from_linears(*(lin.half() for lin in lins))
+        old, views = mod.gate_up_values, [mod._gate_up_view(), mod.down_proj._view()]
+    else:
+        mod = _gated_24(0).gate_up if kind == "stacked" else SparseLinear.from_linear(nn.Linear(64, 32).half())
+        old, views = mod.values, [mod._view()]
+        if kind == "stacked":
+            views.append(mod.parts())
+    before = mod.weight_dense() if kind != "gated_vnm" else mod.dense_weights()[0]
+    gone = weakref.ref(old)
+    del old, views
+    mod.float()
+    gc.collect()
+    assert gone() is None, "the module's cached views kept its old tensors alive"
+    after = mod.weight_dense() if kind != "gated_vnm" else mod.dense_weights()[0]
+    assert after.dtype == torch.float32 and torch.equal(after, before.float())
+
+
 def test_loading_weights_rebuilds_built_layouts_in_place():
     """A module that already ran has kernel layouts of its old weight: load_state_dict rebuilds them from the new
     one into the same tensors (launch plans and captured graphs keep their addresses), for 2:4 and V:N:M."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -22,7 +22,7 @@ from ..ops import (
 )
 from ..patterns import Pattern
 from ..routing import check_runnable
-from .linear import SparseLinear, cached_view, direct_call
+from .linear import SparseLinear, cached_view, direct_call, drop_cached
 from .stacked import StackedSparseLinear
 
 log = logging.getLogger("cutlass_nm.nn")
@@ -67,6 +67,11 @@ class SparseGatedMLP(nn.Module):
         """The fused gate/up weight as a compressed-weight view over this module's buffers."""
         return vnm_view(self.gate_up_values, self.gate_up_columns, self.gate_up_meta, 2 * PAIR_V, self.pattern.m,
                         self.in_features)
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> SparseGatedMLP:
+        """``nn.Module``'s, after dropping the cached gate/up view (``drop_cached``): the old tensors are freed."""
+        drop_cached(self)
+        return super()._apply(fn, recurse)
 
     def _gate_up_view(self):
         """``gate_up()``, kept while the gate/up buffers are the same tensors."""

@@ -71,6 +71,18 @@ def weight_tensors(w: Any) -> dict[str, torch.Tensor]:
     return out
 
 
+CACHED_SLOTS = ("_cached_view", "_cached_parts", "_fast")  # a module's views of its tensors and its C++ launch
+
+
+def drop_cached(module: nn.Module) -> None:
+    """Forget ``module``'s cached weight views (with their kernel layouts), its C++ launch and a stack's pending
+    split: each holds the module's tensors as they were, so a device move (``.cpu()``) kept the old copy alive."""
+    for slot in CACHED_SLOTS:
+        module.__dict__.pop(slot, None)
+    if module.__dict__.get("_pending") is not None:
+        module.__dict__["_pending"] = None
+
+
 def cached_view(module: nn.Module, buffers: tuple[torch.Tensor, ...], build: Callable[[], Any],
                 slot: str = "_cached_view") -> Any:
     """``build()``, kept on ``module`` (in ``slot``) while ``buffers`` are the same tensor objects (``.to()``,
@@ -173,6 +185,11 @@ class SparseLinear(nn.Module):
     def _view(self):
         """``compressed()``, kept while this module's buffers are the same tensors (eager calls build it once)."""
         return cached_view(self, tuple(self._buffers.values()), self.compressed)
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> SparseLinear:
+        """``nn.Module``'s (``.to()``, ``.cpu()``, ``.half()``) after :func:`drop_cached`: old tensors are freed."""
+        drop_cached(self)
+        return super()._apply(fn, recurse)
 
     def __getstate__(self) -> dict[str, Any]:
         """The module's state without its C++ launch (rebuilt by the next call)."""
