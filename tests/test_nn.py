@@ -484,6 +484,30 @@ def test_a_device_move_or_cast_frees_the_old_tensors(kind):
     assert after.dtype == torch.float32 and torch.equal(after, before.float())
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", ["2:4", "128:2:8"])
+def test_gpu_moving_a_model_that_ran_off_the_gpu_frees_its_memory(pattern):
+    """A model that ran on the GPU (kernel layouts built at a decode and a GEMM row count) and then moved to the CPU
+    holds no GPU memory; back on the GPU it computes what it computed before."""
+    import gc
+
+    torch.manual_seed(0)
+    gc.collect()
+    base = torch.cuda.memory_allocated()
+    model = sparsify(nn.Sequential(nn.Linear(1024, 2048, bias=False), nn.Linear(2048, 1024, bias=False)).half()
+                     .cuda(), pattern, force=True)
+    xs = [torch.randn(m, 1024, device="cuda", dtype=torch.half) for m in (1, 64)]
+    with torch.no_grad():
+        before = [model(x) for x in xs]
+    model.cpu()
+    gc.collect()
+    assert torch.cuda.memory_allocated() - base < 1 << 20, "the moved model's GPU tensors are still allocated"
+    model.cuda()
+    with torch.no_grad():
+        for x, y in zip(xs, before, strict=True):
+            torch.testing.assert_close(model(x), y, rtol=0, atol=0)
+
+
 def test_loading_weights_rebuilds_built_layouts_in_place():
     """A module that already ran has kernel layouts of its old weight: load_state_dict rebuilds them from the new
     one into the same tensors (launch plans and captured graphs keep their addresses), for 2:4 and V:N:M."""

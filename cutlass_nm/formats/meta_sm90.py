@@ -1,7 +1,9 @@
 """2:4 metadata in the layout CUTLASS's sm90 sparse GEMM (wgmma.sp) reads.
 
 The layout is ``Sm90GemmSparseConfig::fill_layoutE`` for K-major A: an atom of 64 rows x
-``atom_k`` logical columns (``atom_k = min(tile_k, 128)``), atoms tiled along M first, then K.
+``atom_k`` logical columns, atoms tiled along M first, then K. CUTLASS makes ``atom_k = min(tile_k, 128)``;
+sptc24_sm90's kernels read the 64-column atom at every tile K, so a weight needs one copy (each launcher
+reports its atom: ``cnm_meta_atom_k``).
 Inside a 16-bit A's atom, logical coordinates decompose as
 m = m0 + 8·m1 + 16·m2 (8, 2, 4) and k = k0 + 16·k1 + 32·k2 (16, 2, atom_k/32),
 with compact strides ordered k0 < m1 < k2 < m0 < k1 < m2; an 8-bit A's (FP8) atom is row-major.
@@ -18,14 +20,6 @@ from .sparse24 import PAD_NIBBLE, Sparse24Weight
 ROWS_ALIGN = 64
 CHUNK_ROWS = 1024  # rows converted at once (a multiple of ROWS_ALIGN): the index temporaries stay a few MB
 PAD_BYTE = PAD_NIBBLE * 0x11  # two padding nibbles
-
-
-def atom_k_for_tile(tile_k: int, bits: int = 16) -> int:
-    """The metadata atom width (logical columns) a kernel with CTA tile K = ``tile_k`` and ``bits``-bit A reads."""
-    atom, block = min(tile_k, 128), 512 // bits
-    if atom % block:
-        raise ValueError(f"sm90 {bits}-bit sparse GEMM needs tile K % {block} == 0, got {tile_k}")
-    return atom
 
 
 def padded_shape(rows: int, k: int, atom_k: int) -> tuple[int, int]:
