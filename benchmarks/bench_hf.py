@@ -17,7 +17,8 @@ the list below, every model's eager rows before any model's compiled decode (the
   of ``--decode-reps`` such pairs. Eager decode is host-bound and the host's speed drifts, so the models take turns:
   all of them sit on the GPU and each round times one pair of every model;
 * ``weight_gb`` (parameters and buffers, each storage once) and ``peak_gb`` (peak allocated during one decode of
-  the longer length, the model alone on the GPU);
+  the longer length, the model alone on the GPU; mode ``long_prompt``: one generate() after a --prefill-tokens
+  prompt, whose prefill and decode both run);
 * ``linear_ms``: one step's projections and MLPs alone (each layer's module once, weights cold, in a CUDA graph),
   per decode batch and per prefill; the compiled decode and prefill rows carry ``ceiling``, the speedup left if the
   rest of the step stays as dense's and the projections reach the ideal (decode: dense's bandwidth over the
@@ -105,11 +106,11 @@ def prefill_ms(models: dict[str, nn.Module], batch: int, tokens: int, device: st
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
-def generate_s(model: nn.Module, batch: int, n: int, device: str, compiled: bool) -> float:
-    """Seconds of one greedy generate() of ``n`` new tokens after a PROMPT-token prompt, at ``batch``."""
+def generate_s(model: nn.Module, batch: int, n: int, device: str, compiled: bool, prompt: int = PROMPT) -> float:
+    """Seconds of one greedy generate() of ``n`` new tokens after a ``prompt``-token prompt, at ``batch``."""
     import transformers
 
-    ids = torch.randint(0, model.config.vocab_size, (batch, PROMPT), device=device)
+    ids = torch.randint(0, model.config.vocab_size, (batch, prompt), device=device)
     kw: dict = {"do_sample": False, "pad_token_id": 0}
     if compiled:
         kw.update(cache_implementation="static", compile_config=transformers.CompileConfig(fullgraph=True))
@@ -242,6 +243,10 @@ def measure(model: nn.Module, args: argparse.Namespace, label: str, modes: list[
                 generate_s(model, batch, args.steps[1], args.device, False)
             if args.device == "cuda":
                 out[("peak_gb", batch, mode)] = torch.cuda.max_memory_allocated() / 1e9
+    if static and args.device == "cuda" and args.prefill_batches and "eager" in modes:
+        torch.cuda.reset_peak_memory_stats()  # a long prompt: the prefill's GEMM layouts and the decode's, together
+        generate_s(model, 1, args.steps[0], args.device, False, args.prefill_tokens)
+        out[("peak_gb", 1, "long_prompt")] = torch.cuda.max_memory_allocated() / 1e9
     if static and args.device == "cuda":
         for batch in sorted({*args.decode_batches, *args.compiled_batches}):
             out[("linear_ms", batch, "graph")] = linear_ms(model, batch)
