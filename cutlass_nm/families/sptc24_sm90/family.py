@@ -20,7 +20,6 @@ MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread before spilling
 RASTER_ORDER = {"heuristic": 0, "m": 1, "n": 2}  # cutlass::gemm::kernel::detail::RasterOrderOptions
 _NO_PLAN = object()  # a plans lookup miss
 SM90_PLAN = "codegen/sm90_plan.cuh"  # the plan launch, shared with sptc24_fp8_sm90
-ONE_META_ATOM = "codegen/one_meta_atom.cuh"  # every tile K reads one metadata layout, shared with vnm_sm90
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +103,7 @@ class _Sm90Family(Family):
     weight = Sparse24Weight
     Config = Config
     templates = ("families/sptc24_sm90/kernel.cu", "codegen/sparse_mainloop.cuh", "codegen/cutlass_emit.py",
-                 SM90_PLAN, ONE_META_ATOM)
+                 SM90_PLAN)
 
     def check(self, cfg: Config, problem: Problem) -> str | None:
         if (reason := half_inputs_only(problem.types)) is not None:
@@ -133,7 +132,6 @@ class _Sm90Family(Family):
         out_bytes = 4 if types.out_dtype == "f32" else 2
         return emit_sm90(op, self.template(self.templates[0]), sparse_mainloop=mainloop,
                          sm90_plan=package_file(SM90_PLAN).read_text(),
-                         one_meta_atom=package_file(ONE_META_ATOM).read_text(),
                          has_bias="true" if types.bias else "false", mma_pipe=int(cfg.mma_pipe),
                          stages_expected=pipeline_stages(cfg, out_bytes))
 

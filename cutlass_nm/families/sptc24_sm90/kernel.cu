@@ -16,7 +16,15 @@
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/util/packed_stride.hpp"
 
-${one_meta_atom}${sm90_plan}${sparse_mainloop}${operation}
+// One metadata layout for every config of a weight: a tile K >= 128 kernel reads the tile K 64 atom (two atoms a
+// k-tile), which CUTLASS would otherwise make 128 columns wide, so that tile K 64 and 128 kernels share one copy.
+namespace cutlass {
+template <class ElementAMma_, class ElementEMma_>
+struct Sm90GemmSparseConfig<ElementAMma_, cute::GMMA::Major::K, ElementEMma_, cute::Int<128>>
+    : Sm90GemmSparseConfig<ElementAMma_, cute::GMMA::Major::K, ElementEMma_, cute::Int<64>> {};
+}  // namespace cutlass
+
+${sm90_plan}${sparse_mainloop}${operation}
 
 namespace {
 // mma_pipe = 0: CUTLASS's emitted kernel as is; 1: the same kernel with cnm::PipelinedSparseMma as its mainloop.

@@ -24,13 +24,11 @@ from ...formats.vnm import VNMWeight
 from ...patterns import parse_or_none
 from ..base import Family, FamilyConfig, KernelTypes, Problem, half_inputs_only, package_file, pipelined_mma_rule
 from ..launch import Plans, check_status, gil_holding, packed_launch, steady_call, stream_of, workspace_buffer
-from ..sptc24_sm90.family import ONE_META_ATOM
 
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per consumer thread before spilling
 K_ALIGN = 128  # gathered K is padded to this (a multiple of every tile_k), zero values / valid metadata
 GATHERED_TILES = "codegen/gathered_tiles.cuh"  # CTA order, launch and plan, shared with vnm_fp8_sm90's kernel
-TEMPLATES = ("families/vnm_sm90/kernel.cu", "codegen/sparse_mainloop.cuh", GATHERED_TILES,  # kernel and fragments
-             ONE_META_ATOM)
+TEMPLATES = ("families/vnm_sm90/kernel.cu", "codegen/sparse_mainloop.cuh", GATHERED_TILES)  # kernel and fragments
 ELEMENTS = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "f32": "float"}
 
 
@@ -97,8 +95,7 @@ def emit(cfg: Config, types: KernelTypes, glu: bool) -> str:
         tile_n=int(c.tile_n), tile_k=int(c.tile_k), stages=int(c.stages), consumers=int(c.consumers),
         has_bias="true" if types.bias else "false", mma_pipe=int(c.mma_pipe), raster=int(c.raster),
         cluster=int(c.cluster), glu=1 if glu else 0, stage_bytes=smem_per_stage(c), smem_bytes=smem_bytes(c),
-        sparse_mainloop=package_file(TEMPLATES[1]).read_text(), gathered_tiles=package_file(GATHERED_TILES).read_text(),
-        one_meta_atom=package_file(ONE_META_ATOM).read_text())
+        sparse_mainloop=package_file(TEMPLATES[1]).read_text(), gathered_tiles=package_file(GATHERED_TILES).read_text())
 
 
 def gather_kernel_rule(cfg: FamilyConfig, problem: Problem, stage_bytes: int, smem: int, token_align: int

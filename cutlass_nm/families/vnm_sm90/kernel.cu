@@ -28,7 +28,7 @@
 #include "cutlass/numeric_conversion.h"
 #include "cutlass/util/packed_stride.hpp"
 
-${one_meta_atom}${sparse_mainloop}
+${sparse_mainloop}
 ${gathered_tiles}
 namespace cnm_vnm {
 using namespace cute;
