@@ -138,6 +138,19 @@ def test_decode_vnm_layout_round_trip(pattern, n, k):
     assert torch.equal(dense[:n, :k], w.to_dense().double()) and not dense[:n, k:].any() and not dense[n:].any()
 
 
+def test_decode_vnm_layout_is_the_same_built_in_chunks(monkeypatch):
+    """Built a 32-row block at a time (small temporaries), the decode layout is bit for bit the one built at once,
+    tail rows included."""
+    from cutlass_nm.formats import vnm
+
+    w = compress_vnm(torch.randn(300, 1003, dtype=torch.float16, generator=torch.Generator().manual_seed(4)),
+                     "128:2:8", prune=True)
+    whole = vnm.decode_vnm_layout(w)
+    monkeypatch.setattr(vnm, "CHUNK_BLOCKS", 1)
+    chunked = vnm.decode_vnm_layout(w)
+    assert whole[2] == chunked[2] and all(torch.equal(a, b) for a, b in zip(whole[:2], chunked[:2], strict=True))
+
+
 def test_public_prune_refuses_v32_and_fp32_naming_the_rule():
     """V = 32 runs only at m <= 16 (the decode families): the GEMM tiles of m > 16 take V % 64 == 0, so prune
     refuses it up front; an fp32 V:N:M weight has no family at all."""

@@ -26,6 +26,7 @@ from .weight import CompressedWeight, check_finite, check_not_empty
 
 EXACT_LIMIT = 1820  # C(16, 4): exact search for M <= 16
 _CHUNK_ELEMS = 1 << 24
+CHUNK_BLOCKS = 64  # 32-row blocks decode_vnm_layout builds at once (2048 rows): its temporaries stay a few MB
 
 
 @dataclass(eq=False)
@@ -274,20 +275,31 @@ def decode_vnm_layout(w: VNMWeight) -> tuple[torch.Tensor, torch.Tensor, int]:
         raise ShapeError(f"the sparse-tensor-core decode layout needs V % 32 == 0, got {w.pattern}")
     rows, groups = w.shape[0], w.groups
     gp = -(-groups // 8) * 8
-    rp = -(-rows // 32) * 32
-    blocks, steps = rp // 32, gp // 8
-    vals = torch.zeros(rp, gp, 2, dtype=w.dtype, device=w.device)
-    vals[:rows, :groups] = w.values.reshape(rows, groups, 2)
-    meta = torch.full((rp, gp), PAD_NIBBLE, dtype=torch.int64, device=w.device)
-    meta[:rows, :groups] = w.meta.long()
+    blocks = -(-rows // 32)
+    values = torch.empty(blocks, gp // 8 * 576, dtype=w.dtype, device=w.device)
+    for b0 in range(0, blocks, CHUNK_BLOCKS):  # a few MB of temporaries at a time, not 20x the layout's size
+        b1 = min(blocks, b0 + CHUNK_BLOCKS)
+        values[b0:b1] = _fragments(w.values[32 * b0: 32 * b1], w.meta[32 * b0: 32 * b1], b1 - b0, gp)
+    cols = torch.zeros(w.columns.shape[0], gp, 4, dtype=torch.uint8, device=w.device)
+    cols[:, :groups] = w.columns
+    return values, cols.reshape(-1, 4 * gp).contiguous(), 2 * gp
+
+
+def _fragments(values: torch.Tensor, meta: torch.Tensor, blocks: int, gp: int) -> torch.Tensor:
+    """``decode_vnm_layout``'s values for ``blocks`` 32-row blocks whose rows are ``values`` / ``meta`` (fewer rows
+    in the last block: zero values, padding metadata), groups padded to ``gp``: ``blocks x (gp / 8 * 576)``."""
+    rows, groups = meta.shape
+    rp, steps = 32 * blocks, gp // 8
+    vals = torch.zeros(rp, gp, 2, dtype=values.dtype, device=values.device)
+    vals[:rows, :groups] = values.reshape(rows, groups, 2)
+    nibbles = torch.full((rp, gp), PAD_NIBBLE, dtype=torch.int64, device=values.device)
+    nibbles[:rows, :groups] = meta.long()
     # rows = 32 b + 16 tile + 8 half + g; groups = 8 s + 4 hi + c
     frag = vals.reshape(blocks, 2, 2, 8, steps, 2, 4, 2).permute(0, 4, 1, 3, 6, 5, 2, 7)  # b s tile g c hi half pair
     # word of lane 4 g + 2 tile + hi: groups 4 hi .. 4 hi + 3 of row g (bits 0-15), then of row g + 8 (bits 16-31)
-    shift = 4 * torch.arange(8, device=w.device).reshape(2, 4)  # half, c
-    nib = meta.reshape(blocks, 2, 2, 8, steps, 2, 4) << shift.view(1, 1, 2, 1, 1, 1, 4)  # b tile half g s hi c
+    shift = 4 * torch.arange(8, device=values.device).reshape(2, 4)  # half, c
+    nib = nibbles.reshape(blocks, 2, 2, 8, steps, 2, 4) << shift.view(1, 1, 2, 1, 1, 1, 4)  # b tile half g s hi c
     words = nib.sum((2, 6)).permute(0, 3, 2, 1, 4)  # b s g tile hi
     words = torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
-    packed = torch.cat((frag.reshape(blocks, steps, 512), words.reshape(blocks, steps, 32).view(w.dtype)), dim=-1)
-    cols = torch.zeros(w.columns.shape[0], gp, 4, dtype=torch.uint8, device=w.device)
-    cols[:, :groups] = w.columns
-    return packed.reshape(blocks, steps * 576).contiguous(), cols.reshape(-1, 4 * gp).contiguous(), 2 * gp
+    packed = torch.cat((frag.reshape(blocks, steps, 512), words.reshape(blocks, steps, 32).view(values.dtype)), dim=-1)
+    return packed.reshape(blocks, steps * 576)
