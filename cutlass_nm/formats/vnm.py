@@ -88,11 +88,19 @@ class VNMWeight(CompressedWeight):
     def row_columns(self) -> torch.Tensor:
         """uint8 ``rows x 2G``: each kept value's column offset within its group of M, i.e. this weight read
         as element-wise 2:M (what the CUDA-core decode path streams)."""
-        rows = self.shape[0]
-        block_cols = self.columns.repeat_interleave(self.pattern.v, dim=0)[:rows].long()  # rows x G x 4
-        nib = self.meta.long()
-        pos = torch.stack((nib & 3, (nib >> 2) & 3), dim=-1)
-        return block_cols.gather(-1, pos).reshape(rows, -1).to(torch.uint8)
+        rows, v, groups = self.shape[0], self.pattern.v, self.groups
+        blocks = self.columns.shape[0]
+        nib = torch.zeros(blocks * v, groups, dtype=torch.uint8, device=self.meta.device)
+        nib[:rows] = self.meta
+        nib = nib.reshape(blocks, v, groups)
+        cols = self.columns.unsqueeze(1)  # blocks x 1 x G x 4, broadcast over the block's rows
+        out = torch.empty(blocks, v, groups, 2, dtype=torch.uint8, device=self.meta.device)
+        for slot, pos in enumerate((nib & 3, (nib >> 2) & 3)):  # byte-sized temporaries, no int64 index
+            picked = cols[..., 0].expand(blocks, v, groups)
+            for j in (1, 2, 3):
+                picked = torch.where(pos == j, cols[..., j], picked)
+            out[..., slot] = picked
+        return out.reshape(blocks * v, 2 * groups)[:rows]
 
     @property
     def padded_k(self) -> int:
