@@ -43,17 +43,22 @@ __all__ = ["AnyWeight", "NMWeight", "Sparse24Weight", "VNMWeight", "compress_24"
            "mask_for", "prune_24", "validate_24", "weight_class"]
 
 
+def _integers(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as it is when it holds bytes (the stored format: no 8x copy of a layer's positions), else as int64."""
+    return t if t.dtype == torch.uint8 else t.to(torch.int64)
+
+
 def positions_problem(pattern: Pattern, tensors: dict[str, torch.Tensor]) -> str | None:
     """Why a compressed weight's position tensors (``meta``, ``columns``, ``indices`` by name) are invalid, None
     when they are valid: 2:4 nibbles first < second with nothing above the nibble, offsets ascending and < M. A
     kernel fed invalid positions would compute a wrong product silently."""
     if "meta" in tensors:
-        m = tensors["meta"].to(torch.int64)
+        m = _integers(tensors["meta"])
         if bool(((m >> 4) != 0).any() or ((m & 3) >= ((m >> 2) & 3)).any()):
             return "meta holds a nibble whose kept positions are not ascending (or bits above the nibble)"
     offsets = tensors["columns"] if pattern.is_vnm else tensors.get("indices")
     if offsets is not None:
-        o = offsets.to(torch.int64).reshape(offsets.shape[0], -1, 4 if pattern.is_vnm else pattern.n)
+        o = _integers(offsets).reshape(offsets.shape[0], -1, 4 if pattern.is_vnm else pattern.n)
         if bool((o >= pattern.m).any() or (o[..., 1:] <= o[..., :-1]).any()):
             return f"{'columns' if pattern.is_vnm else 'indices'} hold offsets not ascending or not < M = {pattern.m}"
     return None
