@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Iterable
 
 import torch
 
@@ -27,23 +28,37 @@ from .patterns import Pattern
 # Kernel layouts per weight, keyed by its metadata tensor (storage, offset and shape: row slices of one stack apart).
 # An entry lives as long as the metadata tensor that made it (a module's buffer; a weak reference drops the entry,
 # and the layouts with it, when the module is freed), so a freed weight's layouts never outlive it and a reused
-# address never finds them.
-_LAYOUTS: dict[tuple[int, int, tuple[int, ...]], tuple[weakref.ref, Layouts]] = {}
+# address never finds them. It also records the values tensor it was made with (storage, offset, dtype): a weight
+# whose values were replaced while its metadata stayed (a module cast to another dtype) starts a fresh entry, since
+# its layouts hold the old values.
+_LAYOUTS: dict[tuple[int, int, tuple[int, ...]], tuple[weakref.ref, Layouts, tuple]] = {}
 
 
-def _layout_cache(meta: torch.Tensor) -> Layouts:
-    """The kernel-layout cache shared by every view of the weight whose metadata is ``meta``. Layouts must not
-    hold ``meta`` itself (an alias of its storage is fine), or the entry would keep itself alive."""
+def _layout_cache(meta: torch.Tensor, values: torch.Tensor) -> Layouts:
+    """The kernel-layout cache shared by every view of the weight whose metadata is ``meta`` and values ``values``.
+    Layouts must not hold ``meta`` itself (an alias of its storage is fine), or the entry would keep itself alive."""
     try:
         key = (meta.untyped_storage().data_ptr(), meta.storage_offset(), tuple(meta.shape))
+        made_with = (values.untyped_storage().data_ptr(), values.storage_offset(), values.dtype)
     except RuntimeError:  # a wrapper tensor without real storage (e.g. under functionalization): no caching
         return Layouts()
     entry = _LAYOUTS.get(key)
     owner = entry[0]() if entry is not None else None
-    if owner is None or owner.untyped_storage().data_ptr() != key[0]:
-        entry = (weakref.ref(meta, functools.partial(_forget, key)), Layouts())
+    if owner is None or owner.untyped_storage().data_ptr() != key[0] or entry[2] != made_with:
+        if owner is not None:  # stale layouts of a live weight: calls remembered on them resolve again
+            RememberedCalls.forget()
+        entry = (weakref.ref(meta, functools.partial(_forget, key)), Layouts(), made_with)
         _LAYOUTS[key] = entry
     return entry[1]
+
+
+def forget_layouts(tensors: Iterable[torch.Tensor]) -> None:
+    """Drop the cached layouts of the weights whose metadata lives in any of ``tensors``' storages (a module about to
+    be moved or cast: its layouts hold its old tensors, which are then freed at once)."""
+    storages = {t.untyped_storage().data_ptr() for t in tensors if t is not None and t.device.type != "meta"}
+    for key in [k for k in _LAYOUTS if k[0] in storages]:
+        del _LAYOUTS[key]
+    RememberedCalls.forget()
 
 
 def _forget(key: tuple[int, int, tuple[int, ...]], ref: weakref.ref) -> None:
@@ -56,7 +71,7 @@ def _forget(key: tuple[int, int, tuple[int, ...]], ref: weakref.ref) -> None:
 def weight_view(values: torch.Tensor, meta: torch.Tensor) -> Sparse24Weight:
     """A Sparse24Weight over existing tensors, sharing one layout cache per metadata storage."""
     shape = (int(values.shape[0]), int(values.shape[1]) * 2)
-    return Sparse24Weight(values, meta, shape, _layout_cache(meta))
+    return Sparse24Weight(values, meta, shape, _layout_cache(meta, values))
 
 
 def fp8_view(values: torch.Tensor, meta: torch.Tensor, scale: torch.Tensor) -> Sparse24FP8Weight:
@@ -64,14 +79,14 @@ def fp8_view(values: torch.Tensor, meta: torch.Tensor, scale: torch.Tensor) -> S
     leave them alone), with the shared layout cache."""
     shape = (int(values.shape[0]), int(values.shape[1]) * 2)
     w = Sparse24FP8Weight(values.view(E4M3), meta, shape, scale=scale.float())
-    w.__dict__["_layouts"] = _layout_cache(meta)
+    w.__dict__["_layouts"] = _layout_cache(meta, values)
     return w
 
 
 def vnm_view(values: torch.Tensor, columns: torch.Tensor, meta: torch.Tensor, v: int, m: int, k: int) -> VNMWeight:
     """A V:N:M weight (``v:2:m``, ``k`` in_features) over existing tensors, with the shared layout cache."""
     w = VNMWeight(values, columns, meta, (int(values.shape[0]), k), Pattern(2, m, v))
-    w.__dict__["_layouts"] = _layout_cache(meta)
+    w.__dict__["_layouts"] = _layout_cache(meta, values)
     return w
 
 
@@ -79,7 +94,7 @@ def nm_view(values: torch.Tensor, indices: torch.Tensor, n: int, m: int, k: int,
     """A general N:M weight (``n:m``, ``k`` in_features, positions shared by ``vector`` rows) over existing tensors,
     with the shared layout cache (keyed by ``indices``)."""
     w = NMWeight(values, indices, (int(values.shape[0]), k), Pattern(n, m), vector)
-    w.__dict__["_layouts"] = _layout_cache(indices)
+    w.__dict__["_layouts"] = _layout_cache(indices, values)
     return w
 
 
@@ -97,7 +112,7 @@ def clear_layout_cache() -> None:
     """Forget every cached kernel layout of the modules' weights; each is built again on its next use. (A freed
     weight's layouts go with it; after changing a module's weights in place, ``nn.refresh_module_layouts``
     rebuilds them where they are, which CUDA graphs captured before need.)"""
-    for _, cache in _LAYOUTS.values():
+    for _, cache, _ in _LAYOUTS.values():
         cache.clear()
         cache.builders.clear()
     _LAYOUTS.clear()

@@ -508,6 +508,32 @@ def test_gpu_moving_a_model_that_ran_off_the_gpu_frees_its_memory(pattern):
             torch.testing.assert_close(model(x), y, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("pattern", ["2:4", "128:2:8", "2:8"])
+@pytest.mark.parametrize("how", ["cast", "reassign"])
+def test_layouts_follow_values_replaced_under_the_same_metadata(pattern, how):
+    """A cast to another dtype (``.half()``) or a new values tensor leaves the metadata tensor as it was: layouts
+    built from the old values (a kernel would read their bits in the new dtype, or stale weights) are not reused."""
+    mod = SparseLinear.from_linear(nn.Linear(256, 128).bfloat16(), pattern)
+    old = mod._view().layout(("probe",), lambda w: w.values)
+    if how == "cast":
+        mod.half()
+    else:
+        mod.values = torch.randn_like(mod.values)
+    new = mod._view().layout(("probe",), lambda w: w.values)
+    assert new is not old and new.data_ptr() == mod.values.data_ptr() and new.dtype == mod.values.dtype
+
+
+def test_gated_mlp_cast_rebuilds_its_gate_up_layouts():
+    from cutlass_nm.nn import SparseGatedMLP
+
+    lins = [nn.Linear(64, 256, bias=False), nn.Linear(64, 256, bias=False), nn.Linear(256, 64, bias=False)]
+    mod = SparseGatedMLP.from_linears(*(lin.bfloat16() for lin in lins))
+    old = mod._gate_up_view().layout(("probe",), lambda w: w.values)
+    mod.half()
+    new = mod._gate_up_view().layout(("probe",), lambda w: w.values)
+    assert new is not old and new.dtype == torch.float16 and new.data_ptr() == mod.gate_up_values.data_ptr()
+
+
 def test_loading_weights_rebuilds_built_layouts_in_place():
     """A module that already ran has kernel layouts of its old weight: load_state_dict rebuilds them from the new
     one into the same tensors (launch plans and captured graphs keep their addresses), for 2:4 and V:N:M."""

@@ -23,6 +23,7 @@ from ..formats.fp8 import Sparse24FP8Weight, quantize
 from ..formats.nm import VECTORS
 from ..formats.weight import RememberedCalls, refresh_layouts
 from ..ops import (
+    forget_layouts,
     fp8_view,
     nm_linear,
     nm_view,
@@ -75,10 +76,12 @@ CACHED_SLOTS = ("_cached_view", "_cached_parts", "_fast")  # a module's views of
 
 
 def drop_cached(module: nn.Module) -> None:
-    """Forget ``module``'s cached weight views (with their kernel layouts), its C++ launch and a stack's pending
-    split: each holds the module's tensors as they were, so a device move (``.cpu()``) kept the old copy alive."""
+    """Forget ``module``'s cached weight views, the kernel layouts of its buffers, its C++ launch and a stack's
+    pending split: each holds the module's tensors as they were, so a device move (``.cpu()``) kept the old copy
+    alive, and a cast (``.half()``) kept layouts of the old values under the unchanged metadata."""
     for slot in CACHED_SLOTS:
         module.__dict__.pop(slot, None)
+    forget_layouts(module._buffers.values())
     if module.__dict__.get("_pending") is not None:
         module.__dict__["_pending"] = None
 
