@@ -523,6 +523,26 @@ def test_layouts_follow_values_replaced_under_the_same_metadata(pattern, how):
     assert new is not old and new.data_ptr() == mod.values.data_ptr() and new.dtype == mod.values.dtype
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", ["2:4", "128:2:8"])
+def test_gpu_a_module_cast_after_running_computes_its_new_weights(pattern):
+    """Run in bf16 at a decode and a GEMM row count (layouts built from bf16 values), cast to fp16, run again: the
+    outputs match the fp16 weight's reference, not kernels reading the old bf16 layouts."""
+    torch.manual_seed(0)
+    model = sparsify(nn.Sequential(nn.Linear(1024, 512, bias=False)).bfloat16().cuda(), pattern, force=True)
+    xs = [torch.randn(m, 1024, device="cuda") for m in (1, 64)]
+    with torch.no_grad():
+        for x in xs:
+            model(x.bfloat16())
+        model.half()
+        w = model[0].weight_dense().double()
+        for x in xs:
+            y = model(x.half())
+            ref = x.half().double() @ w.T
+            assert y.dtype == torch.float16
+            assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
+
+
 def test_gated_mlp_cast_rebuilds_its_gate_up_layouts():
     from cutlass_nm.nn import SparseGatedMLP
 
