@@ -543,6 +543,17 @@ def test_gpu_a_module_cast_after_running_computes_its_new_weights(pattern):
             assert ((y.double() - ref).norm() / ref.norm()).item() < 2e-3
 
 
+@pytest.mark.parametrize("cast", ["half", "bfloat16", "to_dtype"])
+def test_fp8_module_keeps_its_float32_scales_through_a_cast(cast):
+    """``model.half()`` / ``.to(dtype)`` casts an FP8 module's bias (its output dtype) but not its per-channel
+    scales: they stay float32, bit for bit, and the module still computes its weight."""
+    mod = SparseLinear.from_linear(nn.Linear(256, 128).bfloat16(), "2:4", fp8=True)
+    scale, dense = mod.scale.clone(), mod.weight_dense().float()
+    mod = mod.to(torch.float16) if cast == "to_dtype" else getattr(mod, cast)()
+    assert mod.scale.dtype == torch.float32 and torch.equal(mod.scale, scale)
+    assert torch.equal(mod.weight_dense().float(), dense)
+
+
 def test_gated_mlp_cast_rebuilds_its_gate_up_layouts():
     from cutlass_nm.nn import SparseGatedMLP
 

@@ -190,9 +190,14 @@ class SparseLinear(nn.Module):
         return cached_view(self, tuple(self._buffers.values()), self.compressed)
 
     def _apply(self, fn: Callable, recurse: bool = True) -> SparseLinear:
-        """``nn.Module``'s (``.to()``, ``.cpu()``, ``.half()``) after :func:`drop_cached`: old tensors are freed."""
+        """``nn.Module``'s (``.to()``, ``.cpu()``, ``.half()``) after :func:`drop_cached`: old tensors are freed. An
+        FP8 module's per-channel scales stay float32 (moved, never cast: ``.half()`` rounded them)."""
         drop_cached(self)
-        return super()._apply(fn, recurse)
+        scale = self._buffers.get("scale")
+        out = super()._apply(fn, recurse)
+        if scale is not None and self._buffers["scale"].dtype != torch.float32:
+            self._buffers["scale"] = scale.to(self._buffers["scale"].device)
+        return out
 
     def __getstate__(self) -> dict[str, Any]:
         """The module's state without its C++ launch (rebuilt by the next call)."""
