@@ -14,6 +14,7 @@ seeds with the 4 columns of largest block-wise magnitude and improves by single-
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -131,19 +132,33 @@ def _grouped(w: torch.Tensor, pattern: Pattern) -> torch.Tensor:
     return a.reshape(b, v, g, m)
 
 
-def _top2_score(a: torch.Tensor, subsets: torch.Tensor) -> torch.Tensor:
-    """Σ over V of the top-2 of each row over each subset: a (B, V, G, M), subsets (S, 4) -> (B, G, S)."""
-    picked = a[..., subsets]  # B, V, G, S, 4
-    return picked.topk(2, dim=-1).values.sum(-1).sum(1)
+@functools.cache
+def _subset_pairs(m: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The 4-column subsets of M (S x 4), the column pairs of M (first and second column, P each), and each
+    subset's 6 pairs as pair indices (S x 6)."""
+    subsets = list(itertools.combinations(range(m), 4))
+    pairs = list(itertools.combinations(range(m), 2))
+    index = {pair: i for i, pair in enumerate(pairs)}
+    return (torch.tensor(subsets), torch.tensor([p[0] for p in pairs]), torch.tensor([p[1] for p in pairs]),
+            torch.tensor([[index[pair] for pair in itertools.combinations(sub, 2)] for sub in subsets]))
+
+
+def _top2_score(a: torch.Tensor, m: int) -> torch.Tensor:
+    """Σ over V of the top-2 of each row over each 4-column subset: a (B, V, G, M) -> (B, G, S). A row's top-2 sum
+    over a subset is the largest sum of two of its columns, so it is a max over the subset's 6 pair sums (the same
+    float32 sum as the two largest added: rounding keeps the order)."""
+    _, first, second, subset_pairs = (t.to(a.device) for t in _subset_pairs(m))
+    pair_sums = a[..., first] + a[..., second]  # B, V, G, P
+    return pair_sums[..., subset_pairs].amax(-1).sum(1)
 
 
 def _exact_columns(a: torch.Tensor, m: int) -> torch.Tensor:
-    subsets = torch.tensor(list(itertools.combinations(range(m), 4)), device=a.device)
+    subsets = _subset_pairs(m)[0].to(a.device)
     b, v, g, _ = a.shape
-    step = max(1, _CHUNK_ELEMS // (b * v * len(subsets) * 4))
+    step = max(1, _CHUNK_ELEMS // (b * v * len(subsets) * 6))
     best = []
     for g0 in range(0, g, step):
-        score = _top2_score(a[:, :, g0:g0 + step], subsets)
+        score = _top2_score(a[:, :, g0:g0 + step], m)
         best.append(subsets[score.argmax(-1)])
     return torch.cat(best, dim=1)  # B, G, 4
 
