@@ -94,9 +94,12 @@ class Sparse24Weight(CompressedWeight):
     def to_dense(self) -> torch.Tensor:
         """Decompress back to the ``rows x k`` dense (pruned) weight."""
         rows, k = self.shape
-        values = self.kept_values()
-        out = torch.zeros(rows, k // GROUP, GROUP, dtype=values.dtype, device=self.device)
-        out.scatter_(-1, self.positions(), values.reshape(rows, k // GROUP, KEEP))
+        pairs = self.kept_values().reshape(rows, k // GROUP, KEEP)
+        out = torch.zeros(rows, k // GROUP, GROUP, dtype=pairs.dtype, device=self.device)
+        for slot in range(KEEP):  # byte-sized position temporaries, no int64 index the size of the weight
+            at = (self.meta >> (2 * slot)) & 3
+            for p in range(GROUP):
+                out[..., p] = torch.where(at == p, pairs[..., slot], out[..., p])
         return out.reshape(rows, k)
 
     def to(self, device: torch.device | str) -> Sparse24Weight:
