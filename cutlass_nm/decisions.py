@@ -8,13 +8,17 @@ L2 (``cutlass_nm.timing``), median of ``REPS``; kernels are compiled in parallel
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, field
 
 import torch
+from rich.console import Console
 from torch import nn
 
-from .dispatch import precompile_for
+from .build.progress import build_progress, step_progress
+from .dispatch import kernels_for, precompile_ids
+from .kernels import uncompiled
 from .timing import copies_to_rotate, time_rotating
 
 REPS = 30
@@ -55,29 +59,46 @@ def measure_speedups(linear: nn.Linear, sparse: nn.Module, tokens: tuple[int, ..
     return {m: time_module(linear, m) / time_module(sparse, m) for m in tokens}
 
 
-def decide(layers: list[tuple[str, nn.Linear, nn.Module]], tokens: tuple[int, ...], min_speedup: float
-           ) -> list[LayerDecision]:
+def decide(layers: list[tuple[str, nn.Linear, nn.Module]], tokens: tuple[int, ...], min_speedup: float,
+           progress: bool = True) -> list[LayerDecision]:
     """A decision per (name, dense layer, its sparse replacement), timing each distinct (shape, dtype, bias) once.
-    Layers off the GPU are kept sparse, unmeasured."""
+    Layers off the GPU are kept sparse, unmeasured. ``progress``: counted bars on stderr while kernels compile
+    (where any is not built yet) and while the shapes are timed."""
     cuda = [(name, lin, sp) for name, lin, sp in layers if _measurable(lin)]
     problems = [(m, sp.compressed(), lin.weight.dtype, lin.bias is not None) for _, lin, sp in cuda for m in tokens
                 if hasattr(sp, "compressed")]
     if problems:
-        precompile_for(problems)
+        _compile(problems, progress)
+    first = {}  # each distinct (shape, dtype, bias, device), timed once: its first layer
+    for _, lin, sp in cuda:
+        first.setdefault((lin.out_features, lin.in_features, lin.weight.dtype, lin.bias is not None,
+                          lin.weight.device), (lin, sp))
     measured: dict[tuple, dict[int, float]] = {}
+    with (step_progress(len(first), "sparsify: timing layer shapes") if progress and first
+          else contextlib.nullcontext(lambda note: None)) as step:
+        for key, (lin, sp) in first.items():
+            measured[key] = measure_speedups(lin, sp, tokens)
+            step(f"{key[0]}x{key[1]}: " + ", ".join(f"m={m} {s:.2f}x" for m, s in measured[key].items()))
     decisions = []
-    for name, lin, sp in layers:
+    for name, lin, _ in layers:
         shape = (lin.out_features, lin.in_features)
         if not _measurable(lin):
             decisions.append(LayerDecision(name, shape, "sparse", {}, "not measured: the layer is not on a CUDA GPU"))
             continue
-        key = (shape, lin.weight.dtype, lin.bias is not None, lin.weight.device)
-        if key not in measured:
-            measured[key] = measure_speedups(lin, sp, tokens)
-        speed = measured[key]
+        speed = measured[(*shape, lin.weight.dtype, lin.bias is not None, lin.weight.device)]
         decisions.append(LayerDecision(name, shape, "sparse" if min(speed.values()) >= min_speedup else "dense",
                                        speed))
     return decisions
+
+
+def _compile(problems: list[tuple], progress: bool) -> None:
+    """Compile the kernels the timing runs, in parallel, with a counted bar where any is not built yet."""
+    kids = kernels_for(problems)
+    if progress and uncompiled(kids):
+        with build_progress(len(kids), Console(stderr=True), label="sparsify: compiling") as step:
+            precompile_ids(kids, step)
+    else:
+        precompile_ids(kids)
 
 
 def _measurable(linear: nn.Linear) -> bool:

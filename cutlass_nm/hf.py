@@ -97,7 +97,7 @@ def _tied(model: nn.Module, head: nn.Module) -> bool:
 def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: Iterable[int] = (1, 2048),
                    min_speedup: float = 1.0, force: bool = False, include_lm_head: bool = False,
                    fuse_gate_up: bool = True, stack_qkv: bool = True, exclude: Iterable[str] = (),
-                   vector: int = 32, fp8: bool = False) -> nn.Module:
+                   vector: int = 32, fp8: bool = False, progress: bool = True) -> nn.Module:
     """Sparsify a decoder-only LM in place: every ``nn.Linear`` of its decoder layers (attention q/k/v/o, MLP
     gate/up/down) becomes ``pattern``-sparse where sparse is faster (``cutlass_nm.sparsify``'s rule: timed on the
     GPU at ``tokens`` against ``min_speedup``, untimed off the GPU or with ``force``).
@@ -111,8 +111,8 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
     ``StackedSparseLinear`` ``qkv_proj`` (one kernel where there were three up to 16 rows of x;
     ``StackedPart`` modules keep their names). Embeddings stay dense; ``lm_head`` too,
     unless ``include_lm_head`` and it is not tied to the input embedding. ``exclude``: fnmatch patterns over
-    qualified names kept dense; ``vector`` and ``fp8`` (2:4 weights in e4m3 with per-channel scales, Hopper): as in
-    ``sparsify``.
+    qualified names kept dense; ``vector``, ``fp8`` (2:4 weights in e4m3 with per-channel scales, Hopper) and
+    ``progress`` (counted bars on stderr while kernels compile and layer shapes are timed): as in ``sparsify``.
 
     Returns ``model`` with ``model.sparsify_summary``, a :class:`ModelSparsifySummary`. InputError if no decoder
     layer is found."""
@@ -161,7 +161,7 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
                          for q, lin in parts]
         else:  # the fused MLP runs where its three projections each win as sparse layers
             decisions = decide([(q, lin, SparseLinear.from_linear(lin, p, fp8=fp8)) for q, lin in parts], tokens,
-                               min_speedup)
+                               min_speedup, progress)
         for i, name in enumerate(candidates):
             mine = decisions[3 * i:3 * i + 3]
             if all(d.decision == "sparse" for d in mine):
@@ -174,7 +174,8 @@ def sparsify_model(model: nn.Module, pattern: str | Pattern = "2:4", *, tokens: 
         if fused:
             sparsify_gated_mlps(model, p, include=fused, names=GATED_NAMES, fp8=fp8)
 
-    sparsify(model, p, include, exclude, vector=vector, tokens=tokens, min_speedup=min_speedup, force=force, fp8=fp8)
+    sparsify(model, p, include, exclude, vector=vector, tokens=tokens, min_speedup=min_speedup, force=force, fp8=fp8,
+             progress=progress)
     stacked = [f"{layer}.self_attn" for layer in layers if stack_qkv and
                stack_sparse_linears(modules[f"{layer}.self_attn"], QKV_NAMES, STACKED_QKV) is not None]
     base = model.sparsify_summary

@@ -29,13 +29,18 @@ def _source(kid: KernelId) -> tuple[str, str, str]:
     return family.source(kid[1], kid[2]), family.arch, kernel_name(kid)
 
 
+def uncompiled(kids: Iterable[KernelId]) -> list[KernelId]:
+    """The ids among ``kids`` that are neither loaded nor in the kernel cache (their first use compiles)."""
+    return [k for k in kids if k not in _LOADED and not is_cached(*_source(k)[:2])]
+
+
 def get_kernel(kid: KernelId) -> Callable:
     """The launcher for a kernel id, compiling it on first use (minutes for a new sm90 kernel)."""
     launcher = _LOADED.get(kid)
     if launcher is None:
         family = get_family(kid[0])
         needs = family.helpers(kid[1], kid[2])
-        cold = [k for k in (kid, *needs) if k not in _LOADED and not is_cached(*_source(k)[:2])] if needs else []
+        cold = uncompiled((kid, *needs)) if needs else []
         if len(cold) > 1:  # the kernel and the helpers its launcher calls: compiled in parallel
             log.warning("cutlass_nm: compiling %s on first use", ", ".join(kernel_name(k) for k in cold))
             precompile(cold)

@@ -226,7 +226,7 @@ def test_on_a_gpu_fuses_only_where_gate_up_and_down_each_win(monkeypatch):
 
     speed = {}
     monkeypatch.setattr(decisions, "_measurable", lambda lin: True)
-    monkeypatch.setattr(decisions, "precompile_for", lambda problems: None)
+    monkeypatch.setattr(decisions, "_compile", lambda problems, progress: None)
     monkeypatch.setattr(decisions, "measure_speedups", lambda lin, sp, tokens: dict.fromkeys(tokens,
                                                                                             speed[lin.out_features]))
     speed.update({64: 1.5, 128: 0.9, 256: 1.5})  # q, o (128 x 128) and down (128 x 256) lose

@@ -317,7 +317,7 @@ def _fake_gpu(monkeypatch, speedups):
 
     timed = []
     monkeypatch.setattr(decisions, "_measurable", lambda lin: True)
-    monkeypatch.setattr(decisions, "precompile_for", lambda problems: None)
+    monkeypatch.setattr(decisions, "_compile", lambda problems, progress: None)
     monkeypatch.setattr(decisions, "measure_speedups",
                         lambda lin, sp, tokens: timed.append((lin.out_features, lin.in_features, tokens))
                         or {m: speedups[(lin.out_features, m)] for m in tokens})
@@ -335,6 +335,43 @@ def test_sparsify_keeps_dense_where_sparse_is_not_faster(monkeypatch):
     assert [(d.name, d.shape, d.decision, d.speedup[2048]) for d in s.decisions] == [
         ("0", (128, 64), "sparse", 1.2), ("2", (64, 128), "dense", 0.9), ("3", (128, 64), "sparse", 1.2)]
     assert "2  64x128  dense  m=1: 1.50x, m=2048: 0.90x  (measured)" in s.table()
+
+
+def test_sparsify_counts_the_shapes_it_times_on_stderr(monkeypatch, capsys):
+    """A line per timed shape (off a terminal) with its speedups; ``progress=False`` prints nothing."""
+    _fake_gpu(monkeypatch, {(128, 1): 1.6, (128, 2048): 1.2, (64, 1): 1.5, (64, 2048): 0.9})
+    model = nn.Sequential(nn.Linear(64, 128), nn.Linear(128, 64), nn.Linear(64, 128)).to(H)
+    sparsify(model, "2:4", tokens=(1, 2048))
+    err = capsys.readouterr().err
+    assert "sparsify: timing layer shapes [1/2] 128x64: m=1 1.60x, m=2048 1.20x" in err
+    assert "sparsify: timing layer shapes [2/2] 64x128: m=1 1.50x, m=2048 0.90x" in err
+    sparsify(nn.Sequential(nn.Linear(64, 128)).to(H), "2:4", tokens=(1, 2048), progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_sparsify_shows_compiles_only_where_a_kernel_is_not_built(monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from cutlass_nm import decisions
+    from cutlass_nm.build import BuildEvent
+
+    calls = []
+    monkeypatch.setattr(decisions, "kernels_for", lambda problems: ["a", "b"])
+
+    def fake_precompile(kids, progress=None):
+        calls.append(progress is not None)
+        if progress is not None:
+            for i, kid in enumerate(kids, 1):
+                progress(BuildEvent(i, len(kids), kid, SimpleNamespace(built=True), 1.0))
+
+    monkeypatch.setattr(decisions, "precompile_ids", fake_precompile)
+    monkeypatch.setattr(decisions, "uncompiled", lambda kids: [])
+    decisions._compile([object()], progress=True)
+    monkeypatch.setattr(decisions, "uncompiled", lambda kids: kids[:1])
+    decisions._compile([object()], progress=True)
+    decisions._compile([object()], progress=False)
+    assert calls == [False, True, False]
+    assert "[2/2]" in capsys.readouterr().err
 
 
 def test_sparsify_threshold_and_force(monkeypatch):

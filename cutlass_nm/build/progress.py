@@ -39,3 +39,25 @@ def build_progress(total: int, console: Console | None = None, label: str = "com
             bar.update(task, completed=event.done, last=f"{event.name} {event.verdict}")
 
         yield advance
+
+
+@contextmanager
+def step_progress(total: int, label: str, console: Console | None = None) -> Iterator[Callable[[str], None]]:
+    """A counted bar for ``total`` steps of any long loop, on stderr; the callback takes a note on the step just
+    done. Off a terminal, one line per step: ``label [3/7] note``."""
+    console = console or Console(stderr=True)
+    if not console.is_terminal:
+        done = 0
+
+        def line(note: str) -> None:
+            nonlocal done
+            done += 1
+            console.print(f"{label} [{done}/{total}] {note}", markup=False, highlight=False, soft_wrap=True)
+
+        yield line
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[last]}", style="dim"))
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task(label, total=total, last="")
+        yield lambda note: bar.update(task, advance=1, last=note)

@@ -299,7 +299,7 @@ def _skip_reason(linear: nn.Linear, pattern: Pattern, fp8: bool = False) -> str 
 
 def sparsify(model: nn.Module, pattern: str | Pattern = "2:4", include: Iterable[str] | None = None,
              exclude: Iterable[str] | None = None, *, vector: int = 32, tokens: Iterable[int] = (1, 2048),
-             min_speedup: float = 1.0, force: bool = False, fp8: bool = False) -> nn.Module:
+             min_speedup: float = 1.0, force: bool = False, fp8: bool = False, progress: bool = True) -> nn.Module:
     """Replace ``nn.Linear`` layers in place by ``SparseLinear`` (magnitude-pruned to ``pattern``: 2:4, V:N:M or
     general N:M, every pattern ``cutlass_nm.prune`` takes; ``vector``: the general N:M format's rows sharing
     positions) where sparse is faster.
@@ -307,7 +307,8 @@ def sparsify(model: nn.Module, pattern: str | Pattern = "2:4", include: Iterable
     A layer on a CUDA GPU becomes sparse only if its sparse forward is at least ``min_speedup`` x faster than the
     dense one at every token count (rows of x) in ``tokens``, timed on this GPU (``cutlass_nm.decisions``; each
     distinct shape once, kernels compiled first); otherwise it stays dense. ``force=True`` replaces every layer
-    that can run the pattern, untimed. Layers not on a GPU are replaced untimed.
+    that can run the pattern, untimed. Layers not on a GPU are replaced untimed. ``progress``: counted bars on
+    stderr while that compiles and times.
 
     ``include``/``exclude`` are fnmatch patterns over qualified module names (e.g. ``"*.mlp.*"``). Layers that
     cannot run the pattern (dtype, shape, NaN/Inf weights) stay dense: one warning lists them with the reason. The
@@ -358,7 +359,7 @@ def sparsify(model: nn.Module, pattern: str | Pattern = "2:4", include: Iterable
         summary.decisions = [LayerDecision(q, (c.out_features, c.in_features), "sparse", {}, "forced")
                              for _, _, q, c, _ in runnable]
     else:
-        summary.decisions = decide([(q, c, sp) for _, _, q, c, sp in runnable], tokens, min_speedup)
+        summary.decisions = decide([(q, c, sp) for _, _, q, c, sp in runnable], tokens, min_speedup, progress)
     for (parent, child_name, qualified, _, sparse), decision in zip(runnable, summary.decisions, strict=True):
         if decision.decision != "sparse":
             continue
