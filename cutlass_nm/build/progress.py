@@ -28,9 +28,7 @@ def build_progress(total: int, console: Console | None = None, label: str = "com
 
         yield line
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[last]}", style="dim"))
-    with Progress(*columns, console=console) as bar:
+    with _bar(console) as bar:
         task = bar.add_task(label, total=total, last="")
 
         def advance(event: BuildEvent) -> None:
@@ -56,8 +54,12 @@ def step_progress(total: int, label: str, console: Console | None = None) -> Ite
 
         yield line
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[last]}", style="dim"))
-    with Progress(*columns, console=console) as bar:
+    with _bar(console) as bar:
         task = bar.add_task(label, total=total, last="")
         yield lambda note: bar.update(task, advance=1, last=note)
+
+
+def _bar(console: Console) -> Progress:
+    """The live bar both progress views draw: label, bar, done/total, elapsed time, the last step's note."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("{task.fields[last]}", style="dim"), console=console)
