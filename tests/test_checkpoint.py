@@ -13,7 +13,7 @@ from torch import nn
 import cutlass_nm
 from cutlass_nm import CheckpointError, SparsityError
 from cutlass_nm.checkpoint import load_compressed_tensors, load_sparse, load_sparse_into, save_sparse
-from cutlass_nm.formats.sparse24 import PAD_NIBBLE
+from cutlass_nm.formats.meta_sm90 import PAD_NIBBLE
 from cutlass_nm.nn import SparseLinear
 
 st = pytest.importorskip("safetensors.torch")
@@ -196,7 +196,7 @@ def test_bitmask_with_fewer_than_two_ones_pads_like_our_format(tmp_path, monkeyp
                  str(tmp_path / "w.safetensors"))
     got = load_compressed_tensors(tmp_path / "w.safetensors")["l"]
     assert torch.equal(got.to_dense(), w)
-    assert int(got.meta[0, 0]) == int(got.meta[0, 1]) == PAD_NIBBLE  # empty groups: positions (0, 1)
+    assert int(got.groups()[0, 0]) == int(got.groups()[0, 1]) == PAD_NIBBLE  # empty groups: positions (0, 1)
     assert got.positions()[1, 0].tolist() == [0, 3]  # the one nonzero (position 3) and the lowest free one
     assert got.values[1, :2].tolist() == [0.0, 1.5]
 
@@ -221,7 +221,7 @@ class QKV(nn.Module):
     def __init__(self, bias: bool) -> None:
         super().__init__()
         self.q_proj = nn.Linear(64, 128, bias=bias)
-        self.k_proj, self.v_proj = nn.Linear(64, 32, bias=bias), nn.Linear(64, 32, bias=bias)
+        self.k_proj, self.v_proj = nn.Linear(64, 64, bias=bias), nn.Linear(64, 32, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), -1)
@@ -300,7 +300,7 @@ def test_own_format_round_trip(tmp_path):
     model = _sparse_model()
     save_sparse(model, tmp_path / "m.safetensors")
     ckpt = load_sparse(tmp_path / "m.safetensors")
-    assert ckpt.version == 1
+    assert ckpt.version == 2
     assert {n: (str(w.pattern), w.shape) for n, w in ckpt.layers.items()} == {
         "0": ("2:4", (128, 64)), "2": ("128:2:8", (128, 128)), "3": ("3:7", (48, 128))}
     assert ckpt.layers["3"].vector == 32 and sorted(ckpt.tensors) == ["0.bias", "1.bias", "1.weight", "2.bias",
@@ -344,19 +344,35 @@ def _tamper(src, dst, *, metadata=None, tensors=None) -> None:
     st.save_file(data, str(dst), metadata=meta)
 
 
+def test_own_format_reads_version_1_files(tmp_path):
+    """A version-1 file holds a 2:4 layer's metadata as per-group nibbles (rows x k/4): it loads as the same weight,
+    and its nibbles are checked as such."""
+    model = _sparse_model()
+    save_sparse(model, tmp_path / "m.safetensors")
+    groups = model[0].compressed().groups()
+    assert groups.shape == (128, 16)
+    _tamper(tmp_path / "m.safetensors", tmp_path / "v1.safetensors", metadata={"format": "cutlass_nm.sparse/1"},
+            tensors={"0.meta": groups})
+    ckpt = load_sparse(tmp_path / "v1.safetensors")
+    assert ckpt.version == 1 and torch.equal(ckpt.layers["0"].meta, model[0].meta)
+    _tamper(tmp_path / "v1.safetensors", tmp_path / "bad.safetensors", tensors={"0.meta": groups | 0x10})
+    with pytest.raises(CheckpointError, match="not ascending"):
+        load_sparse(tmp_path / "bad.safetensors")
+
+
 def test_own_format_refusals(tmp_path):
     good = tmp_path / "m.safetensors"
     save_sparse(_sparse_model(), good)
     data = good.read_bytes()
     (tmp_path / "trunc.safetensors").write_bytes(data[: len(data) // 2])
     st.save_file({"0.values": torch.zeros(128, 32, dtype=H)}, str(tmp_path / "foreign.safetensors"))
-    _tamper(good, tmp_path / "v2.safetensors", metadata={"format": "cutlass_nm.sparse/2"})
+    _tamper(good, tmp_path / "v3.safetensors", metadata={"format": "cutlass_nm.sparse/3"})
     _tamper(good, tmp_path / "shape.safetensors", tensors={"0.values": torch.zeros(128, 31, dtype=H)})
-    _tamper(good, tmp_path / "meta.safetensors", tensors={"0.meta": torch.full((128, 16), 0b0001, dtype=torch.uint8)})
+    _tamper(good, tmp_path / "meta.safetensors", tensors={"0.meta": torch.full((1, 1024), 0x41, dtype=torch.uint8)})
     cases = {
         "trunc": "not a readable safetensors file",
         "foreign": "not a cutlass_nm sparse checkpoint: its safetensors metadata has no 'format'",
-        "v2": "format version 2 by a newer cutlass_nm; this version reads version 1",
+        "v3": "format version 3 by a newer cutlass_nm; this version reads versions 1 to 2",
         "shape": r"layer '0' \(2:4, 128x64\): tensor 'values' is \(128, 31\) torch.bfloat16, expected \(128, 32\)",
         "meta": "layer '0' .2:4.: meta holds a nibble whose kept positions are not ascending",
         "missing": "no such file",
@@ -364,8 +380,8 @@ def test_own_format_refusals(tmp_path):
     for name, message in cases.items():
         with pytest.raises(CheckpointError, match=message):
             load_sparse(tmp_path / f"{name}.safetensors")
-    with pytest.raises(CheckpointError, match="format version 2"):
-        load_sparse_into(_sparse_model(), tmp_path / "v2.safetensors")
+    with pytest.raises(CheckpointError, match="format version 3"):
+        load_sparse_into(_sparse_model(), tmp_path / "v3.safetensors")
     small = nn.Sequential(nn.Linear(64, 96), nn.LayerNorm(128), nn.Linear(128, 128), nn.Linear(128, 48)).to(H)
     with pytest.raises(CheckpointError, match=r"layer '0' is 128x64 \(out x in\) in the checkpoint, 96x64"):
         load_sparse_into(small, good)

@@ -47,7 +47,7 @@ def test_sm90_layout_roundtrip_and_bijective(shape, atom_bits, seed):
     atom_k, bits = atom_bits  # bits: A's element width (8: FP8)
     c = compress_24(_rand(*shape, torch.float16, seed), prune=True)
     e = meta_sm90.to_sm90(c, atom_k, bits)
-    assert torch.equal(meta_sm90.from_sm90(e, *shape, atom_k, bits), c.meta)
+    assert torch.equal(meta_sm90.from_sm90(e, *shape, atom_k, bits), c.groups())
     rows_a, k_a = meta_sm90.padded_shape(*shape, atom_k)
     off = meta_sm90.byte_offsets(rows_a, k_a, atom_k, bits=bits).flatten()
     assert torch.equal(off.sort().values, torch.arange(e.numel()))
@@ -68,7 +68,7 @@ def test_sm90_layout_built_in_row_chunks_equals_one_pass(monkeypatch, bits):
 def test_sm80_layout_roundtrip_and_bijective(shape, seed):
     c = compress_24(_rand(*shape, torch.bfloat16, seed), prune=True)
     e = meta_sm80.to_sm80(c)
-    assert torch.equal(meta_sm80.from_sm80(e, *shape), c.meta)
+    assert torch.equal(meta_sm80.from_sm80(e, *shape), c.groups())
     off = meta_sm80.element_offsets(*meta_sm80.padded_shape(*shape)).flatten()
     assert torch.equal(off.sort().values, torch.arange(e.numel()))
 
@@ -149,3 +149,51 @@ def test_empty_weights_are_a_shape_error(shape):
         prune(w, "2:4")
     with pytest.raises(ShapeError, match=r"out_features >= 1 and in_features >= 1"):
         compress(w, "2:4")
+
+
+@settings(max_examples=30, deadline=None)
+@given(shapes, st.integers(0, 2**31 - 1))
+def test_packed_meta_is_the_sm90_layout_and_unpacks(shape, seed):
+    """The canonical metadata is the sm90 64-column atom layout (what the GEMMs and decode24 read) as slabs x
+    8·rows_a, every padding nibble a valid pair, and unpacks to the per-group nibbles."""
+    c = compress_24(_rand(*shape, torch.float16, seed), prune=True)
+    rows_a, k_a = meta_sm90.padded_shape(*shape, 64)
+    assert c.meta.shape == (k_a // 64, 8 * rows_a) and c.meta.is_contiguous()
+    groups = c.groups()
+    assert groups.shape == (shape[0], shape[1] // 4) and int(groups.max()) < 16
+    assert torch.equal(c.meta.reshape(-1), meta_sm90.from_groups(groups, shape[1]))
+    lo, hi = c.meta & 0xF, c.meta >> 4
+    assert ((lo & 3) < (lo >> 2)).all() and ((hi & 3) < (hi >> 2)).all()
+
+
+def test_kernel_offsets_read_each_chunk_of_a_stacked_row():
+    """decode24's kernel reads the uint16 of 16 columns of a row at slab·pitch + (row / 64)·512 + (row % 8)·8 +
+    ((row / 8) % 2)·2 + ((row / 16) % 4)·128 + (chunk % 2)·64 + ((chunk / 2) % 2)·4: in a stack's column slice
+    (pitch: the stack's) that gives every part's nibbles."""
+    parts = [compress_24(_rand(n, 192, torch.float16, n), prune=True) for n in (128, 64, 40)]
+    stack = torch.cat([p.meta for p in parts], dim=1)
+    start = 0
+    for part in parts:
+        rows = part.shape[0]
+        view = stack[:, 8 * start: 8 * (start + meta_sm90.padded_shape(rows, 192, 64)[0])]
+        assert torch.equal(meta_sm90.unpack(view, rows, 192), part.groups())
+        pitch, base = view.stride(0), view.storage_offset()
+        groups = part.groups()
+        for row in range(rows):
+            for chunk in range(192 // 16):
+                at = base + (chunk // 4) * pitch + (row // 64) * 512 + (row % 8) * 8 + ((row // 8) % 2) * 2 + \
+                    ((row // 16) % 4) * 128 + (chunk % 2) * 64 + ((chunk // 2) % 2) * 4
+                word = int(stack.reshape(-1)[at]) | int(stack.reshape(-1)[at + 1]) << 8
+                assert [(word >> (4 * g)) & 0xF for g in range(4)] == groups[row, 4 * chunk: 4 * chunk + 4].tolist()
+        start += rows
+
+
+def test_a_weight_refuses_metadata_of_another_shape():
+    """Per-group nibbles (rows x k/4) are not the canonical form: the weight says how to build one from them."""
+    from cutlass_nm.errors import ShapeError
+    from cutlass_nm.formats import Sparse24Weight
+
+    c = compress_24(_rand(64, 64, torch.float16, 0), prune=True)
+    with pytest.raises(ShapeError, match=r"meta is uint8 of shape \(1, 512\).*Sparse24Weight.from_groups"):
+        Sparse24Weight(c.values, c.groups(), c.shape)
+    assert torch.equal(Sparse24Weight.from_groups(c.values, c.groups(), c.shape).meta, c.meta)

@@ -197,5 +197,5 @@ def test_padded_24_shares_aligned_weights(k):
     assert (w24.values.data_ptr() == w.values.data_ptr()) is aligned
     assert w24.shape == (64, w.gathered_k(128))
     assert torch.equal(w24.values[:, : 2 * w.groups], w.values)
-    assert torch.equal(w24.meta[:, : w.groups], w.meta)
+    assert torch.equal(w24.groups()[:, : w.groups], w.meta)
     assert torch.equal(w24.values[:, 2 * w.groups:], torch.zeros_like(w24.values[:, 2 * w.groups:]))

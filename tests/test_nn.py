@@ -674,7 +674,7 @@ def test_stacked_part_takes_its_output_of_one_split_per_input(monkeypatch):
     from cutlass_nm.nn import StackedPart, StackedSparseLinear
 
     torch.manual_seed(0)
-    lins = [SparseLinear.from_linear(nn.Linear(64, n, bias=False).half(), "2:4") for n in (32, 16, 16)]
+    lins = [SparseLinear.from_linear(nn.Linear(64, n, bias=False).half(), "2:4") for n in (128, 64, 32)]
     stack = StackedSparseLinear.stack(lins)
     q, k, v = (StackedPart(stack, i) for i in range(3))
     splits = []
@@ -768,13 +768,15 @@ def test_stack_sparse_linears_only_where_the_layers_stack():
     def lin(n, k=64, bias=False, pattern="2:4", fp8=False):
         return SparseLinear.from_linear(nn.Linear(k, n, bias=bias).half(), pattern, fp8=fp8)
 
-    ok = attn(lin(32, bias=True), lin(16, bias=True), lin(16, bias=True))
+    ok = attn(lin(128, bias=True), lin(64, bias=True), lin(16, bias=True))
     stack = stack_sparse_linears(ok, ("q_proj", "k_proj", "v_proj"), "qkv_proj")
-    assert isinstance(stack, StackedSparseLinear) and ok["qkv_proj"] is stack and stack.sizes == (32, 16, 16)
+    assert isinstance(stack, StackedSparseLinear) and ok["qkv_proj"] is stack and stack.sizes == (128, 64, 16)
     assert isinstance(ok["v_proj"], StackedPart) and stack.bias is not None
-    refused = [attn(lin(32), lin(16, bias=True), lin(16)), attn(lin(32), lin(16, k=128), lin(16)),
+    assert torch.equal(stack.parts()[1].to_dense(), ok["k_proj"].weight_dense())  # a 64-row block of the stack
+    refused = [attn(lin(128), lin(64, bias=True), lin(64)), attn(lin(128), lin(64, k=128), lin(64)),
                attn(lin(32, pattern="128:2:8"), lin(128, pattern="128:2:8"), lin(128, pattern="128:2:8")),
-               attn(lin(32), lin(16, fp8=True), lin(16)), attn(lin(32), nn.Linear(64, 16).half(), lin(16))]
+               attn(lin(128), lin(64, fp8=True), lin(64)), attn(lin(128), nn.Linear(64, 64).half(), lin(64)),
+               attn(lin(128), lin(32), lin(64))]  # 2:4 metadata holds rows in blocks of 64
     with pytest.raises(cutlass_nm.PatternError, match="at least one layer"):
         StackedSparseLinear.stack([])
     for mod in refused:

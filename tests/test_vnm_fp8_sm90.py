@@ -86,7 +86,7 @@ def test_kernel_layout_computes_the_product(pattern, shape):
     kg = w.gathered_k(K_ALIGN)
     assert values.dtype == E4M3 and values.shape == (n, kg // 2) and gidx.shape == (-(-n // w.pattern.v), kg)
     meta = meta_sm90.from_sm90(e, n, kg, 128, 8)
-    dense = Sparse24Weight(values.float(), meta, (n, kg)).to_dense().double() * w.scale.double()[:, None]
+    dense = Sparse24Weight.from_groups(values.float(), meta, (n, kg)).to_dense().double() * w.scale.double()[:, None]
     xp = torch.cat((torch.nn.functional.pad(x, (0, w.padded_k - k)), torch.zeros(5, 1, dtype=x.dtype)), 1)
     idx = torch.where(gidx < 0, w.padded_k, gidx).long()  # -1: the kernel zero-fills
     v = w.pattern.v

@@ -103,7 +103,7 @@ def test_kernel_layout_computes_the_product(pattern, shape):
     assert (e_rows, kg // 16) == meta_sm80.padded_shape(n, kg) and e.numel() == e_rows * kg // 16
     assert int(gidx.min()) >= 0 and int(gidx.max()) == w.padded_k  # padding names the zero row
     meta = meta_sm80.from_sm80(e, n, kg)
-    dense = Sparse24Weight(values, meta, (n, kg)).to_dense().double()
+    dense = Sparse24Weight.from_groups(values, meta, (n, kg)).to_dense().double()
     xt = torch.zeros(w.padded_k + 1, 5, dtype=x.dtype)
     xt[:k] = x.T
     v = w.pattern.v

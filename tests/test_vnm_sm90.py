@@ -118,7 +118,7 @@ def test_kernel_layout_computes_the_product(pattern, shape):
     assert kg % 128 == 0 and values.shape == (n, kg // 2) and gidx.shape == (-(-n // w.pattern.v), kg)
     assert e.numel() == meta_sm90.padded_shape(n, kg, 64)[0] * kg // 8
     meta = meta_sm90.from_sm90(e, n, kg, 64)
-    dense = Sparse24Weight(values, meta, (n, kg)).to_dense().double()
+    dense = Sparse24Weight.from_groups(values, meta, (n, kg)).to_dense().double()
     xp = torch.cat((torch.nn.functional.pad(x, (0, w.padded_k - k)), torch.zeros(5, 1, dtype=x.dtype)), 1)
     idx = torch.where(gidx < 0, w.padded_k, gidx).long()  # -1: the kernel zero-fills
     v = w.pattern.v

@@ -1,4 +1,4 @@
-"""Checkpoints: compressed models as safetensors (format ``cutlass_nm.sparse/1``), and compressed-tensors
+"""Checkpoints: compressed models as safetensors (format ``cutlass_nm.sparse/2``), and compressed-tensors
 ``sparse-24-bitmask`` checkpoints (llm-compressor's 2:4 output) read straight into 2:4 weights.
 
 * :func:`save_sparse` writes a model's ``SparseLinear`` buffers (and every other tensor, as is) with a metadata

@@ -123,7 +123,7 @@ def _from_bitmask(name: str, compressed: torch.Tensor, bitmask: torch.Tensor, sh
         off += n
     if off != flat.numel():
         raise CheckpointError(f"layer {name!r}: {flat.numel()} compressed values, but its bitmask marks {off}")
-    return Sparse24Weight(values, meta, (rows, k))
+    return Sparse24Weight.from_groups(values, meta, (rows, k))
 
 
 def load_compressed_tensors(path: PathLike, model: nn.Module | None = None, *, strict: bool = False,

@@ -1,4 +1,4 @@
-"""Our checkpoint format, ``cutlass_nm.sparse/1``: safetensors with a metadata header (docs/checkpoints.md)."""
+"""Our checkpoint format, ``cutlass_nm.sparse/2``: safetensors with a metadata header (docs/checkpoints.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..errors import CheckpointError, CutlassNMError
-from ..formats import AnyWeight, NMWeight, Sparse24Weight, VNMWeight, positions_problem
+from ..formats import AnyWeight, NMWeight, Sparse24Weight, VNMWeight, meta_sm90, positions_problem
 from ..formats.fp8 import E4M3, NMFP8Weight, Sparse24FP8Weight, VNMFP8Weight
 from ..formats.nm import VECTORS
 from ..nn import SparseLinear
@@ -21,7 +21,7 @@ from ..patterns import Pattern
 from .files import DTYPES, PathLike, install, open_safetensors, safetensors_module, tensor_key, weight_tensors
 
 FORMAT = "cutlass_nm.sparse"
-VERSION = 1
+VERSION = 2  # 2: 2:4 meta in its packed form (formats/sparse24.py); 1: per-group nibbles, read too
 
 
 @dataclass
@@ -48,7 +48,7 @@ def _layer_meta(w: AnyWeight, bias: bool) -> dict[str, Any]:
 
 
 def save_sparse(model_or_state_dict: nn.Module | Mapping[str, torch.Tensor | AnyWeight], path: PathLike) -> None:
-    """Write a compressed model to ``path`` (safetensors, format ``cutlass_nm.sparse/1``).
+    """Write a compressed model to ``path`` (safetensors, format ``cutlass_nm.sparse/2``).
 
     A module: its whole ``state_dict`` (``SparseLinear`` layers as their compressed buffers) plus one metadata
     entry per ``SparseLinear``. A mapping: tensors are written under their names; a compressed weight
@@ -103,12 +103,14 @@ def _version(path: Path, header: dict[str, str] | None) -> int:
                               f"'{FORMAT}/{VERSION}'")
     if int(version) > VERSION:
         raise CheckpointError(f"{path} was written in format version {version} by a newer cutlass_nm; this version "
-                              f"reads version {VERSION}: upgrade cutlass-nm")
+                              f"reads versions 1 to {VERSION}: upgrade cutlass-nm")
     return int(version)
 
 
-def _expected(info: dict[str, Any]) -> tuple[Pattern, int, dict[str, tuple[tuple[int, ...], torch.dtype]]]:
-    """Pattern, vector and the expected (shape, dtype) of every tensor of one layer's metadata entry."""
+def _expected(info: dict[str, Any], version: int = VERSION
+              ) -> tuple[Pattern, int, dict[str, tuple[tuple[int, ...], torch.dtype]]]:
+    """Pattern, vector and the expected (shape, dtype) of every tensor of one layer's metadata entry in a file of
+    format ``version``."""
     p = Pattern.parse(info["pattern"])
     dtype = DTYPES[info["dtype"]]
     n, k, vector = int(info["out_features"]), int(info["in_features"]), int(info["vector"])
@@ -121,9 +123,10 @@ def _expected(info: dict[str, Any]) -> tuple[Pattern, int, dict[str, tuple[tuple
     if p.is_24:
         if k % 4:
             raise ValueError(f"2:4 needs in_features % 4 == 0, got {k}")
+        meta = (n, k // 4) if version == 1 else meta_sm90.packed_shape(n, k)
         if fp8:
-            return p, 0, {"values": ((n, k // 2), u8), "meta": ((n, k // 4), u8), "scale": ((n,), torch.float32)}
-        return p, 0, {"values": ((n, k // 2), dtype), "meta": ((n, k // 4), u8)}
+            return p, 0, {"values": ((n, k // 2), u8), "meta": (meta, u8), "scale": ((n,), torch.float32)}
+        return p, 0, {"values": ((n, k // 2), dtype), "meta": (meta, u8)}
     if dtype == E4M3:
         raise ValueError(f"float8_e4m3fn values need fp8: true and the 2:4 pattern, got {p}")
     g = -(-k // p.m)
@@ -135,7 +138,10 @@ def _expected(info: dict[str, Any]) -> tuple[Pattern, int, dict[str, tuple[tuple
     return p, vector, {"values": ((n, g * p.n), dtype), "indices": ((-(-n // vector), g * p.n), u8)}
 
 
-def _weight(p: Pattern, t: dict[str, torch.Tensor], shape: tuple[int, int], vector: int) -> AnyWeight:
+def _weight(p: Pattern, t: dict[str, torch.Tensor], shape: tuple[int, int], vector: int, version: int
+            ) -> AnyWeight:
+    if p.is_24 and version == 1:  # per-group nibbles, packed now
+        t = {**t, "meta": meta_sm90.pack(t["meta"], shape[1])}
     if "scale" in t:
         return Sparse24FP8Weight(t["values"].view(E4M3), t["meta"], shape, scale=t["scale"])
     if p.is_24:
@@ -162,7 +168,7 @@ def load_sparse(path: PathLike, *, device: torch.device | str = "cpu") -> Sparse
     layers: dict[str, AnyWeight] = {}
     for name, info in entries.items():
         try:
-            p, vector, expected = _expected(info)
+            p, vector, expected = _expected(info, version)
         except (KeyError, TypeError, ValueError, CutlassNMError) as exc:
             raise CheckpointError(f"{path}: layer {name!r} has invalid metadata {info!r}: {exc}") from None
         parts = {}
@@ -178,9 +184,9 @@ def load_sparse(path: PathLike, *, device: torch.device | str = "cpu") -> Sparse
         if info["bias"] != (bias is not None) or (bias is not None and tuple(bias.shape) != (info["out_features"],)):
             raise CheckpointError(f"{path}: layer {name!r}: metadata says bias={info['bias']}, the file holds "
                                   f"{'no bias' if bias is None else f'a bias of shape {tuple(bias.shape)}'}")
-        if (why := positions_problem(p, parts)) is not None:
+        if (why := positions_problem(p, parts, groups=version == 1)) is not None:
             raise CheckpointError(f"{path}: layer {name!r} ({p}): {why}")
-        layers[name] = _weight(p, parts, (int(info["out_features"]), int(info["in_features"])), vector)
+        layers[name] = _weight(p, parts, (int(info["out_features"]), int(info["in_features"])), vector, version)
     return SparseCheckpoint(layers, {k: t.to(device) for k, t in tensors.items()}, version)
 
 

@@ -48,17 +48,26 @@ def _integers(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == torch.uint8 else t.to(torch.int64)
 
 
-def positions_problem(pattern: Pattern, tensors: dict[str, torch.Tensor]) -> str | None:
+def positions_problem(pattern: Pattern, tensors: dict[str, torch.Tensor], *, groups: bool = False) -> str | None:
     """Why a compressed weight's position tensors (``meta``, ``columns``, ``indices`` by name) are invalid, None
-    when they are valid: 2:4 nibbles first < second with nothing above the nibble, offsets ascending and < M. A
-    kernel fed invalid positions would compute a wrong product silently."""
+    when they are valid: metadata nibbles first < second (2:4 ``meta`` two a byte; V:N:M's, or 2:4 per-group
+    nibbles with ``groups=True``, one a byte with nothing above it), offsets ascending and < M. A kernel fed invalid
+    positions would compute a wrong product silently."""
     if "meta" in tensors:
         m = _integers(tensors["meta"])
-        if bool(((m >> 4) != 0).any() or ((m & 3) >= ((m >> 2) & 3)).any()):
-            return "meta holds a nibble whose kept positions are not ascending (or bits above the nibble)"
+        two = pattern.is_24 and not groups
+        bad = _unordered(m & 0xF) | ((m >> 8) != 0)
+        bad |= _unordered(m >> 4) if two else (m >> 4) != 0
+        if bool(bad.any()):
+            return "meta holds a nibble whose kept positions are not ascending (or bits above its nibbles)"
     offsets = tensors["columns"] if pattern.is_vnm else tensors.get("indices")
     if offsets is not None:
         o = _integers(offsets).reshape(offsets.shape[0], -1, 4 if pattern.is_vnm else pattern.n)
         if bool((o >= pattern.m).any() or (o[..., 1:] <= o[..., :-1]).any()):
             return f"{'columns' if pattern.is_vnm else 'indices'} hold offsets not ascending or not < M = {pattern.m}"
     return None
+
+
+def _unordered(nibble: torch.Tensor) -> torch.Tensor:
+    """Where a metadata nibble's first kept position (bits 0-1) is not below its second (bits 2-3)."""
+    return (nibble & 3) >= ((nibble >> 2) & 3)

@@ -57,6 +57,8 @@ class _Scaled:
         if not isinstance(self.scale, torch.Tensor) or self.scale.dtype != torch.float32 or \
                 tuple(self.scale.shape) != (rows,):
             raise InputError(f"an FP8 weight needs a float32 scale of shape ({rows},)")
+        if (check_format := getattr(super(), "__post_init__", None)) is not None:
+            check_format()
 
     def kept_values(self) -> torch.Tensor:
         """The kept values dequantized, float32 (``to_dense`` is therefore float32)."""

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .sparse24 import PAD_NIBBLE, Sparse24Weight
+from .meta_sm90 import PAD_NIBBLE
+from .sparse24 import Sparse24Weight
 
 ROWS_ALIGN = 256  # largest CTA tile M of the sm80 family
 COLS_ALIGN = 8  # tile K 128 / 16 columns per uint16
@@ -51,7 +52,7 @@ def to_sm80(w: Sparse24Weight) -> torch.Tensor:
     rows, k = w.shape
     rows_p, cols_p = padded_shape(rows, k)
     out = torch.full((rows_p * cols_p,), PAD_U16, dtype=torch.int32, device=w.device)
-    q = _quads(w.meta)
+    q = _quads(w.groups())
     off = element_offsets(rows_p, cols_p, w.device)[:rows, : q.shape[1]]
     out[off.reshape(-1)] = q.reshape(-1)
     return out.to(torch.int16)  # wraps to the same 16-bit pattern

@@ -1,9 +1,11 @@
-"""2:4 metadata in the layout CUTLASS's sm90 sparse GEMM (wgmma.sp) reads.
+"""2:4 metadata in the layout CUTLASS's sm90 sparse GEMM (wgmma.sp) reads, which is also the canonical 2:4 form.
 
 The layout is ``Sm90GemmSparseConfig::fill_layoutE`` for K-major A: an atom of 64 rows x
 ``atom_k`` logical columns, atoms tiled along M first, then K. CUTLASS makes ``atom_k = min(tile_k, 128)``;
-sptc24_sm90's kernels read the 64-column atom at every tile K, so a weight needs one copy (each launcher
-reports its atom: ``cnm_meta_atom_k``).
+sptc24_sm90's kernels read the 64-column atom at every tile K, and decode24 reads it too, so a 16-bit weight's
+canonical ``meta`` (:func:`pack`, ``ATOM_K``) is the one copy both run on. ``meta`` is 2-D,
+``ceil(k / 64) x 8 * rows_a`` (rows_a: rows rounded up to 64): row s is the 64-column slab s, 8 bytes a weight row,
+so rows [64 a, 64 b) of a weight are the column slice [:, 512 a : 512 b] (a stacked layer's rows are a view).
 Inside a 16-bit A's atom, logical coordinates decompose as
 m = m0 + 8·m1 + 16·m2 (8, 2, 4) and k = k0 + 16·k1 + 32·k2 (16, 2, atom_k/32),
 with compact strides ordered k0 < m1 < k2 < m0 < k1 < m2; an 8-bit A's (FP8) atom is row-major.
@@ -15,15 +17,21 @@ from __future__ import annotations
 
 import torch
 
-from .sparse24 import PAD_NIBBLE, Sparse24Weight
-
 ROWS_ALIGN = 64
+ATOM_K = 64  # the canonical layout's atom: 64 logical columns
 CHUNK_ROWS = 1024  # rows converted at once (a multiple of ROWS_ALIGN): the index temporaries stay a few MB
+PAD_NIBBLE = 0b0100  # metadata of an all-zero padding group: positions (0, 1), a valid ordered pair
 PAD_BYTE = PAD_NIBBLE * 0x11  # two padding nibbles
 
 
 def padded_shape(rows: int, k: int, atom_k: int) -> tuple[int, int]:
     return -(-rows // ROWS_ALIGN) * ROWS_ALIGN, -(-k // atom_k) * atom_k
+
+
+def packed_shape(rows: int, k: int) -> tuple[int, int]:
+    """The canonical 2:4 metadata's shape for a ``rows x k`` weight: (64-column slabs, 8 bytes x padded rows)."""
+    rows_a, k_a = padded_shape(rows, k, ATOM_K)
+    return k_a // ATOM_K, rows_a * ATOM_K // 8
 
 
 def byte_offsets(rows_a: int, k_a: int, atom_k: int, device: torch.device | str = "cpu", bits: int = 16,
@@ -44,33 +52,61 @@ def byte_offsets(rows_a: int, k_a: int, atom_k: int, device: torch.device | str 
     return (inside + mb * (64 * atom_k) + kb * (rows_a * atom_k)) // 8
 
 
-def _pairs(meta: torch.Tensor) -> torch.Tensor:
-    """Canonical per-group nibbles (rows x k/4) -> one byte per 8 columns (rows x k/8)."""
-    rows, groups = meta.shape
-    if groups % 2:
-        meta = torch.cat((meta, torch.full((rows, 1), PAD_NIBBLE, dtype=torch.uint8, device=meta.device)), 1)
-    m = meta.reshape(rows, -1, 2).to(torch.int32)
-    return (m[..., 0] | (m[..., 1] << 4)).to(torch.uint8)
+def _pairs(groups: torch.Tensor) -> torch.Tensor:
+    """Per-group nibbles (rows x k/4, one a byte) -> one byte per 8 columns (rows x k/8)."""
+    rows, count = groups.shape
+    if count % 2:
+        groups = torch.cat((groups, torch.full((rows, 1), PAD_NIBBLE, dtype=torch.uint8, device=groups.device)), 1)
+    m = groups.reshape(rows, -1, 2)
+    return m[..., 0] | (m[..., 1] << 4)
 
 
-def to_sm90(w: Sparse24Weight, atom_k: int, bits: int = 16) -> torch.Tensor:
+def from_groups(groups: torch.Tensor, k: int, atom_k: int = ATOM_K, bits: int = 16) -> torch.Tensor:
     """Flat uint8 metadata buffer for the sm90 kernels whose tile K gives ``atom_k`` (``bits``: A's element width,
-    8 for FP8), filled ``CHUNK_ROWS`` rows at a time."""
-    rows, k = w.shape
+    8 for FP8) from per-group nibbles (``rows x k/4``, one a byte), filled ``CHUNK_ROWS`` rows at a time."""
+    rows = groups.shape[0]
     rows_a, k_a = padded_shape(rows, k, atom_k)
-    out = torch.full((rows_a * k_a // 8,), PAD_BYTE, dtype=torch.uint8, device=w.device)
+    out = torch.full((rows_a * k_a // 8,), PAD_BYTE, dtype=torch.uint8, device=groups.device)
     for start in range(0, rows, CHUNK_ROWS):
         stop = min(rows, start + CHUNK_ROWS)
-        b = _pairs(w.meta[start:stop])
-        off = byte_offsets(rows_a, k_a, atom_k, w.device, bits, rows=(start, stop))[:, : b.shape[1]]
+        b = _pairs(groups[start:stop])
+        off = byte_offsets(rows_a, k_a, atom_k, groups.device, bits, rows=(start, stop))[:, : b.shape[1]]
         out[off.reshape(-1)] = b.reshape(-1)
     return out
 
 
+def pack(groups: torch.Tensor, k: int) -> torch.Tensor:
+    """The canonical 2:4 metadata (:func:`packed_shape`) of per-group nibbles ``rows x k/4``."""
+    return from_groups(groups, k).view(packed_shape(groups.shape[0], k))
+
+
+def unpack(meta: torch.Tensor, rows: int, k: int) -> torch.Tensor:
+    """Inverse of :func:`pack`: the per-group nibbles ``rows x k/4`` (one a byte) of canonical metadata, which may
+    be a column slice of a larger weight's (any stride between slabs)."""
+    rows_a, k_a = padded_shape(rows, k, ATOM_K)
+    pitch = rows_a * ATOM_K // 8
+    out = torch.empty(rows, k // 4, dtype=torch.uint8, device=meta.device)
+    for start in range(0, rows, CHUNK_ROWS):
+        stop = min(rows, start + CHUNK_ROWS)
+        off = byte_offsets(rows_a, k_a, ATOM_K, meta.device, rows=(start, stop))[:, : -(-k // 8)]
+        b = meta[off // pitch, off % pitch]
+        out[start:stop] = torch.stack((b & 0xF, b >> 4), dim=-1).reshape(stop - start, -1)[:, : k // 4]
+    return out
+
+
+def to_sm90(w, atom_k: int, bits: int = 16) -> torch.Tensor:
+    """The metadata a sm90 kernel of ``atom_k`` and ``bits``-bit A reads for the 2:4 weight ``w``: its own
+    canonical ``meta`` (an alias of its storage, no copy) for the 16-bit 64-column atom, else a flat buffer built
+    from its groups."""
+    if (atom_k, bits) == (ATOM_K, 16):
+        return w.meta.detach()
+    return from_groups(w.groups(), w.shape[1], atom_k, bits)
+
+
 def from_sm90(e: torch.Tensor, rows: int, k: int, atom_k: int, bits: int = 16) -> torch.Tensor:
-    """Inverse of :func:`to_sm90`: the canonical ``rows x k/4`` nibbles."""
+    """Inverse of :func:`from_groups`: the per-group nibbles ``rows x k/4`` of a flat buffer."""
     rows_a, k_a = padded_shape(rows, k, atom_k)
     off = byte_offsets(rows_a, k_a, atom_k, e.device, bits)[:rows, : -(-k // 8)]
-    b = e[off].to(torch.int32)
+    b = e.reshape(-1)[off]
     nib = torch.stack((b & 0xF, b >> 4), dim=-1).reshape(rows, -1)
-    return nib[:, : k // 4].to(torch.uint8).contiguous()
+    return nib[:, : k // 4].contiguous()

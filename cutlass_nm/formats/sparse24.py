@@ -4,11 +4,13 @@ The weight W is ``rows x k`` (out_features x in_features), the sparse A operand 
 Canonical compressed form (architecture independent):
 
 * ``values``: ``rows x k/2``, the two kept values of every group of 4, in ascending position;
-* ``meta``: ``rows x k/4`` uint8, one nibble per group: bits 0-1 = first kept position,
-  bits 2-3 = second kept position (always first < second, as ``mma.sp::ordered_metadata`` needs).
+* ``meta``: uint8, a nibble per group: bits 0-1 = first kept position, bits 2-3 = second kept position
+  (always first < second, as ``mma.sp::ordered_metadata`` needs), two groups a byte, in the order Hopper's
+  sparse tensor cores read them (``meta_sm90``: ``ceil(k/64) x 8·rows_a``, rows_a = rows rounded up to 64), so
+  that the sm90 GEMMs and the 2:4 decode read the weight's one copy. ``groups()`` gives the nibbles as a
+  ``rows x k/4`` tensor (one a byte); ``Sparse24Weight.from_groups`` builds a weight from them.
 
-Kernel-specific metadata layouts (``layouts_sm90``, ``layouts_sm80``) are derived from ``meta``
-once per weight and cached on it.
+Other kernels' metadata layouts (sm80, FP8) are derived from ``groups()`` once per weight and cached on it.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import InputError, SparsityError
+from ..errors import InputError, ShapeError, SparsityError
 from ..patterns import Pattern
+from . import meta_sm90
 from .weight import CompressedWeight, Layouts, check_finite, check_not_empty
 
 GROUP = 4
 KEEP = 2
 PATTERN_24 = Pattern.parse("2:4")
-PAD_NIBBLE = 0b0100  # metadata of an all-zero padding group: positions (0, 1), a valid ordered pair
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -81,14 +83,30 @@ class Sparse24Weight(CompressedWeight):
     shape: tuple[int, int]
     _layouts: dict = field(default_factory=Layouts, repr=False)
 
+    def __post_init__(self) -> None:
+        expected = meta_sm90.packed_shape(*self.shape)
+        if self.meta.dtype != torch.uint8 or tuple(self.meta.shape) != expected:
+            raise ShapeError(f"a {self.shape[0]}x{self.shape[1]} 2:4 weight's meta is uint8 of shape {expected} "
+                             f"(formats/sparse24.py), got {self.meta.dtype} {tuple(self.meta.shape)}; per-group "
+                             "nibbles (rows x k/4) become a weight through Sparse24Weight.from_groups")
+
+    @classmethod
+    def from_groups(cls, values: torch.Tensor, groups: torch.Tensor, shape: tuple[int, int]) -> Sparse24Weight:
+        """A weight from its values and per-group nibbles (``rows x k/4`` uint8, one a byte)."""
+        return cls(values, meta_sm90.pack(groups, shape[1]), shape)
+
     @property
     def pattern(self) -> Pattern:
         """Always 2:4 (the other weight types carry theirs as a field)."""
         return PATTERN_24
 
+    def groups(self) -> torch.Tensor:
+        """The per-group nibbles, ``rows x k/4`` uint8 (one a byte; a fresh tensor)."""
+        return meta_sm90.unpack(self.meta, *self.shape)
+
     def positions(self) -> torch.Tensor:
         """Kept positions per group, rows x k/4 x 2 (int64)."""
-        m = self.meta.to(torch.int64)
+        m = self.groups().to(torch.int64)
         return torch.stack((m & 3, (m >> 2) & 3), dim=-1)
 
     def to_dense(self) -> torch.Tensor:
@@ -96,8 +114,9 @@ class Sparse24Weight(CompressedWeight):
         rows, k = self.shape
         pairs = self.kept_values().reshape(rows, k // GROUP, KEEP)
         out = torch.zeros(rows, k // GROUP, GROUP, dtype=pairs.dtype, device=self.device)
+        groups = self.groups()
         for slot in range(KEEP):  # byte-sized position temporaries, no int64 index the size of the weight
-            at = (self.meta >> (2 * slot)) & 3
+            at = (groups >> (2 * slot)) & 3
             for p in range(GROUP):
                 out[..., p] = torch.where(at == p, pairs[..., slot], out[..., p])
         return out.reshape(rows, k)
@@ -128,5 +147,5 @@ def compress_24(w: torch.Tensor, *, prune: bool = False) -> Sparse24Weight:
     w = w.contiguous()
     pos = _kept_positions(w)
     values = _groups(w).gather(-1, pos).reshape(w.shape[0], w.shape[1] // 2).contiguous()
-    meta = (pos[..., 0] | (pos[..., 1] << 2)).to(torch.uint8).contiguous()
-    return Sparse24Weight(values=values, meta=meta, shape=(int(w.shape[0]), int(w.shape[1])))
+    groups = (pos[..., 0] | (pos[..., 1] << 2)).to(torch.uint8)
+    return Sparse24Weight.from_groups(values, groups, (int(w.shape[0]), int(w.shape[1])))

@@ -22,7 +22,8 @@ import torch
 
 from ..errors import InputError, ShapeError, SparsityError
 from ..patterns import Pattern
-from .sparse24 import PAD_NIBBLE, Sparse24Weight
+from .meta_sm90 import PAD_NIBBLE
+from .sparse24 import Sparse24Weight
 from .weight import CompressedWeight, check_finite, check_not_empty
 
 EXACT_LIMIT = 1820  # C(16, 4): exact search for M <= 16
@@ -53,8 +54,9 @@ class VNMWeight(CompressedWeight):
 
     def gathered_24(self) -> Sparse24Weight:
         """The weight over its gathered columns: a ``rows x 4G`` 2:4 weight (the A operand the Sparse
-        Tensor Core kernels run). Its canonical values/meta are this weight's own, shared, not copied."""
-        return Sparse24Weight(self.values, self.meta, (self.shape[0], 4 * self.groups))
+        Tensor Core kernels run). Its values are this weight's own, shared; its metadata is packed from this
+        weight's per-group nibbles (``meta``) into the 2:4 form."""
+        return Sparse24Weight.from_groups(self.values, self.meta, (self.shape[0], 4 * self.groups))
 
     def gather_index(self) -> torch.Tensor:
         """int32 ``blocks x 4G``: the input column (of k zero-padded to G·M) that gathered column
@@ -68,7 +70,7 @@ class VNMWeight(CompressedWeight):
 
     def padded_24(self, align: int) -> Sparse24Weight:
         """``gathered_24()`` with K zero-padded to ``gathered_k(align)`` (padding groups carry valid metadata). Where
-        no padding is needed it is ``gathered_24()`` itself (the weight's own tensors, no copy) when they are
+        no padding is needed it is ``gathered_24()`` itself (the weight's own values, no copy) when they are
         contiguous and 16-byte aligned."""
         rows, kg = self.shape[0], self.gathered_k(align)
         if kg == 4 * self.groups and all(t.is_contiguous() and not t.data_ptr() % 16 for t in (self.values, self.meta)):
@@ -77,7 +79,7 @@ class VNMWeight(CompressedWeight):
         values[:, : 2 * self.groups] = self.values
         meta = torch.full((rows, kg // 4), PAD_NIBBLE, dtype=torch.uint8, device=self.device)
         meta[:, : self.groups] = self.meta
-        return Sparse24Weight(values, meta, (rows, kg))
+        return Sparse24Weight.from_groups(values, meta, (rows, kg))
 
     def padded_gather_index(self, align: int, fill: int) -> torch.Tensor:
         """``gather_index()`` padded to ``gathered_k(align)`` columns with ``fill`` (contiguous int32)."""

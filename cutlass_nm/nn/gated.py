@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError, PatternError
-from ..formats import positions_problem
+from ..formats import meta_sm90, positions_problem
 from ..formats.glu import PAIR_V, fuse_glu, split_glu
 from ..formats.weight import refresh_layouts
 from ..gated_mlp import gated_mlp
@@ -171,7 +171,7 @@ def sparsify_gated_mlps(model: nn.Module, pattern: str | Pattern = "128:2:8", in
     include, is_24 = [include] if isinstance(include, str) else list(include), p.is_24
     fuse = (functools.partial(Sparse24GatedMLP.from_linears, fp8=fp8) if is_24
             else functools.partial(SparseGatedMLP.from_linears, pattern=pattern))
-    rows = 1 if is_24 else PAIR_V  # hidden a multiple of this
+    rows = meta_sm90.ROWS_ALIGN if is_24 else PAIR_V  # hidden a multiple of this (a stack's row blocks)
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             qualified = f"{name}.{child_name}" if name else child_name

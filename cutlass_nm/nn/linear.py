@@ -18,7 +18,7 @@ from ..dispatch import matmul, remembered_call
 from ..errors import CutlassNMError, InputError, PatternError, ShapeError
 from ..families.sptc24_fp8_sm90.family import K_MULTIPLE as FP8_K_MULTIPLE
 from ..fastcall import fast_call
-from ..formats import compress_as, positions_problem
+from ..formats import compress_as, meta_sm90, positions_problem
 from ..formats.fp8 import Sparse24FP8Weight, quantize
 from ..formats.nm import VECTORS
 from ..formats.weight import RememberedCalls, refresh_layouts
@@ -100,10 +100,10 @@ def cached_view(module: nn.Module, buffers: tuple[torch.Tensor, ...], build: Cal
 
 class SparseLinear(nn.Module):
     """``y = x Wᵀ + b`` with W stored compressed; no dense copy is kept, ``state_dict`` holds the compressed
-    buffers. 2:4: ``values`` (out x in/2) and ``meta`` (out x in/4, uint8). V:N:M (``"128:2:8"``): ``values``
-    (out x 2G), ``columns`` (ceil(out/V) x G x 4, uint8) and ``meta`` (out x G, uint8), G = ceil(in/M). General
-    N:M (``"3:7"``): ``values`` (out x G·N) and ``indices`` (ceil(out/vector) x G·N, uint8: the kept positions,
-    shared by ``vector`` consecutive rows; see formats/nm.py).
+    buffers. 2:4: ``values`` (out x in/2) and ``meta`` (uint8, the packed metadata of formats/sparse24.py). V:N:M
+    (``"128:2:8"``): ``values`` (out x 2G), ``columns`` (ceil(out/V) x G x 4, uint8) and ``meta`` (out x G,
+    uint8), G = ceil(in/M). General N:M (``"3:7"``): ``values`` (out x G·N) and ``indices`` (ceil(out/vector) x
+    G·N, uint8: the kept positions, shared by ``vector`` consecutive rows; see formats/nm.py).
 
     Takes every pattern ``cutlass_nm.prune`` takes (PatternError, naming the rule, for the others). The module may
     be built in any float dtype and cast later (``.half()``); its forward takes x in the weight's dtype, under
@@ -151,7 +151,11 @@ class SparseLinear(nn.Module):
         self.register_buffer("values", torch.zeros(out_features, kept, device=device, dtype=values_dtype))
         if fp8:
             self.register_buffer("scale", torch.ones(out_features, device=device, dtype=torch.float32))
-        if p.is_24 or p.is_vnm:
+        if p.is_24:
+            meta = torch.full(meta_sm90.packed_shape(out_features, in_features), meta_sm90.PAD_BYTE, device=device,
+                              dtype=torch.uint8)
+            self.register_buffer("meta", meta)
+        elif p.is_vnm:
             self.register_buffer("meta", torch.full((out_features, groups), 0x4, device=device, dtype=torch.uint8))
         self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
 

@@ -12,6 +12,7 @@ from torch import nn
 
 from ..dispatch import matmul
 from ..errors import InputError, PatternError
+from ..formats import meta_sm90
 from ..formats.weight import refresh_layouts
 from ..ops import fp8_view, nm_view, vnm_view, weight_view
 from ..patterns import Pattern
@@ -44,9 +45,10 @@ class StackedSparseLinear(SparseLinear):
 
     @property
     def row_block(self) -> int:
-        """The rows that share one block of positions: V (V:N:M), ``vector`` (general N:M), 1 (2:4)."""
+        """The rows that share one block of positions: V (V:N:M), ``vector`` (general N:M), 64 (2:4: its packed
+        metadata holds rows in blocks of 64)."""
         p = self.pattern
-        return p.v if p.is_vnm else 1 if p.is_24 else self.vector
+        return p.v if p.is_vnm else meta_sm90.ROWS_ALIGN if p.is_24 else self.vector
 
     @classmethod
     def stack(cls, layers: Sequence[SparseLinear]) -> StackedSparseLinear:
@@ -70,7 +72,8 @@ class StackedSparseLinear(SparseLinear):
                       pattern=first.pattern, vector=first.vector or 32, fp8=first.fp8)
         with torch.no_grad():
             for name, t in (*stacked._buffers.items(), *stacked._parameters.items()):
-                t.copy_(torch.cat([getattr(lin, name) for lin in layers]))
+                packed = name == "meta" and first.pattern.is_24  # 2:4 metadata: rows along its second dim
+                t.copy_(torch.cat([getattr(lin, name) for lin in layers], dim=1 if packed else 0))
         return stacked
 
     def parts(self) -> tuple[Any, ...]:
@@ -91,10 +94,11 @@ class StackedSparseLinear(SparseLinear):
         """The compressed weight of rows ``r`` (whole blocks of positions from the start) over this module's
         buffers."""
         p, k = self.pattern, self.in_features
-        if self.fp8:
-            return fp8_view(self.values[r], self.meta[r], self.scale[r])
         if p.is_24:
-            return weight_view(self.values[r], self.meta[r])
+            meta = self.meta[:, 8 * r.start: 8 * meta_sm90.padded_shape(r.stop, k, meta_sm90.ATOM_K)[0]]
+            if self.fp8:
+                return fp8_view(self.values[r], meta, self.scale[r])
+            return weight_view(self.values[r], meta)
         block = self.row_block
         blocks = slice(r.start // block, -(-r.stop // block))
         if p.is_vnm:

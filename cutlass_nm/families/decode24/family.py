@@ -1,10 +1,11 @@
-"""2:4 decode (m <= 16 tokens) on CUDA cores: a ``Sparse24Weight``'s values and meta bytes read in place.
+"""2:4 decode (m <= 16 tokens) on CUDA cores: a ``Sparse24Weight``'s values and packed metadata read in place.
 
 The decode template's mode 0 (lanes along k, ``nm_decode_simt``'s kernel) with its index stream switched at compile
-time to the 2:4 meta bytes (``kMeta24``): one byte per group of 4 instead of one per nonzero, so a call streams 1.25
-bytes per weight (0.625x dense fp16) and the weight needs no decode copy. When k % 16 == 0 each row's k / 2 values
-are whole 16-byte chunks of 8 nonzeros: that is the family's one shape rule (the sptc24 GEMMs share it). At
-one token a lane loads its chunk's 16 x columns at once and picks each group's kept pair with one byte permute.
+time to the 2:4 metadata (``kMeta24``): a nibble per group of 4, in the layout the sm90 GEMMs read too, instead of
+a byte per nonzero, so a call streams 1.125 bytes per weight (0.5625x dense fp16) and the weight needs no decode
+copy. When k % 16 == 0 each row's k / 2 values are whole 16-byte chunks of 8 nonzeros: that is the family's one
+shape rule (the sptc24 GEMMs share it). At one token a lane loads its chunk's 16 x columns at once and picks each
+group's kept pair with one byte permute.
 The launch plan, source and launcher are nm_decode's (its module holds them), over the weight's own tensors.
 """
 
@@ -57,18 +58,21 @@ def shape_rule(k: int) -> str | None:
 
 
 def in_place_layout(w: Sparse24Weight) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(values, meta, stride = k / 2): the weight's own tensors, no copy, when they are contiguous and 16-byte (values)
-    / 4-byte (meta) aligned, as ``compress_24`` makes them; a strided or misaligned view is copied once. Raises
-    ShapeError unless k % 16 == 0."""
+    """(values, meta, stride = k / 2): the weight's own tensors, no copy, when the values are contiguous and 16-byte
+    aligned and the metadata's rows (slabs, possibly a column slice of a stack's) contiguous and 2-byte aligned,
+    as ``compress_24`` and ``SparseLinear`` make them; otherwise a copy, once. The launcher passes the metadata's
+    pitch (``meta.stride(0)``). Raises ShapeError unless k % 16 == 0."""
     if (why := shape_rule(w.in_features)) is not None:
         raise ShapeError(why)
-    return _aligned(w.values, 16), _aligned(w.meta, 4), w.in_features // 2
+    return _aligned(w.values, 16, w.values.is_contiguous()), _aligned(w.meta, 2, w.meta.stride(1) == 1), \
+        w.in_features // 2
 
 
-def _aligned(t: torch.Tensor, alignment: int) -> torch.Tensor:
+def _aligned(t: torch.Tensor, alignment: int, dense: bool) -> torch.Tensor:
     """An alias of ``t`` (its storage, not the tensor object: a cached layout must not hold the metadata tensor that
-    keys its cache) if contiguous and ``alignment``-byte aligned, else a fresh contiguous copy."""
-    if t.is_contiguous() and t.data_ptr() % alignment == 0:
+    keys its cache) if ``dense`` (its layout is one the kernel reads) and ``alignment``-byte aligned, else a fresh
+    contiguous copy."""
+    if dense and t.data_ptr() % alignment == 0 and t.stride(0) * t.element_size() % alignment == 0:
         return t.detach()
     return torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
 
@@ -127,6 +131,10 @@ class Launcher(decode.Launcher):
         super().__init__(lib, cfg, types, family)
         self.layout = in_place_layout
         self.layout_key = (in_place_layout.__name__,)
+
+    def index_arg(self, w: Sparse24Weight, indices: torch.Tensor) -> int:
+        """The metadata's pitch (bytes from one 64-column slab to the next), which the kernel takes as ``vector``."""
+        return indices.stride(0)
 
 
 FAMILY = _Decode24Family()

@@ -61,7 +61,7 @@ def one_token_rule(name: str, problem: Problem, others: str = "") -> str | None:
 
 def packed_meta(w: Sparse24FP8Weight) -> torch.Tensor:
     """The weight's metadata two groups a byte (n x k/8 uint8): group 2j in bits 0-3, group 2j + 1 in bits 4-7."""
-    meta = w.meta.reshape(w.out_features, -1, 2)
+    meta = w.groups().reshape(w.out_features, -1, 2)
     return (meta[..., 0] | (meta[..., 1] << 4)).contiguous()
 
 

@@ -380,13 +380,17 @@ class Launcher:
         return steady_call(self.launch, ctypes.addressof(args), (args, *keep), self.family,
                            (x.shape[0], w.out_features, x.shape[1]))
 
+    def index_arg(self, w, indices: torch.Tensor) -> int:
+        """The kernel's ``vector`` argument: the rows that share one index row (decode24: the metadata's pitch)."""
+        return w.vector if isinstance(w, NMWeight) else w.pattern.v if self.cfg.mode == 3 else 1
+
     def _args(self, x: torch.Tensor, w, bias: torch.Tensor | None, pdl: int) -> tuple[RunArgs, tuple]:
         """The packed arguments of a call on (x, w, bias) and the tensors they point into."""
         m, k = x.shape
-        vector = w.vector if isinstance(w, NMWeight) else w.pattern.v if self.cfg.mode == 3 else 1
+        values, indices, stride = w.layout(self.layout_key, self.layout)
+        vector = self.index_arg(w, indices)
         if self.cfg.mode == 2 and vector % 32:
             raise ShapeError(f"nm_decode mode 2 needs a vector that is a multiple of 32, got {vector}")
-        values, indices, stride = w.layout(self.layout_key, self.layout)
         split, piece, smem = self._plan(x, w, stride)
         args = RunArgs(values.data_ptr(), indices.data_ptr(), None if bias is None else bias.data_ptr(), m,
                        w.out_features, k, w.pattern.n, w.pattern.m, vector, stride, split, piece, smem, self.out_kind,

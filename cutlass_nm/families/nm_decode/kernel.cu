@@ -6,7 +6,8 @@
 //
 // or, with kMeta24 (mode 0 only), a 2:4 weight read in place (formats/sparse24.py, k % 16 == 0):
 //   values  [n][k / 2]                  the two kept weights of every group of 4, ascending position
-//   indices [n][k / 4]                  the meta bytes: bits 0-1 first kept position, bits 2-3 second
+//   indices [k / 64][pitch]             its packed metadata (formats/meta_sm90.py): a nibble per group, bits 0-1
+//                                       first kept position, 2-3 second; 16 columns of a row in one uint16
 //
 // Grid (split, row blocks); a cluster of `split` CTAs shares one block of kBlockRows rows and splits its
 // nonzeros along k. Each CTA stages the x columns its k-range touches in shared memory (one token on CUDA cores:
@@ -36,8 +37,9 @@ constexpr int kWsplit = ${wsplit};
 constexpr int kBlockRows = kMode ? kWarps * 32 / kWsplit : kWarps * kRows;
 constexpr int kAhead = ${ahead};  // chunks of 8 nonzeros each lane keeps in flight
 constexpr bool kTranspose = ${transpose};  // gather neighbouring nonzeros across lanes (see below)
-// kMeta24: the index stream is a 2:4 weight's meta bytes (one per group of 4, 4 bytes per chunk of 8 nonzeros, one
-// row each: vector 1) instead of one uint8 offset per nonzero; keep = 2 and group = 4 are then compile-time.
+// kMeta24: the index stream is a 2:4 weight's packed metadata (a uint16 of 4 nibbles per chunk of 8 nonzeros, one
+// row each: vector 1, the `vector` argument carrying the metadata's slab pitch instead) rather than one uint8
+// offset per nonzero; keep = 2 and group = 4 are then compile-time.
 constexpr bool kMeta24 = ${meta24};
 static_assert(!kMeta24 || kMode == 0, "2:4 meta bytes are read by mode 0 (lanes along k) only");
 constexpr int kTransposeBytes = kTranspose ? kRows * 256 * (sizeof(${element}) + 1) : 0;  // per warp
@@ -196,18 +198,24 @@ __device__ __forceinline__ void stage_x(const Element* __restrict__ x, Element* 
 }
 
 ${stream_loads}
-// One chunk's index bytes as loaded: 8 uint8 offsets, or (kMeta24) the 4 meta bytes of its 4 groups of 4.
+// One chunk's index bytes as loaded: 8 uint8 offsets, or (kMeta24) its 4 groups' nibbles, one a byte.
 using ChunkIndex = std::conditional_t<kMeta24, uint32_t, uint2>;
 
-// The index bytes of the chunk at position j0 of `row`: 8 offsets of the row's index row (row / vector), or a row's
-// 2:4 meta (stride / 2 bytes, 4 per chunk).
+// The index bytes of the chunk at position j0 of `row`: 8 offsets of the row's index row (row / vector), or the
+// uint16 of a row's 2:4 metadata that holds the chunk's 16 columns, in the sm90 atom of 64 rows x 64 columns
+// (rows m0 + 8 m1 + 16 m2, the chunk's 16-column steps k1 + 2 k2 within its slab; `pitch` bytes a slab), its
+// nibbles spread to a byte each. It goes through L1: the warps of a CTA share its 32-byte sectors.
 __device__ __forceinline__ void load_index(uint2& i, const uint8_t* __restrict__ indices, int row, int vector,
                                            int stride, int j0) {
   i = ld_stream8(indices + static_cast<int64_t>(row / vector) * stride + j0);
 }
-__device__ __forceinline__ void load_index(uint32_t& i, const uint8_t* __restrict__ indices, int row, int, int stride,
+__device__ __forceinline__ void load_index(uint32_t& i, const uint8_t* __restrict__ indices, int row, int pitch, int,
                                            int j0) {
-  i = ld_stream4(indices + static_cast<int64_t>(row) * (stride / 2) + j0 / 2);
+  const int c = j0 >> 3;
+  const int64_t at = static_cast<int64_t>(c >> 2) * pitch + (row >> 6) * 512 + (row & 7) * 8 +
+                     ((row >> 3) & 1) * 2 + ((row >> 4) & 3) * 128 + (c & 1) * 64 + ((c >> 1) & 1) * 4;
+  const uint32_t b = __ldg(reinterpret_cast<const unsigned short*>(indices + at));
+  i = __byte_perm(b & 0x0F0Fu, (b >> 4) & 0x0F0Fu, 0x5140);  // groups 0, 1, 2, 3 in bytes 0, 1, 2, 3
 }
 
 // One lane's weights for one chunk of 8 nonzeros of its kRows rows.
@@ -225,14 +233,14 @@ __device__ __forceinline__ uint2 offsets(uint32_t meta) {
 }
 
 __device__ __forceinline__ void load_chunk(Chunk& ch, const Element* __restrict__ values,
-                                           const uint8_t* __restrict__ indices, int row0, int n, int vector,
+                                           const uint8_t* __restrict__ indices, int row0, int n, int index_arg,
                                            int stride, bool shared_idx, int j0) {
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int row = min(row0 + r, n - 1);  // rows past n compute garbage that is never stored
     ch.v[r] = ld_stream16(values + static_cast<int64_t>(row) * stride + j0);
     if (r == 0 || !shared_idx) {
-      load_index(ch.i[r], indices, row, vector, stride, j0);
+      load_index(ch.i[r], indices, row, index_arg, stride, j0);
     } else {
       ch.i[r] = ch.i[0];
     }
@@ -422,6 +430,7 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
                  const uint8_t* __restrict__ indices, const Element* __restrict__ bias, Out* __restrict__ y,
                  int m, int n, int k, int keep, int group, int vector, int stride, int piece) {
   extern __shared__ __align__(16) unsigned char smem[];
+  const int index_arg = vector;  // kMeta24: the metadata's slab pitch; else the rows sharing an index row
   if constexpr (kMeta24) {  // the 2:4 format fixes them: the compiler folds the group arithmetic below
     keep = 2;
     group = 4;
@@ -453,7 +462,7 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) {
       const int cc = p0 + lane + 32 * a;
-      if (cc < p1) load_chunk(buf[a], values, indices, row0, n, vector, stride, shared_idx, cc * 8);
+      if (cc < p1) load_chunk(buf[a], values, indices, row0, n, index_arg, stride, shared_idx, cc * 8);
     }
     wait_for_inputs();  // the weights above are already in flight; x is read below
     if constexpr (kStage) {
@@ -555,7 +564,7 @@ nm_decode_kernel(const Element* __restrict__ x, const Element* __restrict__ valu
         const int cc = base + lane;
         const Chunk cur = buf[a];
         if (cc + 32 * kAhead < p1) {
-          load_chunk(buf[a], values, indices, row0, n, vector, stride, shared_idx, (cc + 32 * kAhead) * 8);
+          load_chunk(buf[a], values, indices, row0, n, index_arg, stride, shared_idx, (cc + 32 * kAhead) * 8);
         }
         if constexpr (kTranspose) {
           consume_transposed(cur, cc < p1, base);

@@ -164,14 +164,14 @@ class _Launcher:
     and launched with only x's and y's addresses patched in. Stream-K problems (a workspace) build them per call."""
 
     def __init__(self, lib: ctypes.CDLL, cfg: Config, types: KernelTypes) -> None:
-        vp, i32 = ctypes.c_void_p, ctypes.c_int
-        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, vp, vp]
+        vp, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
+        lib.cnm_run.argtypes = [vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, vp, i64, vp]
         lib.cnm_run.restype = i32
         lib.cnm_workspace_size.argtypes = [i32, i32, i32, i32, i32, i32]
         lib.cnm_workspace_size.restype = ctypes.c_size_t
         lib.cnm_meta_atom_k.restype = i32
         lib.cnm_plan_bytes.restype = ctypes.c_size_t
-        lib.cnm_plan.argtypes = [vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32]
+        lib.cnm_plan.argtypes = [vp, vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i64]
         lib.cnm_plan.restype = i32
         self.lib = lib
         self.launch = gil_holding(lib, "cnm_launch", i32, vp, vp, vp, vp)
@@ -208,32 +208,33 @@ class _Launcher:
                            (x.shape[0], w.out_features, x.shape[1]))
 
     def _key(self, x: torch.Tensor, w, bias: torch.Tensor | None) -> tuple[tuple[int, ...], torch.Tensor]:
-        """The plan key of a call on (x, w, bias) (weight, metadata and bias addresses, m, n, k) and the metadata
-        layout it launches on."""
+        """The plan key of a call on (x, w, bias) (weight, metadata and bias addresses, m, n, k, the metadata's
+        pitch: 0 for a flat layout) and the metadata layout it launches on."""
         e = w.layout(self.layout_key, self.build_layout)
+        pitch = e.stride(0) if e.dim() == 2 else 0
         return (w.values.data_ptr(), e.data_ptr(), 0 if bias is None else bias.data_ptr(), x.shape[0],
-                w.out_features, x.shape[1]), e
+                w.out_features, x.shape[1], pitch), e
 
-    def _plan(self, key: tuple[int, int, int, int, int, int], x: torch.Tensor, y: torch.Tensor
-              ) -> ctypes.Array | int:
+    def _plan(self, key: tuple[int, ...], x: torch.Tensor, y: torch.Tensor) -> ctypes.Array | int:
         """Build and keep the plan of ``key``, or, when the problem needs a workspace (stream-K), its size."""
-        a, e, bias, m, n, k = key
+        a, e, bias, m, n, k, pitch = key
         sms = device_info(x.device).sm_count
         plan = self.lib.cnm_workspace_size(n, m, k, sms, self.swizzle, self.raster)
         if plan == 0:
             plan = ctypes.create_string_buffer(self.plan_bytes)
             status = self.lib.cnm_plan(plan, a, e, x.data_ptr(), y.data_ptr(), bias or None, n, m, k, sms,
-                                       self.swizzle, self.raster)
+                                       self.swizzle, self.raster, pitch)
             check_status(status, FAMILY.name, (m, n, k))
         return self.plans.keep(key, plan)
 
-    def _run(self, key: tuple[int, int, int, int, int, int], x: torch.Tensor, y: torch.Tensor, nbytes: int) -> None:
+    def _run(self, key: tuple[int, ...], x: torch.Tensor, y: torch.Tensor, nbytes: int) -> None:
         """Build the parameters and launch in one call (a problem with a workspace of ``nbytes``)."""
-        a, e, bias, m, n, k = key
+        a, e, bias, m, n, k, pitch = key
         sms = device_info(x.device).sm_count
         scratch = call_scratch(x.device, nbytes)
         status = self.lib.cnm_run(a, e, x.data_ptr(), y.data_ptr(), bias or None, n, m, k, sms, self.swizzle,
-                                  self.raster, None if scratch is None else scratch.data_ptr(), stream_of(x))
+                                  self.raster, None if scratch is None else scratch.data_ptr(), pitch,
+                                  stream_of(x))
         check_status(status, FAMILY.name, (m, n, k))
 
 

@@ -54,11 +54,25 @@ void set_bias(Args& args, const void* bias) {
   }
 }
 
+// The metadata's layout with `e_pitch` bytes from one 64-column slab to the next (0: CUTLASS's own, M rounded up to
+// 64 rows x 8 bytes): a stacked weight's rows run on its one metadata copy, a column slice of the stack's.
+auto layout_e_with_pitch(cute::Shape<int, int, int, int> problem, int64_t e_pitch) {
+  auto layout = SparseConfig::fill_layoutE(problem);
+  if (e_pitch == 0) return layout;
+  auto s = layout.stride();
+  auto pitched = cute::make_layout(
+      layout.shape(), cute::make_stride(cute::get<0>(s), cute::make_stride(cute::get<1, 0>(s), e_pitch * 8),
+                                        cute::get<2>(s)));
+  static_assert(std::is_same_v<decltype(pitched), decltype(layout)>, "the pitched layout has CUTLASS's type");
+  return pitched;
+}
+
+// The arguments of one problem (e_pitch: see layout_e_with_pitch).
 typename Gemm::Arguments make_args(const void* a, const void* e, const void* b, void* d, const void* bias,
-                                   int M, int N, int K, int sm_count, int swizzle, int raster) {
+                                   int M, int N, int K, int sm_count, int swizzle, int raster, int64_t e_pitch = 0) {
   auto problem = cute::make_shape(M, N, K, 1);
   auto layout_a = SparseConfig::fill_layoutA(problem);
-  auto layout_e = SparseConfig::fill_layoutE(problem);
+  auto layout_e = layout_e_with_pitch(problem, e_pitch);
   auto stride_b = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, cute::make_shape(N, K, 1));
   auto stride_d = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, cute::make_shape(M, N, 1));
   typename Gemm::Arguments args{
@@ -90,7 +104,7 @@ struct Plan {
 
 extern "C" {
 
-int cnm_abi_version() { return 3; }
+int cnm_abi_version() { return 4; }
 
 // Logical K columns of one metadata atom: the weight's sm90 layout must have been built for this.
 int cnm_meta_atom_k() { return int(cute::size<1>(typename SparseConfig::TensorEAtom{})); }
@@ -102,12 +116,14 @@ size_t cnm_workspace_size(int M, int N, int K, int sm_count, int swizzle, int ra
 }
 
 // 0 on success; otherwise a cutlass::Status (< 1000) or 1000 + cudaError_t.
+// e_pitch: bytes from one 64-column metadata slab to the next (0: the weight's own, 8 x M rounded up to 64).
 int cnm_run(const void* a, const void* e, const void* b, void* d, const void* bias, int M, int N, int K,
-            int sm_count, int swizzle, int raster, void* workspace, cudaStream_t stream) {
-  auto args = make_args(a, e, b, d, bias, M, N, K, sm_count, swizzle, raster);
-  Gemm gemm;
-  cutlass::Status st = gemm.can_implement(args);
+            int sm_count, int swizzle, int raster, void* workspace, int64_t e_pitch, cudaStream_t stream) {
+  // CUTLASS's can_implement compares the metadata layout with its own: it checks the unpitched arguments
+  cutlass::Status st = Gemm::can_implement(make_args(a, e, b, d, bias, M, N, K, sm_count, swizzle, raster));
   if (st != cutlass::Status::kSuccess) return int(st);
+  auto args = make_args(a, e, b, d, bias, M, N, K, sm_count, swizzle, raster, e_pitch);
+  Gemm gemm;
   st = gemm.initialize(args, workspace, stream);
   if (st != cutlass::Status::kSuccess) return int(st);
   st = gemm.run(stream);
@@ -122,12 +138,12 @@ size_t cnm_plan_bytes() { return sizeof(Plan) + alignof(Plan); }
 // Fills the plan in buf for these operands (the problem needs no workspace: cnm_workspace_size is 0).
 // 0 on success; otherwise a cutlass::Status (< 1000) or 1000 + cudaError_t.
 int cnm_plan(void* buf, const void* a, const void* e, const void* b, void* d, const void* bias, int M, int N, int K,
-             int sm_count, int swizzle, int raster) {
+             int sm_count, int swizzle, int raster, int64_t e_pitch) {
   if (cnm::replace_address_fn() == nullptr) return int(cutlass::Status::kErrorNotSupported);
-  auto args = make_args(a, e, b, d, bias, M, N, K, sm_count, swizzle, raster);
+  cutlass::Status st = Gemm::can_implement(make_args(a, e, b, d, bias, M, N, K, sm_count, swizzle, raster));
+  if (st != cutlass::Status::kSuccess) return int(st);  // as in cnm_run: checked unpitched
+  auto args = make_args(a, e, b, d, bias, M, N, K, sm_count, swizzle, raster, e_pitch);
   if (Gemm::get_workspace_size(args) != 0) return int(cutlass::Status::kErrorWorkspaceNull);
-  cutlass::Status st = Gemm::can_implement(args);
-  if (st != cutlass::Status::kSuccess) return int(st);
   if (int err = cnm::set_attributes<Kernel>()) return err;  // function attributes of the current device: set per plan
   Plan* plan = cnm::aligned_plan<Plan>(buf);
   plan->params = Kernel::to_underlying_arguments(args, nullptr);
