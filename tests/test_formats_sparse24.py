@@ -197,3 +197,20 @@ def test_a_weight_refuses_metadata_of_another_shape():
     with pytest.raises(ShapeError, match=r"meta is uint8 of shape \(1, 512\).*Sparse24Weight.from_groups"):
         Sparse24Weight(c.values, c.groups(), c.shape)
     assert torch.equal(Sparse24Weight.from_groups(c.values, c.groups(), c.shape).meta, c.meta)
+
+
+def test_sm90_kernels_read_the_canonical_metadata_in_place():
+    """The 64-column 16-bit layout is the weight's own metadata (a stack's part: its column slice, the stack's
+    pitch); one that TMA cannot read (a slab start not 16-byte aligned) is copied."""
+    from cutlass_nm.formats import Sparse24Weight
+
+    c = compress_24(_rand(192, 128, torch.float16, 3), prune=True)
+    e = meta_sm90.to_sm90(c, 64)
+    assert e.data_ptr() == c.meta.data_ptr() and e is not c.meta
+    part = Sparse24Weight(c.values[64:128], c.meta[:, 512:1024], (64, 128))
+    e = meta_sm90.to_sm90(part, 64)
+    assert e.data_ptr() == part.meta.data_ptr() and e.stride(0) == c.meta.stride(0) == 8 * 192
+    odd = torch.empty(2 * c.meta.numel() + 1, dtype=torch.uint8)[1: c.meta.numel() + 1].view(c.meta.shape)
+    odd.copy_(c.meta)
+    e = meta_sm90.to_sm90(Sparse24Weight(c.values, odd, c.shape), 64)
+    assert e.data_ptr() % 16 == 0 and torch.equal(e, c.meta)

@@ -95,11 +95,14 @@ def unpack(meta: torch.Tensor, rows: int, k: int) -> torch.Tensor:
 
 
 def to_sm90(w, atom_k: int, bits: int = 16) -> torch.Tensor:
-    """The metadata a sm90 kernel of ``atom_k`` and ``bits``-bit A reads for the 2:4 weight ``w``: its own
-    canonical ``meta`` (an alias of its storage, no copy) for the 16-bit 64-column atom, else a flat buffer built
-    from its groups."""
+    """The metadata a sm90 kernel of ``atom_k`` and ``bits``-bit A reads for the 2:4 weight ``w``: for the 16-bit
+    64-column atom its own canonical ``meta`` (an alias of its storage, no copy, where its slabs are rows 16-byte
+    aligned as TMA reads them; else a contiguous copy), otherwise a flat buffer built from its groups."""
     if (atom_k, bits) == (ATOM_K, 16):
-        return w.meta.detach()
+        meta = w.meta
+        if meta.stride(1) == 1 and meta.data_ptr() % 16 == 0 and meta.stride(0) % 16 == 0:
+            return meta.detach()
+        return torch.empty(meta.shape, dtype=meta.dtype, device=meta.device).copy_(meta)
     return from_groups(w.groups(), w.shape[1], atom_k, bits)
 
 
