@@ -5,8 +5,7 @@ time to the 2:4 metadata (``kMeta24``): a nibble per group of 4, in the layout t
 a byte per nonzero, so a call streams 1.125 bytes per weight (0.5625x dense fp16) and the weight needs no decode
 copy. When k % 16 == 0 each row's k / 2 values are whole 16-byte chunks of 8 nonzeros: that is the family's one
 shape rule (the sptc24 GEMMs share it). At one token a lane loads its chunk's 16 x columns at once and picks each
-group's kept pair with one byte permute. The metadata of 8 rows (0-3 and 8-11 of 16) shares each 32-byte sector,
-so a CTA takes its rows in that order and reads the metadata through L1.
+group's kept pair with one byte permute; the metadata goes through L1, where the warps of a CTA share its sectors.
 The launch plan, source and launcher are nm_decode's (its module holds them), over the weight's own tensors.
 """
 

@@ -218,16 +218,6 @@ __device__ __forceinline__ void load_index(uint32_t& i, const uint8_t* __restric
   i = __byte_perm(b & 0x0F0Fu, (b >> 4) & 0x0F0Fu, 0x5140);  // groups 0, 1, 2, 3 in bytes 0, 1, 2, 3
 }
 
-// The weight row that block row `row` computes. kMeta24: a whole group of 16 rows runs in the order 0-3, 8-11, 4-7,
-// 12-15 (bits 2 and 3 swapped), so that 8 consecutive block rows (a CTA's) are the 8 rows whose metadata shares
-// each 32-byte sector; otherwise, and in a group cut by n, the row itself.
-__device__ __forceinline__ int weight_row(int row, int n) {
-  if constexpr (kMeta24) {
-    if ((row | 15) < n) return (row & ~12) | ((row & 4) << 1) | ((row & 8) >> 1);
-  }
-  return row;
-}
-
 // One lane's weights for one chunk of 8 nonzeros of its kRows rows.
 struct Chunk {
   uint4 v[kRows];
@@ -247,7 +237,7 @@ __device__ __forceinline__ void load_chunk(Chunk& ch, const Element* __restrict_
                                            int stride, bool shared_idx, int j0) {
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const int row = weight_row(min(row0 + r, n - 1), n);  // rows past n compute garbage that is never stored
+    const int row = min(row0 + r, n - 1);  // rows past n compute garbage that is never stored
     ch.v[r] = ld_stream16(values + static_cast<int64_t>(row) * stride + j0);
     if (r == 0 || !shared_idx) {
       load_index(ch.i[r], indices, row, index_arg, stride, j0);
@@ -290,8 +280,7 @@ __device__ __forceinline__ RedVec slot_sum(const float* red, int r, int t) {
 // Row `row`'s outputs for tokens t .. t + kRedVec - 1 (those below m), plus the bias.
 template <class Out>
 __device__ __forceinline__ void store_row(Out* __restrict__ y, const Element* __restrict__ bias, const RedVec& v,
-                                          int t, int m, int n, int block_row) {
-  const int row = weight_row(block_row, n);
+                                          int t, int m, int n, int row) {
   const float b = bias ? to_float(bias[row]) : 0.f;
 #pragma unroll
   for (int j = 0; j < kRedVec; ++j) {
