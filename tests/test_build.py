@@ -23,7 +23,7 @@ def test_compile_sm90_and_sm80_then_hit_cache(isolated_cache):
     assert [r.built for r in again] == [False, False]
     assert [r.path for r in again] == [r.path for r in first]
     lib90 = ctypes.CDLL(str(first[0].path))
-    assert lib90.cnm_abi_version() == 3
+    assert lib90.cnm_abi_version() == 4  # cnm_run and cnm_plan take the metadata pitch
     lib90.cnm_plan_bytes.restype = ctypes.c_size_t
     assert lib90.cnm_plan_bytes() >= 4 * 128  # a plan holds the TMA descriptors of A, E, B and D
     assert lib90.cnm_workspace_size(256, 256, 16384, 132, 1, 2) > 0  # 4 tiles on 132 SMs: stream-K splits K
