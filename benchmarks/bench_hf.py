@@ -390,6 +390,42 @@ def compile_only(args: argparse.Namespace) -> None:
             release(args.device)
 
 
+class NoWork(nn.Module):
+    """A linear that does no work: an uninitialized output of its shape (``--host-floor``)."""
+
+    def __init__(self, out_features: int) -> None:
+        super().__init__()
+        self.out_features = out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.new_empty((*x.shape[:-1], self.out_features))
+
+
+def host_floor(args: argparse.Namespace) -> list[dict]:
+    """Eager decode of the dense model against the same model whose decoder projections and MLP linears do no work:
+    the rate no linear kernel can beat in eager mode (the rest of each step is the host's), per dtype and batch."""
+    rows = []
+    for dtype_name in args.dtypes:
+        dense = build(TINY if args.tiny else LLAMA3_8B, DTYPES[dtype_name], args.device)
+        idle = copy.deepcopy(dense)
+        for layer in idle.model.layers:
+            for parent in (layer.self_attn, layer.mlp):
+                for name, child in list(parent.named_children()):
+                    if isinstance(child, nn.Linear):
+                        setattr(parent, name, NoWork(child.out_features))
+        for batch in args.decode_batches:
+            rates = decode_tok_s({"dense": dense, "no_linear_work": idle}, batch, args.device, False, args.steps,
+                                 args.decode_reps)
+            for name, rate in rates.items():
+                say(f"{dtype_name} {name}: decode batch {batch} eager {rate:.1f} tok/s")
+                rows.append({"impl": "hf_llama", "pattern": name, "dtype": dtype_name, "metric": "decode_tok_s",
+                             "m": batch, "mode": "eager", "value": rate, "dense_value": rates["dense"],
+                             "speedup_vs_dense": rate / rates["dense"]})
+        dense = idle = None
+        release(args.device)
+    return rows
+
+
 def _rows(dtype_name: str, got: dict[str, dict], extra: dict[str, dict]) -> list[dict]:
     """The rows of one dtype's models (``got``: metrics by model name, dense first)."""
     return [row for name, metrics in got.items() for row in rows_for(dtype_name, name, metrics, got["dense"],
@@ -418,6 +454,9 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="a 2-layer model (checks the script; numbers mean nothing)")
     ap.add_argument("--compile-only", action="store_true",
                     help="sparsify and compile every kernel the run would time, time nothing (a first machine call)")
+    ap.add_argument("--host-floor", action="store_true",
+                    help="only eager decode of dense against the model whose decoder linears do no work: the most any "
+                         "linear kernel can gain in eager mode")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", type=Path, help="write the result JSON here")
     args = ap.parse_args()
@@ -442,7 +481,7 @@ def main() -> None:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps({"environment": env, "rows": rows, "failures": FAILURES}, indent=1))
 
-    save(run(args, save))
+    save(host_floor(args) if args.host_floor else run(args, save))
 
 
 if __name__ == "__main__":
