@@ -779,6 +779,8 @@ def test_stack_sparse_linears_only_where_the_layers_stack():
                attn(lin(128), lin(32), lin(64))]  # 2:4 metadata holds rows in blocks of 64
     with pytest.raises(cutlass_nm.PatternError, match="at least one layer"):
         StackedSparseLinear.stack([])
+    with pytest.raises(cutlass_nm.PatternError, match=r"2:4 stack holds its metadata by blocks of 64 rows"):
+        StackedSparseLinear.stack([lin(128), lin(32), lin(64)])
     for mod in refused:
         before = dict(mod.items())
         assert stack_sparse_linears(mod, ("q_proj", "k_proj", "v_proj"), "qkv_proj") is None

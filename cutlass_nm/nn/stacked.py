@@ -39,8 +39,9 @@ class StackedSparseLinear(SparseLinear):
         self.sizes = tuple(int(n) for n in sizes)
         block = self.row_block
         if any(n % block for n in self.sizes[:-1]):
-            raise PatternError(f"a {self.pattern} stack shares positions by blocks of {block} rows: every layer but "
-                               f"the last needs out_features % {block} == 0, got {list(self.sizes)}")
+            what = "holds its metadata" if self.pattern.is_24 else "shares positions"
+            raise PatternError(f"a {self.pattern} stack {what} by blocks of {block} rows: every layer but the last "
+                               f"needs out_features % {block} == 0, got {list(self.sizes)}")
         self._pending: list | None = None  # the last split: [x, x's version, outputs, parts not yet taken]
 
     @property
