@@ -1,7 +1,7 @@
 """2:4 weights: magnitude pruning, the canonical compressed form, validation, decompression.
 
 The weight W is ``rows x k`` (out_features x in_features), the sparse A operand of D = W·Xᵀ.
-Canonical compressed form (architecture independent):
+Canonical compressed form (one format on every GPU):
 
 * ``values``: ``rows x k/2``, the two kept values of every group of 4, in ascending position;
 * ``meta``: uint8, a nibble per group: bits 0-1 = first kept position, bits 2-3 = second kept position
