@@ -6,7 +6,6 @@ a byte per nonzero, so a call streams 1.125 bytes per weight (0.5625x dense fp16
 copy. When k % 16 == 0 each row's k / 2 values are whole 16-byte chunks of 8 nonzeros: that is the family's one
 shape rule (the sptc24 GEMMs share it). At one token a lane loads its chunk's 16 x columns at once and picks each
 group's kept pair with one byte permute; the metadata goes through L1, where the warps of a CTA share its sectors.
-With 2 rows a warp, a warp takes rows p and p + 8 of a 16-row group: their metadata for 16 columns is one word.
 The launch plan, source and launcher are nm_decode's (its module holds them), over the weight's own tensors.
 """
 
@@ -60,12 +59,12 @@ def shape_rule(k: int) -> str | None:
 
 def in_place_layout(w: Sparse24Weight) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(values, meta, stride = k / 2): the weight's own tensors, no copy, when the values are contiguous and 16-byte
-    aligned and the metadata's rows (slabs, possibly a column slice of a stack's) contiguous and 4-byte aligned,
+    aligned and the metadata's rows (slabs, possibly a column slice of a stack's) contiguous and 2-byte aligned,
     as ``compress_24`` and ``SparseLinear`` make them; otherwise a copy, once. The launcher passes the metadata's
     pitch (``meta.stride(0)``). Raises ShapeError unless k % 16 == 0."""
     if (why := shape_rule(w.in_features)) is not None:
         raise ShapeError(why)
-    return _aligned(w.values, 16, w.values.is_contiguous()), _aligned(w.meta, 4, w.meta.stride(1) == 1), \
+    return _aligned(w.values, 16, w.values.is_contiguous()), _aligned(w.meta, 2, w.meta.stride(1) == 1), \
         w.in_features // 2
 
 

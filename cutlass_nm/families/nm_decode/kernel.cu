@@ -209,27 +209,13 @@ __device__ __forceinline__ void load_index(uint2& i, const uint8_t* __restrict__
                                            int stride, int j0) {
   i = ld_stream8(indices + static_cast<int64_t>(row / vector) * stride + j0);
 }
-__device__ __forceinline__ int64_t meta24_at(int row, int pitch, int j0) {
-  const int c = j0 >> 3;
-  return static_cast<int64_t>(c >> 2) * pitch + (row >> 6) * 512 + (row & 7) * 8 + ((row >> 3) & 1) * 2 +
-         ((row >> 4) & 3) * 128 + (c & 1) * 64 + ((c >> 1) & 1) * 4;
-}
-__device__ __forceinline__ uint32_t spread_nibbles(uint32_t b) {  // 4 nibbles -> groups 0, 1, 2, 3 in bytes 0-3
-  return __byte_perm(b & 0x0F0Fu, (b >> 4) & 0x0F0Fu, 0x5140);
-}
 __device__ __forceinline__ void load_index(uint32_t& i, const uint8_t* __restrict__ indices, int row, int pitch, int,
                                            int j0) {
-  i = spread_nibbles(__ldg(reinterpret_cast<const unsigned short*>(indices + meta24_at(row, pitch, j0))));
-}
-
-// The weight row that block row `row` computes. kMeta24 with 2 rows a warp: in a whole group of 16 rows, warp pair p
-// takes rows p and p + 8, whose metadata for 16 columns is one 4-byte word (rows 8 apart: m1 = 0 and 1); otherwise,
-// and in a group cut by n, the row itself.
-__device__ __forceinline__ int weight_row(int row, int n) {
-  if constexpr (kMeta24 && kRows == 2) {
-    if ((row | 15) < n) return (row & ~15) | ((row & 15) >> 1) | ((row & 1) << 3);
-  }
-  return row;
+  const int c = j0 >> 3;
+  const int64_t at = static_cast<int64_t>(c >> 2) * pitch + (row >> 6) * 512 + (row & 7) * 8 +
+                     ((row >> 3) & 1) * 2 + ((row >> 4) & 3) * 128 + (c & 1) * 64 + ((c >> 1) & 1) * 4;
+  const uint32_t b = __ldg(reinterpret_cast<const unsigned short*>(indices + at));
+  i = __byte_perm(b & 0x0F0Fu, (b >> 4) & 0x0F0Fu, 0x5140);  // groups 0, 1, 2, 3 in bytes 0, 1, 2, 3
 }
 
 // One lane's weights for one chunk of 8 nonzeros of its kRows rows.
@@ -249,20 +235,6 @@ __device__ __forceinline__ uint2 offsets(uint32_t meta) {
 __device__ __forceinline__ void load_chunk(Chunk& ch, const Element* __restrict__ values,
                                            const uint8_t* __restrict__ indices, int row0, int n, int index_arg,
                                            int stride, bool shared_idx, int j0) {
-  if constexpr (kMeta24 && kRows == 2) {
-    const int a = weight_row(min(row0, n - 1), n), b = weight_row(min(row0 + 1, n - 1), n);
-    ch.v[0] = ld_stream16(values + static_cast<int64_t>(a) * stride + j0);
-    ch.v[1] = ld_stream16(values + static_cast<int64_t>(b) * stride + j0);
-    if (b == a + 8) {  // a paired warp: both rows' metadata in one word
-      const uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(indices + meta24_at(a, index_arg, j0)));
-      ch.i[0] = spread_nibbles(w & 0xFFFFu);
-      ch.i[1] = spread_nibbles(w >> 16);
-    } else {
-      load_index(ch.i[0], indices, a, index_arg, stride, j0);
-      load_index(ch.i[1], indices, b, index_arg, stride, j0);
-    }
-    return;
-  }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int row = min(row0 + r, n - 1);  // rows past n compute garbage that is never stored
@@ -308,8 +280,7 @@ __device__ __forceinline__ RedVec slot_sum(const float* red, int r, int t) {
 // Row `row`'s outputs for tokens t .. t + kRedVec - 1 (those below m), plus the bias.
 template <class Out>
 __device__ __forceinline__ void store_row(Out* __restrict__ y, const Element* __restrict__ bias, const RedVec& v,
-                                          int t, int m, int n, int block_row) {
-  const int row = weight_row(block_row, n);
+                                          int t, int m, int n, int row) {
   const float b = bias ? to_float(bias[row]) : 0.f;
 #pragma unroll
   for (int j = 0; j < kRedVec; ++j) {
