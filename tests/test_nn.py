@@ -842,3 +842,27 @@ def test_gated_mlp_load_state_dict_refuses_gate_up_positions_off_the_pattern():
     with pytest.raises(RuntimeError, match="fused gate/up weight's positions"):
         mlp.load_state_dict({**good, "gate_up_columns": torch.zeros_like(good["gate_up_columns"])})
     mlp.load_state_dict(good)
+
+
+def test_a_state_dict_with_per_group_metadata_loads_packed():
+    """A 2:4 state dict of an earlier version (meta as per-group nibbles, out x in/4) loads into the packed module
+    as the same weight, a stack's too; nibbles that break the pattern are refused with the module left as it was."""
+    import copy
+
+    from cutlass_nm.nn import StackedSparseLinear
+
+    torch.manual_seed(0)
+    for src in (SparseLinear.from_linear(nn.Linear(128, 96).half(), "2:4"),
+                StackedSparseLinear.stack([SparseLinear.from_linear(nn.Linear(128, n).half(), "2:4")
+                                           for n in (64, 40)])):
+        old = dict(src.state_dict())
+        old["meta"] = src.compressed().groups()
+        assert old["meta"].shape == (src.out_features, 32)
+        dst = copy.deepcopy(src)
+        dst.meta.fill_(0x44)
+        dst.load_state_dict(old)
+        assert torch.equal(dst.meta, src.meta) and torch.equal(dst.weight_dense(), src.weight_dense())
+        bad = {**old, "meta": old["meta"] | 0x10}
+        with pytest.raises(RuntimeError, match="not ascending"):
+            dst.load_state_dict(bad)
+        assert torch.equal(dst.meta, src.meta)

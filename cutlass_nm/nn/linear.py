@@ -213,7 +213,11 @@ class SparseLinear(nn.Module):
                               missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
         """``nn.Module``'s, then the kernel layouts already built from the old weight are rebuilt in place. Position
         tensors (``meta``, ``columns``, ``indices``) that break the pattern are refused, the module left as it was
-        (``load_state_dict`` raises), since a kernel would read them as a silently wrong weight."""
+        (``load_state_dict`` raises), since a kernel would read them as a silently wrong weight. A 2:4 ``meta`` of
+        per-group nibbles (``out x in/4``, as state dicts of earlier versions hold it) is packed first."""
+        if (why := _pack_old_meta(self, state_dict, prefix)) is not None:
+            error_msgs.append(f"{prefix or 'the module'}: {why} (a {self.pattern} weight's positions)")
+            return
         incoming = {name: t for name in ("meta", "columns", "indices")
                     if isinstance(t := state_dict.get(prefix + name), torch.Tensor) and name in self._buffers
                     and t.shape == self._buffers[name].shape}
@@ -257,6 +261,21 @@ class SparseLinear(nn.Module):
         vector = f", vector={self.vector}" if self.vector else ""
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, " \
                f"pattern={self.pattern}{vector}{', fp8=True' if self.fp8 else ''}"
+
+
+def _pack_old_meta(module: SparseLinear, state_dict: dict, prefix: str) -> str | None:
+    """Replace, in ``state_dict``, a 2:4 module's ``meta`` given as per-group nibbles (``out x in/4`` uint8, one a
+    byte: the format before the packed one) by its packed form; None, or why those nibbles are invalid."""
+    t = state_dict.get(prefix + "meta")
+    own = module._buffers.get("meta")
+    groups_shape = (module.out_features, module.in_features // 4)
+    if not module.pattern.is_24 or not isinstance(t, torch.Tensor) or own is None or t.shape == own.shape \
+            or tuple(t.shape) != groups_shape or t.dtype != torch.uint8:
+        return None
+    if (why := positions_problem(module.pattern, {"meta": t}, groups=True)) is not None:
+        return why
+    state_dict[prefix + "meta"] = meta_sm90.pack(t.to(own.device), module.in_features)
+    return None
 
 
 @dataclass
