@@ -49,11 +49,16 @@ def _quads(meta: torch.Tensor) -> torch.Tensor:
 
 def to_sm80(w: Sparse24Weight) -> torch.Tensor:
     """Flat int16 metadata buffer (bit pattern of uint16) for the sm80 family."""
-    rows, k = w.shape
+    return from_groups(w.groups(), w.shape[1])
+
+
+def from_groups(groups: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`to_sm80` of per-group nibbles (``rows x k/4``, one a byte)."""
+    rows = groups.shape[0]
     rows_p, cols_p = padded_shape(rows, k)
-    out = torch.full((rows_p * cols_p,), PAD_U16, dtype=torch.int32, device=w.device)
-    q = _quads(w.groups())
-    off = element_offsets(rows_p, cols_p, w.device)[:rows, : q.shape[1]]
+    out = torch.full((rows_p * cols_p,), PAD_U16, dtype=torch.int32, device=groups.device)
+    q = _quads(groups)
+    off = element_offsets(rows_p, cols_p, groups.device)[:rows, : q.shape[1]]
     out[off.reshape(-1)] = q.reshape(-1)
     return out.to(torch.int16)  # wraps to the same 16-bit pattern
 

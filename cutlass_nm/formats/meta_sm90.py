@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from .weight import kernel_alias
+
 ROWS_ALIGN = 64
 ATOM_K = 64  # the canonical layout's atom: 64 logical columns
 CHUNK_ROWS = 1024  # rows converted at once (a multiple of ROWS_ALIGN): the index temporaries stay a few MB
@@ -89,8 +91,7 @@ def unpack(meta: torch.Tensor, rows: int, k: int) -> torch.Tensor:
     for start in range(0, rows, CHUNK_ROWS):
         stop = min(rows, start + CHUNK_ROWS)
         off = byte_offsets(rows_a, k_a, ATOM_K, meta.device, rows=(start, stop))[:, : -(-k // 8)]
-        b = meta[off // pitch, off % pitch]
-        out[start:stop] = torch.stack((b & 0xF, b >> 4), dim=-1).reshape(stop - start, -1)[:, : k // 4]
+        out[start:stop] = _nibbles(meta[off // pitch, off % pitch], k)
     return out
 
 
@@ -99,10 +100,7 @@ def to_sm90(w, atom_k: int, bits: int = 16) -> torch.Tensor:
     64-column atom its own canonical ``meta`` (an alias of its storage, no copy, where its slabs are rows 16-byte
     aligned as TMA reads them; else a contiguous copy), otherwise a flat buffer built from its groups."""
     if (atom_k, bits) == (ATOM_K, 16):
-        meta = w.meta
-        if meta.stride(1) == 1 and meta.data_ptr() % 16 == 0 and meta.stride(0) % 16 == 0:
-            return meta.detach()
-        return torch.empty(meta.shape, dtype=meta.dtype, device=meta.device).copy_(meta)
+        return kernel_alias(w.meta, 16, w.meta.stride(1) == 1)
     return from_groups(w.groups(), w.shape[1], atom_k, bits)
 
 
@@ -110,6 +108,9 @@ def from_sm90(e: torch.Tensor, rows: int, k: int, atom_k: int, bits: int = 16) -
     """Inverse of :func:`from_groups`: the per-group nibbles ``rows x k/4`` of a flat buffer."""
     rows_a, k_a = padded_shape(rows, k, atom_k)
     off = byte_offsets(rows_a, k_a, atom_k, e.device, bits)[:rows, : -(-k // 8)]
-    b = e.reshape(-1)[off]
-    nib = torch.stack((b & 0xF, b >> 4), dim=-1).reshape(rows, -1)
-    return nib[:, : k // 4].contiguous()
+    return _nibbles(e.reshape(-1)[off], k).contiguous()
+
+
+def _nibbles(pairs: torch.Tensor, k: int) -> torch.Tensor:
+    """Bytes of two groups each (rows x k/8, low nibble first) -> per-group nibbles, rows x k/4 (one a byte)."""
+    return torch.stack((pairs & 0xF, pairs >> 4), dim=-1).reshape(pairs.shape[0], -1)[:, : k // 4]

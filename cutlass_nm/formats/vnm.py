@@ -68,18 +68,23 @@ class VNMWeight(CompressedWeight):
         """The gathered K (4 per group) rounded up to a multiple of ``align``."""
         return -(-4 * self.groups // align) * align
 
-    def padded_24(self, align: int) -> Sparse24Weight:
-        """``gathered_24()`` with K zero-padded to ``gathered_k(align)`` (padding groups carry valid metadata). Where
-        no padding is needed it is ``gathered_24()`` itself (the weight's own values, no copy) when they are
+    def padded_groups(self, align: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The gathered 2:4 weight's values (``rows x kg/2``) and per-group nibbles (``rows x kg/4``) with K
+        zero-padded to kg = ``gathered_k(align)`` (padding groups carry valid metadata): what the kernels' layouts
+        are built from. Where no padding is needed they are the weight's own tensors (no copy) when those are
         contiguous and 16-byte aligned."""
         rows, kg = self.shape[0], self.gathered_k(align)
         if kg == 4 * self.groups and all(t.is_contiguous() and not t.data_ptr() % 16 for t in (self.values, self.meta)):
-            return self.gathered_24()
+            return self.values, self.meta
         values = torch.zeros(rows, kg // 2, dtype=self.dtype, device=self.device)
         values[:, : 2 * self.groups] = self.values
         meta = torch.full((rows, kg // 4), PAD_NIBBLE, dtype=torch.uint8, device=self.device)
         meta[:, : self.groups] = self.meta
-        return Sparse24Weight.from_groups(values, meta, (rows, kg))
+        return values, meta
+
+    def padded_24(self, align: int) -> Sparse24Weight:
+        """``gathered_24()`` with K zero-padded to ``gathered_k(align)`` (``padded_groups``, packed)."""
+        return Sparse24Weight.from_groups(*self.padded_groups(align), (self.shape[0], self.gathered_k(align)))
 
     def padded_gather_index(self, align: int, fill: int) -> torch.Tensor:
         """``gather_index()`` padded to ``gathered_k(align)`` columns with ``fill`` (contiguous int32)."""

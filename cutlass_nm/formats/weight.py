@@ -111,6 +111,15 @@ class CompressedWeight:
         return cache[key]
 
 
+def kernel_alias(t: torch.Tensor, alignment: int, dense: bool) -> torch.Tensor:
+    """``t`` as a kernel reads it in place: an alias of its storage (not the tensor object, which a cached layout must
+    not hold: it may key the cache) where ``dense`` (its strides are ones the kernel reads) and its start and row
+    pitch are ``alignment``-byte aligned, else a fresh contiguous copy."""
+    if dense and t.data_ptr() % alignment == 0 and t.stride(0) * t.element_size() % alignment == 0:
+        return t.detach()
+    return torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
+
+
 def check_not_empty(w: torch.Tensor) -> None:
     """Refuse a weight with no rows or no columns (nothing to prune, and no kernel takes n = 0 or k = 0)."""
     if w.shape[0] < 1 or w.shape[1] < 1:

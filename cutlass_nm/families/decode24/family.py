@@ -20,6 +20,7 @@ import torch
 from ...arch import target
 from ...errors import ShapeError
 from ...formats.sparse24 import Sparse24Weight
+from ...formats.weight import kernel_alias
 from ...patterns import Pattern
 from ..base import Family, KernelTypes, Problem
 from ..nm_decode import family as decode
@@ -64,17 +65,8 @@ def in_place_layout(w: Sparse24Weight) -> tuple[torch.Tensor, torch.Tensor, int]
     pitch (``meta.stride(0)``). Raises ShapeError unless k % 16 == 0."""
     if (why := shape_rule(w.in_features)) is not None:
         raise ShapeError(why)
-    return _aligned(w.values, 16, w.values.is_contiguous()), _aligned(w.meta, 2, w.meta.stride(1) == 1), \
+    return kernel_alias(w.values, 16, w.values.is_contiguous()), kernel_alias(w.meta, 2, w.meta.stride(1) == 1), \
         w.in_features // 2
-
-
-def _aligned(t: torch.Tensor, alignment: int, dense: bool) -> torch.Tensor:
-    """An alias of ``t`` (its storage, not the tensor object: a cached layout must not hold the metadata tensor that
-    keys its cache) if ``dense`` (its layout is one the kernel reads) and ``alignment``-byte aligned, else a fresh
-    contiguous copy."""
-    if dense and t.data_ptr() % alignment == 0 and t.stride(0) * t.element_size() % alignment == 0:
-        return t.detach()
-    return torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
 
 
 class _Decode24Family(Family):

@@ -87,8 +87,9 @@ def smem_bytes(cfg: Config) -> int:
 def kernel_layout(w: VNMFP8Weight, atom_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(e4m3 values n x kg/2, sm90 8-bit metadata, gather index blocks x kg int32 with -1 past the gathered
     columns)."""
-    w24 = w.padded_24(K_ALIGN)
-    return w24.values, meta_sm90.to_sm90(w24, atom_k, 8), w.padded_gather_index(K_ALIGN, -1)
+    values, groups = w.padded_groups(K_ALIGN)
+    return values, meta_sm90.from_groups(groups, w.gathered_k(K_ALIGN), atom_k, 8), \
+        w.padded_gather_index(K_ALIGN, -1)
 
 
 class _VnmFp8Family(Family):

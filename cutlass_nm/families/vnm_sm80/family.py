@@ -92,9 +92,10 @@ def gathered_k(w: VNMWeight) -> int:
 def kernel_layout(w: VNMWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """(values n x kg/2, sm80 metadata, gather index blocks x kg int32, metadata rows). Index entries past the
     gathered columns name row ``padded_k`` of xT, which the kernel fills with zeros."""
-    w24 = w.padded_24(K_ALIGN)
-    e_rows = meta_sm80.padded_shape(*w24.shape)[0]
-    return w24.values, meta_sm80.to_sm80(w24), w.padded_gather_index(K_ALIGN, w.padded_k), e_rows
+    values, groups = w.padded_groups(K_ALIGN)
+    kg = gathered_k(w)
+    e_rows = meta_sm80.padded_shape(w.out_features, kg)[0]
+    return values, meta_sm80.from_groups(groups, kg), w.padded_gather_index(K_ALIGN, w.padded_k), e_rows
 
 
 class _VnmSm80Family(Family):

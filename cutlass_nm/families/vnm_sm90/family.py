@@ -144,8 +144,8 @@ def gathered_k(w: VNMWeight) -> int:
 
 def kernel_layout(w: VNMWeight, atom_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(values n x kg/2, sm90 metadata, gather index blocks x kg int32 with -1 past the gathered columns)."""
-    w24 = w.padded_24(K_ALIGN)
-    return w24.values, meta_sm90.to_sm90(w24, atom_k), w.padded_gather_index(K_ALIGN, -1)
+    values, groups = w.padded_groups(K_ALIGN)
+    return values, meta_sm90.from_groups(groups, gathered_k(w), atom_k), w.padded_gather_index(K_ALIGN, -1)
 
 
 class _VnmSm90Family(Family):
