@@ -11,7 +11,10 @@ and each pattern (the default path: ``sparsify_model`` decides per layer at ``to
 the list below, every model's eager rows before any model's compiled decode (the models wait on the CPU between):
 
 * ``prefill_ms``: one forward over batch x 2048 tokens (1 and 4 sequences; ``logits_to_keep=1``, as generate's
-  prefill), wall time after a sync, the median of ``--reps`` rounds in which the models take turns (all on the GPU);
+  prefill), wall time after a sync, the median over ``--reps`` rounds in which the models take turns (all on the
+  GPU), each running ``--prefill-block`` forwards in a row whose first two are untimed: a prefill runs at the power
+  limit, so each model is timed at its own clock, not at the one the model before it left (the rows carry the
+  GPU's power and SM clock, ``power_w`` / ``sm_clock_mhz`` and dense's);
 * ``decode_tok_s``: ``generate()`` tokens per second at batch 1 and 16, greedy, eager and with a static cache +
   ``torch.compile`` (CUDA graphs), from the difference of two generation lengths (the prefill cancels), the median
   of ``--decode-reps`` such pairs. Eager decode is host-bound and the host's speed drifts, so the models take turns:
@@ -48,6 +51,8 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 LLAMA3_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
              "num_key_value_heads": 8, "vocab_size": 128256, "rope_theta": 500000.0, "max_position_embeddings": 8192}
 FAILURES: list[dict] = []  # measurements that raised (kept in the result JSON)
+CONDITIONS: dict[tuple[str, int], dict[str, float]] = {}  # (model, batch): a prefill's power and SM clock (NVML)
+SETTLE = 2  # untimed forwards at the start of each model's block of prefills (the power limit's state settles)
 PROMPT = 32  # generate()'s prompt tokens per sequence
 ERR_TOKENS = 128  # the prompt rel_err compares logits on
 START = time.monotonic()
@@ -89,21 +94,40 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def prefill_ms(models: dict[str, nn.Module], batch: int, tokens: int, device: str, reps: int) -> dict[str, float]:
-    """Each model's median wall time of one forward over batch x tokens (last position's logits only): after a
-    warm-up forward each, ``reps`` rounds time one forward of every model in turn (drift moves them alike)."""
+def prefill_ms(models: dict[str, nn.Module], batch: int, tokens: int, device: str, rounds: int, block: int
+               ) -> dict[str, dict[str, float]]:
+    """Each model's median wall time of one forward over batch x tokens (last position's logits only): ``rounds``
+    rounds in which every model in turn runs ``block`` forwards in a row, the first ``SETTLE`` of them untimed.
+    A prefill runs at the GPU's power limit, whose state carries over from the forwards before: one model timed
+    right after another inherits that model's clock. Each model is timed in its own steady state, as a user running
+    it sees it. ``{name: {"ms": ..., "power_w": ..., "sm_clock_mhz": ...}}``; power (over the timed forwards) and
+    the SM clock (median after each) come from NVML where it is available, else they are absent."""
+    from cutlass_nm.bench.energy import open_meter
+
+    meter = open_meter() if device == "cuda" else None
     ids = torch.randint(0, next(iter(models.values())).config.vocab_size, (batch, tokens), device=device)
-    samples: dict[str, list[float]] = {name: [] for name in models}
+    samples: dict[str, dict[str, list[float]]] = {name: {"ms": [], "power_w": [], "sm_clock_mhz": []}
+                                                  for name in models}
     with torch.no_grad():
-        for i in range(reps + 1):
+        for _ in range(rounds):
             for name, model in models.items():
-                _sync(device)
-                t0 = time.perf_counter()
-                model(input_ids=ids, logits_to_keep=1, use_cache=False)
-                _sync(device)
-                if i:  # the first round is a warm-up
-                    samples[name].append((time.perf_counter() - t0) * 1e3)
-    return {name: statistics.median(times) for name, times in samples.items()}
+                got = samples[name]
+                for i in range(block):
+                    if i == SETTLE and meter is not None:
+                        _sync(device)
+                        mj, start = meter.millijoules(), time.perf_counter()
+                    _sync(device)
+                    t0 = time.perf_counter()
+                    model(input_ids=ids, logits_to_keep=1, use_cache=False)
+                    _sync(device)
+                    if i >= SETTLE:
+                        got["ms"].append((time.perf_counter() - t0) * 1e3)
+                        if meter is not None:
+                            got["sm_clock_mhz"].append(meter.sm_clock_mhz())
+                if meter is not None and block > SETTLE:
+                    got["power_w"].append((meter.millijoules() - mj) / (time.perf_counter() - start) / 1e3)
+    return {name: {key: statistics.median(values) for key, values in got.items() if values}
+            for name, got in samples.items()}
 
 
 def generate_s(model: nn.Module, batch: int, n: int, device: str, compiled: bool, prompt: int = PROMPT) -> float:
@@ -268,6 +292,9 @@ def rows_for(dtype: str, pattern: str, got: dict, dense: dict, extra: dict) -> l
             else value / base
         rows.append({"impl": "hf_llama", "pattern": pattern, "dtype": dtype, "metric": metric, "m": batch,
                      "mode": mode, "value": value, "dense_value": base, "speedup_vs_dense": better, **extra})
+        if metric == "prefill_ms":
+            rows[-1].update(CONDITIONS.get((pattern, batch), {}))
+            rows[-1].update({f"dense_{k}": v for k, v in CONDITIONS.get(("dense", batch), {}).items()})
         if (metric, mode) in (("decode_tok_s", "compiled"), ("prefill_ms", "eager")) and pattern != "dense" and (
                 limit := ceiling(dense, got, metric, batch, pattern)) is not None:
             rows[-1]["ceiling"] = limit
@@ -299,9 +326,11 @@ def eager_pass(models: dict[str, nn.Module], got: dict[str, dict], args: argpars
     the eager mode), all on the GPU at once, then back on the CPU."""
     on = {name: held.to(args.device) for name, held in models.items()}
     for batch in args.prefill_batches:
-        for name, ms in prefill_ms(on, batch, args.prefill_tokens, args.device, args.reps).items():
-            got[name][("prefill_ms", batch, "eager")] = ms
-            say(f"{label} {name}: prefill {batch}x{args.prefill_tokens} {ms:.1f} ms")
+        for name, res in prefill_ms(on, batch, args.prefill_tokens, args.device, args.reps, args.prefill_block
+                                    ).items():
+            got[name][("prefill_ms", batch, "eager")] = res["ms"]
+            CONDITIONS[(name, batch)] = {k: v for k, v in res.items() if k != "ms"}
+            say(f"{label} {name}: prefill {batch}x{args.prefill_tokens} {res['ms']:.1f} ms {CONDITIONS[(name, batch)]}")
     for batch in args.decode_batches if "eager" in args.modes else ():
         for name, rate in decode_tok_s(on, batch, args.device, False, args.steps, args.decode_reps).items():
             got[name][("decode_tok_s", batch, "eager")] = rate
@@ -445,7 +474,10 @@ def main() -> None:
                     help="decode batches of the compiled mode (default: --decode-batches; each compiles the model)")
     ap.add_argument("--steps", type=lambda s: tuple(int(v) for v in s.split(",")), default=(16, 80),
                     help="two generation lengths; tokens/s comes from their difference")
-    ap.add_argument("--reps", type=int, default=5, help="timed prefill rounds, every model in turn (median)")
+    ap.add_argument("--reps", type=int, default=3,
+                    help="prefill rounds: every model in turn runs --prefill-block forwards (median)")
+    ap.add_argument("--prefill-block", type=int, default=6,
+                    help=f"forwards of one model in a row per round, the first {SETTLE} untimed")
     ap.add_argument("--decode-reps", type=int, default=3, help="timed pairs of generation lengths (median rate)")
     ap.add_argument("--no-compile", action="store_true", help="decode eager only (no static cache + torch.compile)")
     ap.add_argument("--modes", type=lambda s: s.split(","), default=None,

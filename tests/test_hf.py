@@ -410,3 +410,29 @@ def test_fp8_llama_sparsifies_and_generates_on_the_cpu():
     assert torch.isfinite(got).all() and _rel(got, want) < 0.25
     seq = model.generate(**_inputs(), max_new_tokens=3, do_sample=False, pad_token_id=0)
     assert seq.shape == (2, 10)
+
+
+def test_prefill_timing_runs_each_model_in_blocks():
+    """bench_hf's prefill timing: every model in turn runs a block of forwards in a row (the first SETTLE untimed), so
+    none is timed at the clock the model before it left; without NVML (the CPU) only the time is reported."""
+    import importlib.util
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("bench_hf", Path(__file__).parents[1] / "benchmarks" / "bench_hf.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    calls: list[str] = []
+
+    class Stub(torch.nn.Module):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name, self.config = name, SimpleNamespace(vocab_size=8)
+
+        def forward(self, input_ids, logits_to_keep, use_cache):
+            calls.append(self.name)
+
+    got = bench.prefill_ms({"a": Stub("a"), "b": Stub("b")}, 1, 4, "cpu", rounds=2, block=bench.SETTLE + 2)
+    block = bench.SETTLE + 2
+    assert calls == (["a"] * block + ["b"] * block) * 2
+    assert set(got) == {"a", "b"} and all(set(v) == {"ms"} and v["ms"] >= 0 for v in got.values())
