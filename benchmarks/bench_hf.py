@@ -47,6 +47,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from cutlass_nm.bench.energy import EnergyMeter, open_meter
+
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 LLAMA3_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
              "num_key_value_heads": 8, "vocab_size": 128256, "rope_theta": 500000.0, "max_position_embeddings": 8192}
@@ -94,40 +96,41 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def prefill_ms(models: dict[str, nn.Module], batch: int, tokens: int, device: str, rounds: int, block: int
-               ) -> dict[str, dict[str, float]]:
+def prefill_ms(models: dict[str, nn.Module], batch: int, tokens: int, device: str, rounds: int, block: int,
+               meter: EnergyMeter | None = None) -> dict[str, dict[str, float]]:
     """Each model's median wall time of one forward over batch x tokens (last position's logits only): ``rounds``
     rounds in which every model in turn runs ``block`` forwards in a row, the first ``SETTLE`` of them untimed.
     A prefill runs at the GPU's power limit, whose state carries over from the forwards before: one model timed
     right after another inherits that model's clock. Each model is timed in its own steady state, as a user running
-    it sees it. ``{name: {"ms": ..., "power_w": ..., "sm_clock_mhz": ...}}``; power (over the timed forwards) and
-    the SM clock (median after each) come from NVML where it is available, else they are absent."""
-    from cutlass_nm.bench.energy import open_meter
-
-    meter = open_meter() if device == "cuda" else None
+    it sees it. ``{name: {"ms": ..., "power_w": ..., "sm_clock_mhz": ...}}``; the average power over all its timed
+    forwards and the median SM clock after each come from ``meter`` (NVML) where given, else they are absent."""
     ids = torch.randint(0, next(iter(models.values())).config.vocab_size, (batch, tokens), device=device)
-    samples: dict[str, dict[str, list[float]]] = {name: {"ms": [], "power_w": [], "sm_clock_mhz": []}
-                                                  for name in models}
+    times: dict[str, list[float]] = {name: [] for name in models}
+    clocks: dict[str, list[float]] = {name: [] for name in models}
+    energy = {name: [0.0, 0.0] for name in models}  # joules and seconds over the timed forwards
     with torch.no_grad():
         for _ in range(rounds):
             for name, model in models.items():
-                got = samples[name]
                 for i in range(block):
-                    if i == SETTLE and meter is not None:
-                        _sync(device)
-                        mj, start = meter.millijoules(), time.perf_counter()
                     _sync(device)
+                    if i == SETTLE and meter is not None:
+                        mj, start = meter.millijoules(), time.perf_counter()
                     t0 = time.perf_counter()
                     model(input_ids=ids, logits_to_keep=1, use_cache=False)
                     _sync(device)
                     if i >= SETTLE:
-                        got["ms"].append((time.perf_counter() - t0) * 1e3)
+                        times[name].append((time.perf_counter() - t0) * 1e3)
                         if meter is not None:
-                            got["sm_clock_mhz"].append(meter.sm_clock_mhz())
+                            clocks[name].append(meter.sm_clock_mhz())
                 if meter is not None and block > SETTLE:
-                    got["power_w"].append((meter.millijoules() - mj) / (time.perf_counter() - start) / 1e3)
-    return {name: {key: statistics.median(values) for key, values in got.items() if values}
-            for name, got in samples.items()}
+                    energy[name][0] += (meter.millijoules() - mj) / 1e3
+                    energy[name][1] += time.perf_counter() - start
+    out: dict[str, dict[str, float]] = {}
+    for name in models:
+        out[name] = {"ms": statistics.median(times[name])}
+        if clocks[name]:
+            out[name].update(power_w=energy[name][0] / energy[name][1], sm_clock_mhz=statistics.median(clocks[name]))
+    return out
 
 
 def generate_s(model: nn.Module, batch: int, n: int, device: str, compiled: bool, prompt: int = PROMPT) -> float:
@@ -326,8 +329,8 @@ def eager_pass(models: dict[str, nn.Module], got: dict[str, dict], args: argpars
     the eager mode), all on the GPU at once, then back on the CPU."""
     on = {name: held.to(args.device) for name, held in models.items()}
     for batch in args.prefill_batches:
-        for name, res in prefill_ms(on, batch, args.prefill_tokens, args.device, args.reps, args.prefill_block
-                                    ).items():
+        for name, res in prefill_ms(on, batch, args.prefill_tokens, args.device, args.reps, args.prefill_block,
+                                    open_meter() if args.device == "cuda" else None).items():
             got[name][("prefill_ms", batch, "eager")] = res["ms"]
             CONDITIONS[(name, batch)] = {k: v for k, v in res.items() if k != "ms"}
             say(f"{label} {name}: prefill {batch}x{args.prefill_tokens} {res['ms']:.1f} ms {CONDITIONS[(name, batch)]}")

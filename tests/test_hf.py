@@ -436,3 +436,15 @@ def test_prefill_timing_runs_each_model_in_blocks():
     block = bench.SETTLE + 2
     assert calls == (["a"] * block + ["b"] * block) * 2
     assert set(got) == {"a", "b"} and all(set(v) == {"ms"} and v["ms"] >= 0 for v in got.values())
+    class Meter:  # NVML's energy counter (mJ) and SM clock, as cutlass_nm.bench.energy reads them
+        mj = 0
+
+        def millijoules(self) -> int:
+            Meter.mj += 500
+            return Meter.mj
+
+        def sm_clock_mhz(self) -> float:
+            return 1500.0
+
+    got = bench.prefill_ms({"a": Stub("a")}, 1, 4, "cpu", rounds=2, block=block, meter=Meter())
+    assert got["a"]["sm_clock_mhz"] == 1500.0 and got["a"]["power_w"] > 0  # 0.5 J a block over its timed forwards
