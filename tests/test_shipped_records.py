@@ -80,6 +80,30 @@ def test_shipping_grid_plans_without_a_gpu(capsys, family, dtype):
     assert all(fam.Config.from_record({**fam.Config().to_record(), **c}) for c in ship.GRID[family])
 
 
+def test_one_token_vnm_grid_and_fused_gate_up_problems(capsys):
+    """The V:N:M decode grid (nm_decode, one token) is valid in its space and runs V:N:M weights; --fused-gate-up
+    plans the tune models' gate/up weights as one of twice gate's rows (a SparseGatedMLP's 256:2:M weight)."""
+    import importlib.util
+
+    from cutlass_nm.campaigns import load_models, split_models
+
+    spec = importlib.util.spec_from_file_location("ship_configs", Path(__file__).parents[1] / "tuning" /
+                                                  "ship_configs.py")
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+    fam = cutlass_nm.families.get_family("nm_decode")
+    layers = ship.problems(fam, (1,), "128:2:8", "f16")
+    fused = ship.problems(fam, (1,), "256:2:8", "f16", fused_gate_up=True)
+    models = load_models()
+    gates = {(2 * n, k) for name in split_models("tune") for layer, n, k in models[name] if layer == "gate_proj"}
+    assert {(p.n, p.k) for p in fused} == gates and all(p.m == 1 for p in fused)
+    for p in (*layers, *fused):
+        assert all(fam.check(c, p) is None for c in ship.candidates(fam, 1)), p
+    assert ship.main(["--family", "nm_decode", "--pattern", "256:2:8", "--fused-gate-up", "--tokens", "1", "--out",
+                      "unused.jsonl", "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith(f"{len(gates)} problems, {len(ship.GRID['nm_decode'])} kernels")
+
+
 def test_grid_variations_and_the_default_choice_for_held_out_shapes(capsys):
     """--all-tiles and --vary FIELD=V1,V2 widen the grid (each config once per value); --shape adds the default
     path's choice (a decode family at small m) to what is compiled; a field or value outside the space is refused."""

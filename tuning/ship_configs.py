@@ -5,6 +5,7 @@ of the "tune" models (``cutlass_nm.campaigns.split_models("tune")``), on this GP
         --measurements sptc24_grid.json                      # 1 GPU; compiles the grid on all cores first
     python3 tuning/ship_configs.py --family sptc24_sm90 --tokens 2048,8192 --out ... --append   # in parts
     python3 tuning/ship_configs.py --carry-over sptc24_sm90 --out cutlass_nm/configs/h100-80gb-hbm3.jsonl
+    python3 tuning/ship_configs.py --family nm_decode --pattern 256:2:8 --fused-gate-up --tokens 1 --out ... --append
 
 The held-out models never enter. The output file's header names, per family, the template hash its records are
 valid for; ``--carry-over`` moves a family's records to this version's templates after a regression run showed
@@ -78,6 +79,18 @@ GRID = {  # family -> candidate configs (fields not named take the Config defaul
         *(dict(max_tokens=1, warps=w, rows=r, ahead=1, transpose=1) for w, r in ((8, 1), (4, 2))),
         dict(max_tokens=1, warps=8, rows=1, ahead=1, max_ctas=2),
     ],
+    "nm_decode": [  # V:N:M at one token (--tokens 1, mode 3): warps, steps in flight, warps a 32-row block, split-K
+        *(dict(max_tokens=1, mode=3, warps=8, ahead=1, wsplit=8, split=s, ctas=c, push=1)
+          for s in (0, 1, 2, 4, 8) for c in (3, 4)),
+        dict(max_tokens=1, mode=3, warps=8, ahead=2, wsplit=8, ctas=3, push=1),
+        dict(max_tokens=1, mode=3, warps=8, ahead=2, wsplit=4, ctas=4, push=1),
+        dict(max_tokens=1, mode=3, warps=4, ahead=2, wsplit=4, ctas=4, push=1),
+        dict(max_tokens=1, mode=3, warps=16, ahead=1, wsplit=8, ctas=2, push=1),
+        dict(max_tokens=1, mode=3, warps=16, ahead=2, wsplit=8, push=1),
+        dict(max_tokens=1, mode=3, warps=8, ahead=1, wsplit=8, ctas=3, push=1, early_release=1),
+        dict(max_tokens=1, mode=3, warps=8, ahead=2, ctas=3, push=1),
+        dict(max_tokens=8, mode=3, warps=8, ahead=2, ctas=3, push=1),  # the heuristic below 2^24 weights
+    ],
 }
 TOKENS = (16, 128, 512, 2048, 8192)  # the GEMM families' token counts (m = 1 runs on the decode path)
 
@@ -105,11 +118,19 @@ def kernel_types(dtype: str):
     return KernelTypes(dtype, "bf16" if dtype == "e4m3" else dtype, False)
 
 
-def problems(family, tokens: tuple[int, ...], pattern: str, dtype: str):
-    from cutlass_nm.campaigns import split_shapes
+def problems(family, tokens: tuple[int, ...], pattern: str, dtype: str, fused_gate_up: bool = False):
+    """The tune models' layer problems at each token count; ``fused_gate_up``: their MLPs' gate and up as one
+    weight of twice gate's rows instead (a ``SparseGatedMLP``'s 256:2:M weight at decode sizes)."""
+    from cutlass_nm.campaigns import load_models, split_models, split_shapes
     from cutlass_nm.families import Problem
 
-    return [Problem(m, n, k, kernel_types(dtype), pattern) for m, n, k in split_shapes("tune", tokens)]
+    if fused_gate_up:
+        models = load_models()
+        shapes = sorted({(m, 2 * n, k) for name in split_models("tune") for layer, n, k in models[name]
+                         if layer == "gate_proj" for m in tokens})
+    else:
+        shapes = split_shapes("tune", tokens)
+    return [Problem(m, n, k, kernel_types(dtype), pattern) for m, n, k in shapes]
 
 
 def inputs(p, copies: int, seed: int, weights: int = 1) -> tuple[list, list, list, list[tuple], object]:
@@ -293,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all-tiles", action="store_true", help="every grid config at every m (no token-tile rule)")
     ap.add_argument("--vary", action="append", metavar="FIELD=V1,V2",
                     help="time each grid config once per value of FIELD (e.g. fast_accum=0,1); repeatable")
+    ap.add_argument("--fused-gate-up", action="store_true",
+                    help="the tune models' fused gate/up weights (2 x gate's rows; e.g. --pattern 256:2:8) instead "
+                         "of their layers")
     ap.add_argument("--append", action="store_true", help="keep the file's records of other problems")
     ap.add_argument("--measurements", type=Path, help="also write every timed candidate here (JSON rows)")
     ap.add_argument("--carry-over", metavar="FAMILY", help="only mark FAMILY's records valid for this version")
@@ -315,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if not args.out:
             ap.error("--out is required (the shipped JSONL to write)")
-        probs = problems(family, tuple(int(t) for t in args.tokens.split(",")), args.pattern, args.dtype)
+        probs = problems(family, tuple(int(t) for t in args.tokens.split(",")), args.pattern, args.dtype,
+                         args.fused_gate_up)
     grid = {"all_tiles": args.all_tiles, "vary": parse_vary(family, args.vary)}
     kids = {(family.name, c, p.types) for p in probs for c in candidates(family, p.m, **grid)
             if family.check(c, p) is None}
