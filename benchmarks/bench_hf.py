@@ -434,8 +434,10 @@ class NoWork(nn.Module):
 
 
 def host_floor(args: argparse.Namespace) -> list[dict]:
-    """Eager decode of the dense model against the same model whose decoder projections and MLP linears do no work:
-    the rate no linear kernel can beat in eager mode (the rest of each step is the host's), per dtype and batch."""
+    """Decode of the dense model against the same model whose decoder projections and MLP linears do no work: the
+    rate no linear kernel can beat (what is left of each step is the host's and the other layers'), per dtype,
+    mode and batch. Eager: both models in turns; compiled (static cache + ``torch.compile``): one at a time, at
+    ``--compiled-batches``."""
     rows = []
     for dtype_name in args.dtypes:
         dense = build(TINY if args.tiny else LLAMA3_8B, DTYPES[dtype_name], args.device)
@@ -445,15 +447,25 @@ def host_floor(args: argparse.Namespace) -> list[dict]:
                 for name, child in list(parent.named_children()):
                     if isinstance(child, nn.Linear):
                         setattr(parent, name, NoWork(child.out_features))
-        for batch in args.decode_batches:
-            rates = decode_tok_s({"dense": dense, "no_linear_work": idle}, batch, args.device, False, args.steps,
-                                 args.decode_reps)
-            for name, rate in rates.items():
-                say(f"{dtype_name} {name}: decode batch {batch} eager {rate:.1f} tok/s")
-                rows.append({"impl": "hf_llama", "pattern": name, "dtype": dtype_name, "metric": "decode_tok_s",
-                             "m": batch, "mode": "eager", "value": rate, "dense_value": rates["dense"],
-                             "speedup_vs_dense": rate / rates["dense"]})
-        dense = idle = None
+        models = {"dense": dense, "no_linear_work": idle}
+        for mode in args.modes:
+            compiled = mode == "compiled"
+            for batch in args.compiled_batches if compiled else args.decode_batches:
+                if compiled:  # a compiled generate() slows what runs next: each model alone, freed after
+                    rates = {}
+                    for name, model in models.items():
+                        rates.update(decode_tok_s({name: model}, batch, args.device, True, args.steps,
+                                                  args.decode_reps))
+                        release(args.device)
+                else:
+                    rates = decode_tok_s(models, batch, args.device, False, args.steps, args.decode_reps)
+                for name, rate in rates.items():
+                    say(f"{dtype_name} {name}: decode batch {batch} {mode} {rate:.1f} tok/s")
+                    if "dense" in rates:
+                        rows.append({"impl": "hf_llama", "pattern": name, "dtype": dtype_name,
+                                     "metric": "decode_tok_s", "m": batch, "mode": mode, "value": rate,
+                                     "dense_value": rates["dense"], "speedup_vs_dense": rate / rates["dense"]})
+        dense = idle = models = None
         release(args.device)
     return rows
 
@@ -490,8 +502,8 @@ def main() -> None:
     ap.add_argument("--compile-only", action="store_true",
                     help="sparsify and compile every kernel the run would time, time nothing (a first machine call)")
     ap.add_argument("--host-floor", action="store_true",
-                    help="only eager decode of dense against the model whose decoder linears do no work: the most any "
-                         "linear kernel can gain in eager mode")
+                    help="only decode (--modes) of dense against the model whose decoder linears do no work: the most "
+                         "any linear kernel can gain in that mode")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", type=Path, help="write the result JSON here")
     args = ap.parse_args()

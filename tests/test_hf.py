@@ -366,13 +366,14 @@ def test_end_to_end_benchmark_runs_on_a_tiny_model(tmp_path):
                            "2:4,128:2:8", "--out", str(only)], check=True, capture_output=True, text=True, timeout=300)
     assert not only.exists() and done.stdout.count("kernels compiled") == 2
     floor = tmp_path / "floor.json"  # --host-floor: dense against the model whose decoder linears do no work
-    subprocess.run([sys.executable, str(script), "--tiny", "--device", "cpu", "--no-compile", "--host-floor",
-                    "--decode-batches", "1", "--steps", "1,2", "--decode-reps", "1", "--out", str(floor)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run([sys.executable, str(script), "--tiny", "--device", "cpu", "--host-floor", "--modes",
+                    "eager,compiled", "--decode-batches", "1", "--compiled-batches", "1", "--steps", "1,2",
+                    "--decode-reps", "1", "--out", str(floor)], check=True, capture_output=True, timeout=300)
     rows = json.loads(floor.read_text())["rows"]
-    assert [(r["pattern"], r["metric"], r["m"]) for r in rows] == [("dense", "decode_tok_s", 1),
-                                                                   ("no_linear_work", "decode_tok_s", 1)]
-    assert rows[0]["speedup_vs_dense"] == 1.0 and rows[1]["value"] > 0
+    assert [(r["pattern"], r["mode"], r["m"]) for r in rows] == [
+        (p, mode, 1) for mode in ("eager", "compiled") for p in ("dense", "no_linear_work")]
+    assert all(r["metric"] == "decode_tok_s" and r["value"] > 0 for r in rows)
+    assert rows[0]["speedup_vs_dense"] == rows[2]["speedup_vs_dense"] == 1.0
 
 
 def test_end_to_end_ceiling_keeps_the_rest_of_the_step():
