@@ -23,7 +23,8 @@ the list below, every model's eager rows before any model's compiled decode (the
   the longer length, the model alone on the GPU; mode ``long_prompt``: one generate() after a --prefill-tokens
   prompt, whose prefill and decode both run);
 * ``linear_ms``: one step's projections and MLPs alone (each layer's module once, weights cold, in a CUDA graph),
-  per decode batch and per prefill; the compiled decode and prefill rows carry ``ceiling``, the speedup left if the
+  per decode batch and per prefill, with ``by_kind`` (and ``linear_gb``'s bytes ``by_kind``: q/k/v, o, MLP,
+  lm_head); the compiled decode and prefill rows carry ``ceiling``, the speedup left if the
   rest of the step stays as dense's and the projections reach the ideal (decode: dense's bandwidth over the
   sparse weights' bytes, ``linear_gb``; prefill: 1 / density, the sparse tensor cores' rate);
 * ``rel_err``: the logits' relative difference against the same model with masked dense weights (and, as
@@ -53,7 +54,7 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 LLAMA3_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
              "num_key_value_heads": 8, "vocab_size": 128256, "rope_theta": 500000.0, "max_position_embeddings": 8192}
 FAILURES: list[dict] = []  # measurements that raised (kept in the result JSON)
-CONDITIONS: dict[tuple[str, int], dict[str, float]] = {}  # (model, batch): a prefill's power and SM clock (NVML)
+DETAILS: dict[tuple[str, str, int, str], dict] = {}  # ("<dtype> <model>", metric, batch, mode): a row's extra fields
 SETTLE = 2  # untimed forwards at the start of each model's block of prefills (the power limit's state settles)
 PROMPT = 32  # generate()'s prompt tokens per sequence
 ERR_TOKENS = 128  # the prompt rel_err compares logits on
@@ -190,26 +191,26 @@ def projections(model: nn.Module) -> dict[str, list[nn.Module]]:
                for name in ([f"self_attn.{STACKED_QKV}"] if stacked else []) + names}, "lm_head": [model.lm_head]}
 
 
-def linear_ms(model: nn.Module, batch: int, seq: int = 1) -> float:
-    """Device time of one step's projections over batch x seq tokens: every layer's module called once in a CUDA
-    graph (each weight read cold, as in the step; a stacked q/k/v through ``split``, as its parts run it), summed
-    over the kinds of ``projections``."""
+def linear_ms(model: nn.Module, batch: int, seq: int = 1) -> dict[str, float]:
+    """Device time of one step's projections over batch x seq tokens, per kind of ``projections``: every layer's
+    module called once in a CUDA graph (each weight read cold, as in the step; a stacked q/k/v through ``split``,
+    as its parts run it), summed over the layers."""
     from cutlass_nm.timing import time_rotating
 
-    total = 0.0
+    kinds = {}
     with torch.no_grad():
-        for mods in projections(model).values():
+        for kind, mods in projections(model).items():
             dtype = next(t.dtype for t in (*mods[0].parameters(), *mods[0].buffers()) if t.is_floating_point())
             width = getattr(mods[0], "in_features", model.config.hidden_size)
             x = torch.randn(batch, seq, width, device="cuda").to(dtype if dtype.itemsize == 2 else torch.bfloat16)
             calls = [getattr(mod, "split", mod) for mod in mods]  # a stack: as its parts run it (split)
-            total += time_rotating(lambda i, calls=calls, x=x: calls[i](x), len(mods), reps=50).p50_ms * len(mods)
-    return total
+            kinds[kind] = time_rotating(lambda i, calls=calls, x=x: calls[i](x), len(mods), reps=50).p50_ms * len(mods)
+    return kinds
 
 
-def linear_gb(model: nn.Module) -> float:
-    """Bytes of the modules ``linear_ms`` times, in GB."""
-    return weight_gb(*(mod for mods in projections(model).values() for mod in mods))
+def linear_gb(model: nn.Module) -> dict[str, float]:
+    """Bytes of the modules ``linear_ms`` times, per kind, in GB."""
+    return {kind: weight_gb(*mods) for kind, mods in projections(model).items()}
 
 
 def ceiling(dense: dict, got: dict, metric: str, batch: int, pattern: str) -> float | None:
@@ -255,7 +256,9 @@ def measure(model: nn.Module, args: argparse.Namespace, label: str, modes: list[
     times prefill)."""
     out: dict[tuple, float] = {}
     if static:
-        out.update({("weight_gb", 0, ""): weight_gb(model), ("linear_gb", 0, ""): linear_gb(model)})
+        gb = linear_gb(model)
+        out.update({("weight_gb", 0, ""): weight_gb(model), ("linear_gb", 0, ""): sum(gb.values())})
+        DETAILS[(label, "linear_gb", 0, "")] = {"by_kind": gb}
     for mode in modes:
         for batch in args.compiled_batches if mode == "compiled" else args.decode_batches:
             if args.device == "cuda":
@@ -276,10 +279,14 @@ def measure(model: nn.Module, args: argparse.Namespace, label: str, modes: list[
         out[("peak_gb", 1, "long_prompt")] = torch.cuda.max_memory_allocated() / 1e9
     if static and args.device == "cuda":
         for batch in sorted({*args.decode_batches, *args.compiled_batches}):
-            out[("linear_ms", batch, "graph")] = linear_ms(model, batch)
+            kinds = linear_ms(model, batch)
+            out[("linear_ms", batch, "graph")] = sum(kinds.values())
+            DETAILS[(label, "linear_ms", batch, "graph")] = {"by_kind": kinds}
             say(f"{label}: projections at batch {batch}: {out[('linear_ms', batch, 'graph')]:.3f} ms")
         for batch in args.prefill_batches:
-            out[("linear_ms", batch, "prefill")] = linear_ms(model, batch, args.prefill_tokens)
+            kinds = linear_ms(model, batch, args.prefill_tokens)
+            out[("linear_ms", batch, "prefill")] = sum(kinds.values())
+            DETAILS[(label, "linear_ms", batch, "prefill")] = {"by_kind": kinds}
             say(f"{label}: projections at prefill {batch}x{args.prefill_tokens}: "
                   f"{out[('linear_ms', batch, 'prefill')]:.2f} ms")
     return out
@@ -295,9 +302,10 @@ def rows_for(dtype: str, pattern: str, got: dict, dense: dict, extra: dict) -> l
             else value / base
         rows.append({"impl": "hf_llama", "pattern": pattern, "dtype": dtype, "metric": metric, "m": batch,
                      "mode": mode, "value": value, "dense_value": base, "speedup_vs_dense": better, **extra})
-        if metric == "prefill_ms":
-            rows[-1].update(CONDITIONS.get((pattern, batch), {}))
-            rows[-1].update({f"dense_{k}": v for k, v in CONDITIONS.get(("dense", batch), {}).items()})
+        rows[-1].update(DETAILS.get((f"{dtype} {pattern}", metric, batch, mode), {}))
+        if pattern != "dense":  # dense's, beside (its power and clock, its time per kind of projection)
+            rows[-1].update({f"dense_{k}": v for k, v in DETAILS.get((f"{dtype} dense", metric, batch, mode),
+                                                                     {}).items()})
         if (metric, mode) in (("decode_tok_s", "compiled"), ("prefill_ms", "eager")) and pattern != "dense" and (
                 limit := ceiling(dense, got, metric, batch, pattern)) is not None:
             rows[-1]["ceiling"] = limit
@@ -332,8 +340,9 @@ def eager_pass(models: dict[str, nn.Module], got: dict[str, dict], args: argpars
         for name, res in prefill_ms(on, batch, args.prefill_tokens, args.device, args.reps, args.prefill_block,
                                     open_meter() if args.device == "cuda" else None).items():
             got[name][("prefill_ms", batch, "eager")] = res["ms"]
-            CONDITIONS[(name, batch)] = {k: v for k, v in res.items() if k != "ms"}
-            say(f"{label} {name}: prefill {batch}x{args.prefill_tokens} {res['ms']:.1f} ms {CONDITIONS[(name, batch)]}")
+            conditions = DETAILS[(f"{label} {name}", "prefill_ms", batch, "eager")] = {
+                k: v for k, v in res.items() if k != "ms"}
+            say(f"{label} {name}: prefill {batch}x{args.prefill_tokens} {res['ms']:.1f} ms {conditions}")
     for batch in args.decode_batches if "eager" in args.modes else ():
         for name, rate in decode_tok_s(on, batch, args.device, False, args.steps, args.decode_reps).items():
             got[name][("decode_tok_s", batch, "eager")] = rate

@@ -361,6 +361,9 @@ def test_end_to_end_benchmark_runs_on_a_tiny_model(tmp_path):
     assert weights["value"] < weights["dense_value"]  # compressed projections
     projections = next(r for r in sparse if r["metric"] == "linear_gb")
     assert projections["value"] < weights["value"] and projections["dense_value"] < weights["dense_value"]
+    for by_kind, total in ((projections["by_kind"], projections["value"]),
+                           (projections["dense_by_kind"], projections["dense_value"])):
+        assert "lm_head" in by_kind and sum(by_kind.values()) == pytest.approx(total)
     only = tmp_path / "only.json"  # --compile-only: sparsifies each pattern's model, writes and times nothing
     done = subprocess.run([sys.executable, str(script), "--tiny", "--device", "cpu", "--compile-only", "--patterns",
                            "2:4,128:2:8", "--out", str(only)], check=True, capture_output=True, text=True, timeout=300)
