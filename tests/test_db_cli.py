@@ -36,7 +36,8 @@ def _one_error_line(err: str) -> str:
 
 def test_silent_server_cli_exits_2_within_the_timeout():
     """The CLI gives up on a server that accepts and never answers after its 2 s timeout: it takes no more than
-    the same CLI's start-up and a failed connection to a closed port (timed just before), plus the timeout and 5 s."""
+    the same CLI's start-up and a failed connection to a closed port (the slower of two such runs right
+    after it), plus the timeout and 8 s of start-up noise on a busy 2-core host (a hang would take the 60 s)."""
     pytest.importorskip("psycopg", reason="the PostgreSQL driver (psycopg) is needed for this test")
 
     def cli_db_ls(port: int) -> tuple[subprocess.CompletedProcess, float]:
@@ -49,10 +50,12 @@ def test_silent_server_cli_exits_2_within_the_timeout():
 
     with silent_server() as port:
         proc, elapsed = cli_db_ls(port)
-    refused, baseline = cli_db_ls(port)  # the server is gone: the connection is refused at once
-    assert refused.returncode == 2 and proc.returncode == 2, proc.stderr
+    refused, before = cli_db_ls(port)  # the server is gone: the connection is refused at once
+    again, after = cli_db_ls(port)
+    assert refused.returncode == again.returncode == proc.returncode == 2, proc.stderr
     assert "timeout" in _one_error_line(proc.stderr)
-    assert elapsed < baseline + 2 + 5, (elapsed, baseline)  # the timeout, plus start-up noise on a busy 2-core host
+    baseline = max(before, after)
+    assert elapsed < baseline + 2 + 8, (elapsed, before, after)
 
 
 def test_user_errors_are_one_line_exit_2(tmp_path, capsys):
