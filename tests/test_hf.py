@@ -12,6 +12,8 @@ from torch import nn
 
 transformers = pytest.importorskip("transformers")
 
+from script_helpers import load_script  # noqa: E402
+
 from cutlass_nm import InputError, PatternError  # noqa: E402
 from cutlass_nm.hf import masked_dense_twin, sparsify_model  # noqa: E402
 from cutlass_nm.nn import Sparse24GatedMLP, SparseGatedMLP, SparseLinear, StackedSparseLinear  # noqa: E402
@@ -384,13 +386,7 @@ def test_end_to_end_benchmark_runs_on_a_tiny_model(tmp_path):
 def test_end_to_end_ceiling_keeps_the_rest_of_the_step():
     """bench_hf's ceiling: only the projections' share of a step speeds up (decode: to the bytes ratio; prefill: to
     1 / density), the rest of the step stays as dense's."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("bench_hf", Path(__file__).parents[1] / "benchmarks" /
-                                                  "bench_hf.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/bench_hf.py")
     dense = {("decode_tok_s", 1, "compiled"): 100.0, ("linear_ms", 1, "graph"): 6.0, ("linear_gb", 0, ""): 10.0,
              ("prefill_ms", 1, "eager"): 50.0, ("linear_ms", 1, "prefill"): 40.0}
     sparse = {("linear_gb", 0, ""): 5.0}
@@ -421,13 +417,9 @@ def test_fp8_llama_sparsifies_and_generates_on_the_cpu():
 def test_prefill_timing_runs_each_model_in_blocks():
     """bench_hf's prefill timing: every model in turn runs a block of forwards in a row (the first SETTLE untimed), so
     none is timed at the clock the model before it left; without NVML (the CPU) only the time is reported."""
-    import importlib.util
-    from pathlib import Path
     from types import SimpleNamespace
 
-    spec = importlib.util.spec_from_file_location("bench_hf", Path(__file__).parents[1] / "benchmarks" / "bench_hf.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/bench_hf.py")
     calls: list[str] = []
 
     class Stub(torch.nn.Module):

@@ -1,5 +1,7 @@
 """The config model: the nearest tuned problem's runnable winner, by a distance over log m, n, k and waves."""
 
+from script_helpers import load_script
+
 from cutlass_nm.families import KernelTypes, Problem, get_family
 from cutlass_nm.store.fingerprint import ProblemKey
 from cutlass_nm.store.predict import _kin, distance, predict
@@ -55,13 +57,10 @@ def test_same_types_first_unrunnable_skipped_none_without_data():
 def test_leave_one_model_out_on_the_committed_grid_beats_the_heuristic(capsys):
     """tuning/validate_model.py on the committed H100 grid: the model's geomean time over the grid's best stays
     below the heuristic's (the figures docs/decisions/dispatch.md cites)."""
-    import importlib.util
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("validate_model", root / "tuning" / "validate_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("tuning/validate_model.py")
     assert module.main([str(root / "benchmarks/results/h100/sptc24_shipping_grid.json")]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1].split()
     assert last[0] == "all" and last[1] == "170"

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from script_helpers import load_script
 
 import cutlass_nm
 from cutlass_nm.store.store import Store
@@ -65,12 +66,7 @@ def test_shipped_configs_are_used_for_their_gpu_and_its_chip_only():
 def test_shipping_grid_plans_without_a_gpu(capsys, family, dtype):
     """tuning/ship_configs.py --dry-run: every grid config is valid in its family, and the tune models' problems
     each have a candidate to time (FP8: e4m3 inputs, bf16 output)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("ship_configs", Path(__file__).parents[1] / "tuning" /
-                                                  "ship_configs.py")
-    ship = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ship)
+    ship = load_script("tuning/ship_configs.py")
     pattern = "128:2:8" if family == "vnm_sm90" else "2:4"
     assert ship.main(["--family", family, "--dtype", dtype, "--pattern", pattern, "--out", "unused.jsonl",
                       "--dry-run"]) == 0
@@ -83,14 +79,9 @@ def test_shipping_grid_plans_without_a_gpu(capsys, family, dtype):
 def test_one_token_vnm_grid_and_fused_gate_up_problems(capsys):
     """The V:N:M decode grid (nm_decode, one token) is valid in its space and runs V:N:M weights; --fused-gate-up
     plans the tune models' gate/up weights as one of twice gate's rows (a SparseGatedMLP's 256:2:M weight)."""
-    import importlib.util
-
     from cutlass_nm.campaigns import load_models, split_models
 
-    spec = importlib.util.spec_from_file_location("ship_configs", Path(__file__).parents[1] / "tuning" /
-                                                  "ship_configs.py")
-    ship = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ship)
+    ship = load_script("tuning/ship_configs.py")
     fam = cutlass_nm.families.get_family("nm_decode")
     layers = ship.problems(fam, (1,), "128:2:8", "f16")
     fused = ship.problems(fam, (1,), "256:2:8", "f16", fused_gate_up=True)
@@ -107,12 +98,7 @@ def test_one_token_vnm_grid_and_fused_gate_up_problems(capsys):
 def test_grid_variations_and_the_default_choice_for_held_out_shapes(capsys):
     """--all-tiles and --vary FIELD=V1,V2 widen the grid (each config once per value); --shape adds the default
     path's choice (a decode family at small m) to what is compiled; a field or value outside the space is refused."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("ship_configs", Path(__file__).parents[1] / "tuning" /
-                                                  "ship_configs.py")
-    ship = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ship)
+    ship = load_script("tuning/ship_configs.py")
     fam = cutlass_nm.families.get_family("sptc24_fp8_sm90")
     plain, wide = ship.candidates(fam, 2048), ship.candidates(fam, 2048, all_tiles=True)
     assert len(wide) == len(ship.GRID[fam.name]) > len(plain)
